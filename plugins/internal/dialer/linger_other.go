@@ -1,0 +1,5 @@
+//go:build !unix
+
+package dialer
+
+func setLinger(int) error { return nil }

@@ -1,0 +1,234 @@
+// Package runtime runs one probe: it owns the handler registry, the bounded
+// goroutine pools the probes run on, the per-run deadline (spec P3), the retry
+// loop (P2), the mapping of handler verdicts to events (P5, P6, K4) and the
+// runtime's own metrics.
+//
+// Handlers (built-in or plugin clients) implement Handler. The runtime knows
+// nothing about workers, thresholds or pods beyond the identity it passes to
+// handlers and events.
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// ProbeType is the kind of probe a worker runs. The values and strings follow
+// the kubelet's probeType enum (spec §2): liveness=0, readiness=1, startup=2.
+type ProbeType uint8
+
+const (
+	Liveness ProbeType = iota
+	Readiness
+	Startup
+)
+
+// String returns "Liveness", "Readiness" or "Startup" (anything else "UNKNOWN"),
+// the label values of prober_probe_total (X1) and the prefix of event messages (K4).
+func (t ProbeType) String() string {
+	switch t {
+	case Liveness:
+		return "Liveness"
+	case Readiness:
+		return "Readiness"
+	case Startup:
+		return "Startup"
+	}
+	return "UNKNOWN"
+}
+
+// Lower returns the lower-case name ("liveness", ...) used in span names and
+// the custom-probe annotation.
+func (t ProbeType) Lower() string {
+	switch t {
+	case Liveness:
+		return "liveness"
+	case Readiness:
+		return "readiness"
+	case Startup:
+		return "startup"
+	}
+	return "unknown"
+}
+
+// ParseProbeType accepts "liveness", "readiness" or "startup" in any case.
+func ParseProbeType(s string) (ProbeType, error) {
+	switch s {
+	case "liveness", "Liveness", "LIVENESS":
+		return Liveness, nil
+	case "readiness", "Readiness", "READINESS":
+		return Readiness, nil
+	case "startup", "Startup", "STARTUP":
+		return Startup, nil
+	}
+	return 0, fmt.Errorf("unknown probe type %q (want liveness, readiness or startup)", s)
+}
+
+// Result is a handler's verdict, the kubelet's pkg/probe Result. The worker
+// maps it to a results.Result (spec P6): Success and Warning count as success,
+// Failure and Unknown as failure.
+type Result uint8
+
+const (
+	Unknown Result = iota
+	Success
+	Warning
+	Failure
+)
+
+// String returns the lower-case verdict ("success", "warning", "failure",
+// "unknown") as upstream's probe.Result strings do; it appears in P5 event
+// messages ("... resulted in unknown state").
+func (r Result) String() string {
+	switch r {
+	case Success:
+		return "success"
+	case Warning:
+		return "warning"
+	case Failure:
+		return "failure"
+	}
+	return "unknown"
+}
+
+// Outcome is what a handler reports for one attempt.
+type Outcome struct {
+	Result Result
+	// Output is the handler's message: the kubelet's probe output (for HTTP
+	// the body on success, capped at 10 KiB; for failures a fixed text).
+	// It goes into events (K4) exactly as upstream, and is never logged,
+	// exported as a metric label or put on a span (BR-22).
+	Output string
+	// StatusCode is the HTTP status code, or the gRPC health serving status;
+	// 0 when the handler has none.
+	StatusCode int
+	// ExitCode is the exit code of an exec probe; -1 when the command did
+	// not exit by itself (timeout, not started). Meaningless for other kinds.
+	ExitCode int
+	// Details are plugin-provided key/value details (probeplugin.v1
+	// ProbeResponse.details); nil for built-in handlers.
+	Details map[string]string
+}
+
+// Built-in handler kinds. A probe's kind is chosen in the kubelet's order
+// (spec P4): exec, then httpGet, then tcpSocket, then grpc.
+const (
+	KindExec = "exec"
+	KindHTTP = "http"
+	KindTCP  = "tcp"
+	KindGRPC = "grpc"
+)
+
+// KindOf returns the built-in kind of a v1.Probe's handler in the kubelet's
+// selection order (P4), or "" when it has none.
+func KindOf(p *v1.Probe) string {
+	switch {
+	case p == nil:
+		return ""
+	case p.Exec != nil:
+		return KindExec
+	case p.HTTPGet != nil:
+		return KindHTTP
+	case p.TCPSocket != nil:
+		return KindTCP
+	case p.GRPC != nil:
+		return KindGRPC
+	}
+	return ""
+}
+
+// PluginAction is the handler of a custom probe kind served by a plugin
+// (the `plugin:` field of the probed.io/probes annotation).
+type PluginAction struct {
+	// Name is the probe kind the plugin serves, e.g. "http-match".
+	Name string `json:"name"`
+	// Port is resolved like an httpGet port (spec 1.4): a number or the name
+	// of one of the container's ports. Zero means the kind needs no port.
+	Port intstr.IntOrString `json:"port,omitempty"`
+	// Params are the kind's parameters, passed to the plugin verbatim.
+	Params map[string]string `json:"params,omitempty"`
+}
+
+// Spec is everything a handler needs to prepare the probe of one container.
+// It is built once per worker and never mutated afterwards.
+type Spec struct {
+	// Kind selects the handler: a built-in kind or a plugin kind.
+	Kind      string
+	ProbeType ProbeType
+	// Pod is the pod snapshot the worker was created from; handlers read its
+	// identity (UID, namespace, name) only.
+	Pod *v1.Pod
+	// Container is the probed container's spec: named ports (spec 1.4) and,
+	// for exec, the env used for $(VAR) expansion (E1).
+	Container *v1.Container
+	// Probe carries the built-in handler (Exec, HTTPGet, TCPSocket, GRPC) and
+	// the timing fields. For plugin kinds only the timing fields are set.
+	Probe *v1.Probe
+	// Plugin is set for plugin kinds.
+	Plugin *PluginAction
+}
+
+// Timeout is the probe's timeoutSeconds as a duration (spec P3); a
+// non-positive value counts as the API default of 1 s.
+func (s *Spec) Timeout() time.Duration {
+	if s.Probe == nil || s.Probe.TimeoutSeconds <= 0 {
+		return time.Second
+	}
+	return time.Duration(s.Probe.TimeoutSeconds) * time.Second
+}
+
+// Target is what changes from run to run of a prepared probe.
+type Target struct {
+	// PodIP is the pod's primary IP from the cached status (spec P7).
+	PodIP string
+	// ContainerID is the runtime ID of the running container
+	// ("containerd://abc"), used by exec runners.
+	ContainerID string
+	// Attempt counts the tries within one run, from 1 (spec P2).
+	Attempt int
+}
+
+// Handler prepares probes of one or more kinds. Built-in handlers and the
+// go-plugin client implement it alike, so the runtime never cares which one
+// it calls.
+type Handler interface {
+	// Prepare checks the spec and returns a Prober bound to it. Prepare is
+	// called once per worker; an error makes every run of that probe errored
+	// (spec P5): the error text names what is wrong (e.g. `port "metrcis"
+	// not found`).
+	Prepare(spec *Spec) (Prober, error)
+}
+
+// Prober runs one prepared probe.
+type Prober interface {
+	// Probe makes one attempt. ctx carries the deadline of the probe's
+	// timeout (P3). A non-nil error means the probe could not be carried out
+	// (errored: retried per P2, then discarded by the worker per W5.10); a
+	// verdict about the target, including a timeout, is an Outcome with a nil
+	// error.
+	Probe(ctx context.Context, t Target) (Outcome, error)
+}
+
+// ProberFunc adapts a function to Prober.
+type ProberFunc func(ctx context.Context, t Target) (Outcome, error)
+
+// Probe calls f.
+func (f ProberFunc) Probe(ctx context.Context, t Target) (Outcome, error) { return f(ctx, t) }
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(spec *Spec) (Prober, error)
+
+// Prepare calls f.
+func (f HandlerFunc) Prepare(spec *Spec) (Prober, error) { return f(spec) }
+
+// KubeProbeUserAgent is the User-Agent sent by HTTP and gRPC probes when the
+// probe does not set one (spec H2, G1): probed follows Kubernetes 1.37.
+const KubeProbeUserAgent = "kube-probe/1.37"
+
+// MaxOutputBytes is the most output a handler keeps: 10 KiB, the kubelet's
+// limit for HTTP bodies and exec output (H6, E2).
+const MaxOutputBytes = 10 * 1024

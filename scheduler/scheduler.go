@@ -1,0 +1,326 @@
+// Package scheduler decides when each probe is due. It is a sharded,
+// single-level timing wheel driven only by an injected clock.WithTicker: no
+// goroutine and no timer per probe.
+//
+// Each registered entry carries a period. When its wheel slot comes due, the
+// entry is put on a ready queue (one per lane) and re-armed one period later
+// on a fixed-rate grid, like the kubelet's per-worker time.Ticker (spec W3).
+// A feeder goroutine per shard and lane hands ready entries to the owner's
+// Dispatch function, which may block (on a full goroutine pool); the wheel
+// itself never blocks, and the time an entry waits between becoming due and
+// being dispatched is measured as lag.
+//
+// At most one run per entry is in flight: a slot that comes due while the
+// previous run is queued or running is dropped and counted as skipped, and
+// one follow-up run starts as soon as the running one ends (Done), so the
+// interval between runs is max(period, duration) — the buffered-one-tick
+// behaviour of a time.Ticker (BR-10). A manual Trigger runs the entry now and
+// re-arms it a full period later (the kubelet's manual-trigger path, W3).
+//
+// Memory per entry is a fixed ~56-byte slab slot plus the owner's task value;
+// Add, Remove, Trigger and firing are O(1).
+package scheduler
+
+import (
+	"errors"
+	"math/bits"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// ID names a registered entry. The zero ID is never issued.
+type ID uint64
+
+const (
+	shardShift = 56
+	genShift   = 32
+	genMask    = 1<<24 - 1
+	idxMask    = 1<<32 - 1
+)
+
+func makeID(shard int, gen uint32, idx int32) ID {
+	return ID(uint64(shard)<<shardShift | uint64(gen&genMask)<<genShift | uint64(uint32(idx)))
+}
+
+func (id ID) shard() int   { return int(uint64(id) >> shardShift) }
+func (id ID) gen() uint32  { return uint32(uint64(id)>>genShift) & genMask }
+func (id ID) index() int32 { return int32(uint32(uint64(id) & idxMask)) }
+
+// ErrClosed is returned by Add after Close.
+var ErrClosed = errors.New("scheduler: closed")
+
+// Options configure a Scheduler.
+type Options[T any] struct {
+	// Clock drives the wheel and measures lag; nil means the real clock.
+	Clock clock.WithTicker
+	// Tick is the wheel's resolution; default 10 ms. Entries fire within one
+	// tick of their due time when the feeders keep up.
+	Tick time.Duration
+	// Slots is the number of wheel slots per shard, rounded up to a power of
+	// two; default 32768 (327.68 s at 10 ms). Periods beyond Slots×Tick work
+	// but cost an extra look per revolution.
+	Slots int
+	// Shards splits entries (by their key) over independent wheels, each with
+	// its own lock, ticker and feeders. Default: GOMAXPROCS.
+	Shards int
+	// Lanes is the number of ready queues per shard (e.g. network and exec
+	// probes), each with its own feeder so slow work in one lane never holds
+	// up another. Default 1.
+	Lanes int
+	// Dispatch hands a due task to its runner. It may block. The owner must
+	// call Done(id) once the run has ended. When Dispatch returns an error
+	// the run is considered not started and the scheduler calls Done itself.
+	Dispatch func(id ID, task T) error
+	// FirstRunSpread bounds the stable per-key phase (see Spread) for
+	// entries added once the scheduler has run for longer than their period;
+	// default 1 s. Right after start the phase spreads over a whole period,
+	// the kubelet's restart jitter (W3, BR-24).
+	FirstRunSpread time.Duration
+	// Jitter adds a uniformly random delay in [0, Jitter) to each first
+	// placement, on top of the stable phase; default 0.
+	Jitter time.Duration
+	// ObserveLag, when set, is called from a feeder with the time each run
+	// waited between becoming due and being dispatched.
+	ObserveLag func(lane int, lag time.Duration)
+}
+
+// Stats are cumulative counters and current gauges of a Scheduler.
+type Stats struct {
+	Entries    int    // registered entries
+	Ready      []int  // entries waiting for dispatch, per lane
+	Running    int    // entries dispatched and not yet Done
+	Dispatched uint64 // runs handed to Dispatch
+	Skipped    uint64 // due slots dropped because the previous run was still queued or running
+	Triggered  uint64 // manual triggers accepted
+}
+
+// Scheduler is a sharded timing wheel. All methods are safe for concurrent use.
+type Scheduler[T any] struct {
+	opts   Options[T]
+	clock  clock.WithTicker
+	tick   time.Duration
+	start  time.Time
+	shards []*shard[T]
+
+	dispatched atomic.Uint64
+	skipped    atomic.Uint64
+	triggered  atomic.Uint64
+
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	closed atomic.Bool
+	once   sync.Once
+}
+
+// New starts a Scheduler: one ticker goroutine and Lanes feeder goroutines
+// per shard, all stopped by Close. The tickers exist when New returns, so a
+// fake clock may be stepped right away.
+func New[T any](opts Options[T]) (*Scheduler[T], error) {
+	if opts.Dispatch == nil {
+		return nil, errors.New("scheduler: Options.Dispatch is required")
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Tick <= 0 {
+		opts.Tick = 10 * time.Millisecond
+	}
+	if opts.Slots <= 0 {
+		opts.Slots = 1 << 15
+	}
+	slots := 1
+	for slots < opts.Slots {
+		slots <<= 1
+	}
+	if opts.Shards <= 0 {
+		opts.Shards = runtime.GOMAXPROCS(0)
+	}
+	if opts.Shards > 255 {
+		opts.Shards = 255
+	}
+	if opts.Lanes <= 0 {
+		opts.Lanes = 1
+	}
+	if opts.Lanes > 255 {
+		return nil, errors.New("scheduler: at most 255 lanes")
+	}
+	if opts.FirstRunSpread <= 0 {
+		opts.FirstRunSpread = time.Second
+	}
+	s := &Scheduler[T]{
+		opts:  opts,
+		clock: opts.Clock,
+		tick:  opts.Tick,
+		start: opts.Clock.Now(),
+		stop:  make(chan struct{}),
+	}
+	for i := 0; i < opts.Shards; i++ {
+		s.shards = append(s.shards, newShard(s, i, slots))
+	}
+	for _, sh := range s.shards {
+		ticker := s.clock.NewTicker(s.tick)
+		s.wg.Add(1 + opts.Lanes)
+		go sh.runTicker(ticker)
+		for lane := 0; lane < opts.Lanes; lane++ {
+			go sh.runFeeder(lane)
+		}
+	}
+	return s, nil
+}
+
+// Add registers task in lane (0 ≤ lane < Lanes) with the given period
+// (rounded up to whole ticks, at least one). The key picks the shard and the
+// stable phase (see Spread); use a hash of the entry's identity. The entry is
+// not armed until Schedule or Trigger is called, so the owner can record the
+// returned ID before any run can start.
+func (s *Scheduler[T]) Add(key uint64, lane int, period time.Duration, task T) (ID, error) {
+	if s.closed.Load() {
+		return 0, ErrClosed
+	}
+	if lane < 0 || lane >= s.opts.Lanes {
+		lane = 0
+	}
+	sh := s.shards[key%uint64(len(s.shards))]
+	return sh.add(lane, s.ticksCeil(period), task), nil
+}
+
+// Remove unregisters the entry. A run in flight is not interrupted; its Done
+// is then a no-op. Removing an unknown or already removed ID does nothing.
+func (s *Scheduler[T]) Remove(id ID) {
+	if sh := s.shardOf(id); sh != nil {
+		sh.remove(id)
+	}
+}
+
+// Schedule arms the entry to become due after delay and every period from
+// then on (re-phasing it). It does not touch a run that is queued or in
+// flight. A delay ≤ 0 means the next tick.
+func (s *Scheduler[T]) Schedule(id ID, delay time.Duration) {
+	if sh := s.shardOf(id); sh != nil {
+		sh.schedule(id, delay)
+	}
+}
+
+// Trigger runs the entry now and re-arms it a full period from now (the
+// kubelet's manual trigger, W3, PR #119089). Triggers coalesce: while a run
+// is queued, a trigger only re-arms; while a run is in flight, one follow-up
+// run starts when it ends. Trigger never blocks.
+func (s *Scheduler[T]) Trigger(id ID) {
+	if sh := s.shardOf(id); sh != nil {
+		sh.trigger(id)
+	}
+}
+
+// Done reports that the run dispatched for id has ended. A tick missed while
+// it ran, or a trigger received, starts the next run right away (BR-10).
+func (s *Scheduler[T]) Done(id ID) {
+	if sh := s.shardOf(id); sh != nil {
+		sh.done(id)
+	}
+}
+
+// Spread returns the stable phase of key for an entry of the given period:
+// a value in [0, window) derived from the key alone, where window is the
+// period while the scheduler is younger than one period (spreading every
+// entry over one period after a restart, as the kubelet's start jitter
+// does, W3/BR-24) and min(period, FirstRunSpread) afterwards (so a pod
+// added later is probed promptly, BR-11, while a mass add is still spread).
+// Jitter, when configured, adds a random part.
+func (s *Scheduler[T]) Spread(key uint64, period time.Duration) time.Duration {
+	window := period
+	if s.clock.Since(s.start) >= period && s.opts.FirstRunSpread < window {
+		window = s.opts.FirstRunSpread
+	}
+	if window <= 0 {
+		return 0
+	}
+	// Scale the 64-bit hash onto [0, window): the high word of hash×window.
+	hi, _ := bits.Mul64(mix64(key), uint64(window))
+	phase := time.Duration(hi)
+	if s.opts.Jitter > 0 {
+		phase += rand.N(s.opts.Jitter)
+	}
+	return phase
+}
+
+// Started returns the time the scheduler was created.
+func (s *Scheduler[T]) Started() time.Time { return s.start }
+
+// Stats returns the current counters.
+func (s *Scheduler[T]) Stats() Stats {
+	st := Stats{
+		Ready:      make([]int, s.opts.Lanes),
+		Dispatched: s.dispatched.Load(),
+		Skipped:    s.skipped.Load(),
+		Triggered:  s.triggered.Load(),
+	}
+	for _, sh := range s.shards {
+		sh.mu.Lock()
+		st.Entries += sh.live
+		st.Running += sh.running
+		for lane := range sh.ready {
+			st.Ready[lane] += sh.ready[lane].n
+		}
+		sh.mu.Unlock()
+	}
+	return st
+}
+
+// Close stops the tickers and feeders and waits for them. A feeder blocked in
+// Dispatch is waited for, so the owner must make Dispatch return (e.g. by
+// cancelling in-flight probes) before or while Close runs. Done and Remove
+// remain safe to call after Close.
+func (s *Scheduler[T]) Close() {
+	s.once.Do(func() {
+		s.closed.Store(true)
+		close(s.stop)
+	})
+	s.wg.Wait()
+}
+
+func (s *Scheduler[T]) shardOf(id ID) *shard[T] {
+	i := id.shard()
+	if id == 0 || i >= len(s.shards) {
+		return nil
+	}
+	return s.shards[i]
+}
+
+// ticksCeil converts a duration to whole ticks, rounding up, at least 1.
+func (s *Scheduler[T]) ticksCeil(d time.Duration) int64 {
+	n := int64((d + s.tick - 1) / s.tick)
+	if n < 1 {
+		n = 1
+	}
+	return n
+}
+
+// tickAt returns the wheel tick containing t.
+func (s *Scheduler[T]) tickAt(t time.Time) int64 {
+	d := t.Sub(s.start)
+	if d < 0 {
+		return 0
+	}
+	return int64(d / s.tick)
+}
+
+// timeOf returns the start of tick n.
+func (s *Scheduler[T]) timeOf(n int64) time.Time {
+	return s.start.Add(time.Duration(n) * s.tick)
+}
+
+// mix64 is the splitmix64 finaliser: it spreads similar keys over the
+// whole 64-bit range.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}

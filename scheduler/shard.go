@@ -1,0 +1,427 @@
+package scheduler
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// Entry flags.
+const (
+	fUsed    uint8 = 1 << iota // slot holds a registered entry
+	fArmed                     // linked into a wheel slot
+	fQueued                    // linked into a ready list
+	fRunning                   // dispatched, Done not yet called
+	fPending                   // a slot came due while queued or running
+	fTrigger                   // a manual trigger came while running
+	fRemoved                   // removed while running; freed by Done
+)
+
+const nilIdx int32 = -1
+
+// entry is one slab slot. It holds no pointers, so the GC never scans the
+// slab; the owner's task lives in the parallel tasks slice.
+type entry struct {
+	wprev, wnext int32 // wheel slot list (or the free list, via wnext)
+	rprev, rnext int32 // ready list
+	deadline     int64 // tick at which the entry is next due
+	period       int64 // ticks
+	due          int64 // ns since start at which the queued run became due
+	gen          uint32
+	flags        uint8
+	lane         uint8
+}
+
+type list struct {
+	head, tail int32
+	n          int
+}
+
+type shard[T any] struct {
+	s   *Scheduler[T]
+	idx int
+
+	mu       sync.Mutex
+	entries  []entry
+	tasks    []T
+	freeHead int32
+	slots    []int32
+	mask     int64
+	cur      int64 // last processed tick
+	ready    []list
+	signal   []chan struct{}
+	live     int
+	running  int
+}
+
+func newShard[T any](s *Scheduler[T], idx, nslots int) *shard[T] {
+	sh := &shard[T]{
+		s:        s,
+		idx:      idx,
+		freeHead: nilIdx,
+		slots:    make([]int32, nslots),
+		mask:     int64(nslots - 1),
+		ready:    make([]list, s.opts.Lanes),
+		signal:   make([]chan struct{}, s.opts.Lanes),
+	}
+	for i := range sh.slots {
+		sh.slots[i] = nilIdx
+	}
+	for i := range sh.ready {
+		sh.ready[i] = list{head: nilIdx, tail: nilIdx}
+		sh.signal[i] = make(chan struct{}, 1)
+	}
+	return sh
+}
+
+// runTicker advances the wheel on every tick until Close.
+func (sh *shard[T]) runTicker(t clock.Ticker) {
+	defer sh.s.wg.Done()
+	defer t.Stop()
+	for {
+		select {
+		case <-sh.s.stop:
+			return
+		case <-t.C():
+			now := sh.s.clock.Now()
+			sh.mu.Lock()
+			sh.advance(sh.s.tickAt(now))
+			sh.mu.Unlock()
+		}
+	}
+}
+
+// runFeeder hands ready entries of one lane to Dispatch until Close.
+func (sh *shard[T]) runFeeder(lane int) {
+	s := sh.s
+	defer s.wg.Done()
+	for {
+		select {
+		case <-s.stop:
+			return
+		default:
+		}
+		sh.mu.Lock()
+		i := sh.popReady(lane)
+		if i == nilIdx {
+			sh.mu.Unlock()
+			select {
+			case <-s.stop:
+				return
+			case <-sh.signal[lane]:
+			}
+			continue
+		}
+		e := &sh.entries[i]
+		e.flags = e.flags&^fQueued | fRunning
+		sh.running++
+		id := makeID(sh.idx, e.gen, i)
+		task := sh.tasks[i]
+		due := e.due
+		sh.mu.Unlock()
+
+		if s.opts.ObserveLag != nil {
+			lag := time.Duration(int64(s.clock.Since(s.start)) - due)
+			if lag < 0 {
+				lag = 0
+			}
+			s.opts.ObserveLag(lane, lag)
+		}
+		s.dispatched.Add(1)
+		if err := s.opts.Dispatch(id, task); err != nil {
+			sh.done(id)
+		}
+	}
+}
+
+// advance processes every tick up to and including target (catching up
+// after a stall or a big step of a fake clock). Caller holds mu.
+func (sh *shard[T]) advance(target int64) {
+	if target-sh.cur > int64(len(sh.slots)) {
+		sh.sweep(target)
+		return
+	}
+	for sh.cur < target {
+		sh.cur++
+		i := sh.slots[sh.cur&sh.mask]
+		for i != nilIdx {
+			e := &sh.entries[i]
+			next := e.wnext
+			if e.deadline <= sh.cur {
+				sh.unlinkWheel(i)
+				sh.fire(i)
+			}
+			i = next
+		}
+	}
+}
+
+// sweep handles a jump longer than one wheel revolution by visiting every
+// armed entry once. Caller holds mu.
+func (sh *shard[T]) sweep(target int64) {
+	sh.cur = target
+	for i := range sh.entries {
+		e := &sh.entries[i]
+		if e.flags&fArmed == 0 {
+			continue
+		}
+		sh.unlinkWheel(int32(i))
+		if e.deadline <= target {
+			sh.fire(int32(i))
+		} else {
+			sh.linkWheel(int32(i))
+		}
+	}
+}
+
+// fire makes entry i due at its deadline and re-arms it one period later on
+// the fixed-rate grid. Caller holds mu; i is unlinked from the wheel.
+func (sh *shard[T]) fire(i int32) {
+	e := &sh.entries[i]
+	nominal := e.deadline
+	if e.flags&(fQueued|fRunning) != 0 {
+		e.flags |= fPending
+		sh.s.skipped.Add(1)
+	} else {
+		e.due = int64(time.Duration(nominal) * sh.s.tick)
+		sh.pushReady(i)
+	}
+	next := nominal + e.period
+	if next <= sh.cur {
+		missed := (sh.cur-next)/e.period + 1
+		sh.s.skipped.Add(uint64(missed))
+		next += missed * e.period
+	}
+	e.deadline = next
+	sh.linkWheel(i)
+}
+
+func (sh *shard[T]) add(lane int, period int64, task T) ID {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	var i int32
+	if sh.freeHead != nilIdx {
+		i = sh.freeHead
+		sh.freeHead = sh.entries[i].wnext
+	} else {
+		i = int32(len(sh.entries))
+		sh.entries = append(sh.entries, entry{gen: 1})
+		var zero T
+		sh.tasks = append(sh.tasks, zero)
+	}
+	e := &sh.entries[i]
+	e.wprev, e.wnext, e.rprev, e.rnext = nilIdx, nilIdx, nilIdx, nilIdx
+	e.flags = fUsed
+	e.lane = uint8(lane)
+	e.period = period
+	sh.tasks[i] = task
+	sh.live++
+	return makeID(sh.idx, e.gen, i)
+}
+
+// lookup returns the index of id's entry, or nilIdx when id is stale.
+// Caller holds mu.
+func (sh *shard[T]) lookup(id ID) int32 {
+	i := id.index()
+	if i < 0 || int(i) >= len(sh.entries) {
+		return nilIdx
+	}
+	e := &sh.entries[i]
+	if e.flags&fUsed == 0 || e.gen != id.gen() {
+		return nilIdx
+	}
+	return i
+}
+
+func (sh *shard[T]) remove(id ID) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := sh.lookup(id)
+	if i == nilIdx {
+		return
+	}
+	e := &sh.entries[i]
+	if e.flags&fRemoved != 0 {
+		return
+	}
+	if e.flags&fArmed != 0 {
+		sh.unlinkWheel(i)
+	}
+	if e.flags&fQueued != 0 {
+		sh.unlinkReady(i)
+	}
+	sh.live--
+	if e.flags&fRunning != 0 {
+		e.flags = fUsed | fRunning | fRemoved
+		return
+	}
+	sh.free(i)
+}
+
+func (sh *shard[T]) free(i int32) {
+	e := &sh.entries[i]
+	gen := (e.gen + 1) & genMask
+	if gen == 0 {
+		gen = 1
+	}
+	*e = entry{gen: gen, wprev: nilIdx, wnext: sh.freeHead, rprev: nilIdx, rnext: nilIdx}
+	var zero T
+	sh.tasks[i] = zero
+	sh.freeHead = i
+}
+
+func (sh *shard[T]) schedule(id ID, delay time.Duration) {
+	now := sh.s.clock.Now()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := sh.lookup(id)
+	if i == nilIdx || sh.entries[i].flags&fRemoved != 0 {
+		return
+	}
+	sh.rearm(i, now, delay)
+}
+
+// rearm (re)links entry i into the wheel, due delay after now. Caller holds mu.
+func (sh *shard[T]) rearm(i int32, now time.Time, delay time.Duration) {
+	e := &sh.entries[i]
+	if e.flags&fArmed != 0 {
+		sh.unlinkWheel(i)
+	}
+	d := now.Add(delay).Sub(sh.s.start)
+	n := int64((d + sh.s.tick - 1) / sh.s.tick)
+	if n <= sh.cur {
+		n = sh.cur + 1
+	}
+	e.deadline = n
+	sh.linkWheel(i)
+}
+
+func (sh *shard[T]) trigger(id ID) {
+	now := sh.s.clock.Now()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := sh.lookup(id)
+	if i == nilIdx {
+		return
+	}
+	e := &sh.entries[i]
+	if e.flags&fRemoved != 0 {
+		return
+	}
+	sh.s.triggered.Add(1)
+	if e.flags&fRunning != 0 {
+		e.flags |= fTrigger
+		return
+	}
+	sh.rearm(i, now, time.Duration(e.period)*sh.s.tick)
+	if e.flags&fQueued != 0 {
+		return
+	}
+	e.due = int64(now.Sub(sh.s.start))
+	sh.pushReady(i)
+}
+
+func (sh *shard[T]) done(id ID) {
+	now := sh.s.clock.Now()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := sh.lookup(id)
+	if i == nilIdx {
+		return
+	}
+	e := &sh.entries[i]
+	if e.flags&fRunning == 0 {
+		return
+	}
+	e.flags &^= fRunning
+	sh.running--
+	if e.flags&fRemoved != 0 {
+		sh.free(i)
+		return
+	}
+	switch {
+	case e.flags&fTrigger != 0:
+		e.flags &^= fTrigger | fPending
+		sh.rearm(i, now, time.Duration(e.period)*sh.s.tick)
+	case e.flags&fPending != 0:
+		e.flags &^= fPending
+	default:
+		return
+	}
+	e.due = int64(now.Sub(sh.s.start))
+	sh.pushReady(i)
+}
+
+func (sh *shard[T]) linkWheel(i int32) {
+	e := &sh.entries[i]
+	slot := e.deadline & sh.mask
+	head := sh.slots[slot]
+	e.wprev = nilIdx
+	e.wnext = head
+	if head != nilIdx {
+		sh.entries[head].wprev = i
+	}
+	sh.slots[slot] = i
+	e.flags |= fArmed
+}
+
+func (sh *shard[T]) unlinkWheel(i int32) {
+	e := &sh.entries[i]
+	if e.wprev != nilIdx {
+		sh.entries[e.wprev].wnext = e.wnext
+	} else {
+		sh.slots[e.deadline&sh.mask] = e.wnext
+	}
+	if e.wnext != nilIdx {
+		sh.entries[e.wnext].wprev = e.wprev
+	}
+	e.wprev, e.wnext = nilIdx, nilIdx
+	e.flags &^= fArmed
+}
+
+func (sh *shard[T]) pushReady(i int32) {
+	e := &sh.entries[i]
+	l := &sh.ready[e.lane]
+	e.rnext = nilIdx
+	e.rprev = l.tail
+	if l.tail != nilIdx {
+		sh.entries[l.tail].rnext = i
+	} else {
+		l.head = i
+	}
+	l.tail = i
+	l.n++
+	e.flags |= fQueued
+	select {
+	case sh.signal[e.lane] <- struct{}{}:
+	default:
+	}
+}
+
+func (sh *shard[T]) popReady(lane int) int32 {
+	l := &sh.ready[lane]
+	i := l.head
+	if i != nilIdx {
+		sh.unlinkReady(i)
+	}
+	return i
+}
+
+func (sh *shard[T]) unlinkReady(i int32) {
+	e := &sh.entries[i]
+	l := &sh.ready[e.lane]
+	if e.rprev != nilIdx {
+		sh.entries[e.rprev].rnext = e.rnext
+	} else {
+		l.head = e.rnext
+	}
+	if e.rnext != nilIdx {
+		sh.entries[e.rnext].rprev = e.rprev
+	} else {
+		l.tail = e.rprev
+	}
+	e.rprev, e.rnext = nilIdx, nilIdx
+	e.flags &^= fQueued
+	l.n--
+}
