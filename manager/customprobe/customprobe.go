@@ -1,0 +1,506 @@
+// Package customprobe reads the custom probes a pod declares in its
+// probed.io/probes annotation: probes whose handler is a plugin kind instead
+// of one of the built-in exec, httpGet, tcpSocket and grpc handlers.
+//
+// The annotation's value is a JSON list. Each element mirrors a v1.Probe with
+// a `plugin` handler:
+//
+//	[{"container": "app",            // required: a container (or restartable init container) of the pod
+//	  "type": "readiness",           // required: liveness, readiness or startup
+//	  "initialDelaySeconds": 0,      // optional, seconds, default 0
+//	  "timeoutSeconds": 1,           // optional, seconds, default 1
+//	  "periodSeconds": 1,            // optional, seconds, default 10
+//	  "successThreshold": 1,         // optional, default 1; must be 1 for liveness and startup
+//	  "failureThreshold": 3,         // optional, default 3
+//	  "terminationGracePeriodSeconds": 30, // optional, seconds, > 0; not on readiness
+//	  "plugin": {                    // required
+//	    "name": "http-match",        // required: the probe kind a plugin serves
+//	    "port": 8080,                // optional: a number 1-65535 or a port name of the container
+//	    "params": {"path": "/ready", "body": "ok"}}}] // optional: string values only
+//
+// Timing fields have the meaning, defaults and validation of v1.Probe (spec
+// 1.2, 1.3). A named port is resolved at run time like an httpGet port (spec
+// 1.4); a name the container does not declare is not a parse error, the probe
+// then errors on every run, as the kubelet does for built-in probes (BR-20).
+package customprobe
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	sigsjson "sigs.k8s.io/json"
+
+	"github.com/probed/probed/runtime"
+)
+
+// Annotation is the pod annotation that holds the custom probes.
+const Annotation = "probed.io/probes"
+
+// MaxAnnotationBytes bounds the annotation's value: 256 KiB, the API server's
+// limit for all annotations of an object together.
+const MaxAnnotationBytes = 256 << 10
+
+// Probe is one custom probe of one container.
+type Probe struct {
+	// Container is the name of the probed container.
+	Container string
+	// Type is the probe type (liveness, readiness or startup).
+	Type runtime.ProbeType
+	// Probe carries the timing fields only (initialDelaySeconds,
+	// timeoutSeconds, periodSeconds, successThreshold, failureThreshold in
+	// seconds or counts, terminationGracePeriodSeconds), API defaults
+	// applied; its handler fields are empty.
+	Probe v1.Probe
+	// Plugin is the handler: the plugin kind, its port and its parameters.
+	Plugin runtime.PluginAction
+}
+
+// builtinKinds are the kinds of the v1.Probe handlers; a custom probe cannot
+// use them because the annotation has no place for their handler fields.
+var builtinKinds = map[string]bool{
+	runtime.KindExec: true, runtime.KindHTTP: true, runtime.KindTCP: true, runtime.KindGRPC: true,
+}
+
+var probeTypeNames = []string{"liveness", "readiness", "startup"}
+
+// Parse decodes, defaults and validates the probed.io/probes annotation of
+// pod. It returns nil, nil when the pod is nil or has no such annotation, and
+// also when the value is empty, "[]" or "null".
+//
+// Decoding is strict: the value must be a JSON list of objects, keys match
+// case-sensitively, and unknown or duplicate keys are errors. Validation
+// rejects a missing or unknown container (regular init containers may not be
+// probed; restartable init containers, restartPolicy: Always, may), a type
+// other than liveness/readiness/startup, a missing plugin or plugin name, a
+// built-in kind name (exec, http, tcp, grpc), a kind knownKind does not know
+// (when knownKind is not nil), a port that is neither 0 (no port), 1-65535 nor
+// a valid IANA_SVC_NAME, a params value that is not a string, a probe type the
+// container already has in its spec or twice in the annotation, and the
+// timing rules of ValidateTiming. Field paths look like
+// metadata.annotations[probed.io/probes][0].plugin.name.
+//
+// An element with errors is left out of the result; the others are returned
+// alongside the errors, in annotation order. A value that is not a JSON list
+// yields no probes at all.
+func Parse(pod *v1.Pod, knownKind func(string) bool) ([]Probe, field.ErrorList) {
+	if pod == nil {
+		return nil, nil
+	}
+	value, ok := pod.Annotations[Annotation]
+	if !ok {
+		return nil, nil
+	}
+	root := field.NewPath("metadata", "annotations").Key(Annotation)
+	trimmed := bytes.TrimSpace([]byte(value))
+	if len(trimmed) == 0 || string(trimmed) == "null" {
+		return nil, nil
+	}
+	if len(value) > MaxAnnotationBytes {
+		return nil, field.ErrorList{field.TooLong(root, "", MaxAnnotationBytes)}
+	}
+	var items []json.RawMessage
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(trimmed, &items); err != nil {
+		return nil, field.ErrorList{field.Invalid(root, value, "must be a JSON list of probe objects: "+jsonMessage(err))}
+	}
+	p := &parser{pod: pod, podRef: podRef(pod), knownKind: knownKind, seen: map[probeKey]int{}}
+	var out []Probe
+	var errs field.ErrorList
+	for i, raw := range items {
+		pr, es := p.entry(raw, root.Index(i), i)
+		errs = append(errs, es...)
+		if len(es) == 0 {
+			out = append(out, pr)
+		}
+	}
+	return out, errs
+}
+
+type probeKey struct {
+	container string
+	t         runtime.ProbeType
+}
+
+type parser struct {
+	pod       *v1.Pod
+	podRef    string
+	knownKind func(string) bool
+	seen      map[probeKey]int // first annotation index of each (container, type)
+}
+
+// entry decodes and validates one element of the list.
+func (p *parser) entry(raw json.RawMessage, path *field.Path, index int) (Probe, field.ErrorList) {
+	var out Probe
+	var errs field.ErrorList
+	obj, es := decodeObject(raw, path)
+	if es != nil {
+		return out, es
+	}
+	var typeName string
+	var haveContainer, haveType, havePlugin bool
+	for _, k := range obj.keys {
+		v := obj.values[k]
+		fp := path.Child(k)
+		switch k {
+		case "container":
+			out.Container, es = decodeString(v, fp)
+			haveContainer = es == nil
+		case "type":
+			typeName, es = decodeString(v, fp)
+			haveType = es == nil
+		case "initialDelaySeconds":
+			out.Probe.InitialDelaySeconds, es = decodeInt32(v, fp)
+		case "timeoutSeconds":
+			out.Probe.TimeoutSeconds, es = decodeInt32(v, fp)
+		case "periodSeconds":
+			out.Probe.PeriodSeconds, es = decodeInt32(v, fp)
+		case "successThreshold":
+			out.Probe.SuccessThreshold, es = decodeInt32(v, fp)
+		case "failureThreshold":
+			out.Probe.FailureThreshold, es = decodeInt32(v, fp)
+		case "terminationGracePeriodSeconds":
+			var g int64
+			g, es = decodeInt(v, fp, 64)
+			if es == nil {
+				out.Probe.TerminationGracePeriodSeconds = &g
+			}
+		case "plugin":
+			out.Plugin, es = p.plugin(v, fp)
+			havePlugin = true
+		default:
+			es = field.ErrorList{unknownField(fp, k, probeFields)}
+		}
+		errs = append(errs, es...)
+	}
+	if _, ok := obj.values["container"]; !ok {
+		errs = append(errs, field.Required(path.Child("container"), "the name of a container of the pod"))
+	}
+	if _, ok := obj.values["type"]; !ok {
+		errs = append(errs, field.Required(path.Child("type"), "one of liveness, readiness, startup"))
+	}
+	if !havePlugin {
+		errs = append(errs, field.Required(path.Child("plugin"), "a custom probe needs a plugin handler"))
+	}
+
+	typeOK := false
+	if haveType {
+		t, err := runtime.ParseProbeType(typeName)
+		if err != nil {
+			errs = append(errs, field.NotSupported(path.Child("type"), typeName, probeTypeNames))
+		} else {
+			out.Type, typeOK = t, true
+		}
+	}
+	containerOK := false
+	var ctr *v1.Container
+	if haveContainer {
+		ctr, es = p.container(out.Container, path.Child("container"))
+		errs = append(errs, es...)
+		containerOK = es == nil
+	}
+	if containerOK && typeOK {
+		fp := path.Child("type")
+		if specProbe(ctr, out.Type) != nil {
+			errs = append(errs, field.Forbidden(fp, fmt.Sprintf("container %q of pod %s already has a %sProbe in its spec; a container has at most one probe of each type",
+				out.Container, p.podRef, out.Type.Lower())))
+		}
+		k := probeKey{out.Container, out.Type}
+		if first, dup := p.seen[k]; dup {
+			e := field.Duplicate(fp, typeName)
+			e.Detail = fmt.Sprintf("container %q of pod %s already has a custom %s probe at index %d", out.Container, p.podRef, out.Type.Lower(), first)
+			errs = append(errs, e)
+		} else {
+			p.seen[k] = index
+		}
+	}
+	if name := out.Plugin.Name; name != "" && !builtinKinds[name] && p.knownKind != nil && !p.knownKind(name) {
+		e := field.NotFound(path.Child("plugin", "name"), name)
+		e.Detail = fmt.Sprintf("no plugin serves probe kind %q (pod %s, container %q)", name, p.podRef, out.Container)
+		errs = append(errs, e)
+	}
+	DefaultTiming(&out.Probe)
+	t := out.Type
+	if !typeOK {
+		// Without a valid type only the type-independent rules apply.
+		t = noType
+	}
+	errs = append(errs, ValidateTiming(&out.Probe, t, path)...)
+	return out, errs
+}
+
+// noType is a ProbeType outside the three valid ones: ValidateTiming applies
+// no type-specific rule to it.
+const noType = runtime.ProbeType(255)
+
+func (p *parser) plugin(raw json.RawMessage, path *field.Path) (runtime.PluginAction, field.ErrorList) {
+	var out runtime.PluginAction
+	obj, errs := decodeObject(raw, path)
+	if errs != nil {
+		return out, errs
+	}
+	var es field.ErrorList
+	haveName := false
+	for _, k := range obj.keys {
+		v := obj.values[k]
+		fp := path.Child(k)
+		switch k {
+		case "name":
+			out.Name, es = decodeString(v, fp)
+			haveName = es == nil
+		case "port":
+			out.Port, es = decodePort(v, fp)
+		case "params":
+			out.Params, es = decodeParams(v, fp)
+		default:
+			es = field.ErrorList{unknownField(fp, k, pluginFields)}
+		}
+		errs = append(errs, es...)
+	}
+	switch {
+	case !haveName && obj.values["name"] == nil:
+		errs = append(errs, field.Required(path.Child("name"), "the probe kind a plugin serves"))
+	case !haveName:
+	case out.Name == "":
+		errs = append(errs, field.Required(path.Child("name"), "the probe kind a plugin serves"))
+	case builtinKinds[out.Name]:
+		errs = append(errs, field.Invalid(path.Child("name"), out.Name,
+			"is a built-in probe kind; declare it as the container's own probe (exec, httpGet, tcpSocket, grpc) instead"))
+	}
+	return out, errs
+}
+
+// container finds the named container: a regular container or a restartable
+// init container. Regular init containers may not be probed (spec 1.3).
+func (p *parser) container(name string, path *field.Path) (*v1.Container, field.ErrorList) {
+	if name == "" {
+		return nil, field.ErrorList{field.Required(path, "the name of a container of the pod")}
+	}
+	for i := range p.pod.Spec.Containers {
+		if p.pod.Spec.Containers[i].Name == name {
+			return &p.pod.Spec.Containers[i], nil
+		}
+	}
+	for i := range p.pod.Spec.InitContainers {
+		c := &p.pod.Spec.InitContainers[i]
+		if c.Name != name {
+			continue
+		}
+		if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
+			return c, nil
+		}
+		return nil, field.ErrorList{field.Invalid(path, name,
+			fmt.Sprintf("container %q of pod %s is an init container without restartPolicy=Always; it may not have probes", name, p.podRef))}
+	}
+	return nil, field.ErrorList{field.Invalid(path, name, fmt.Sprintf("pod %s has no container %q", p.podRef, name))}
+}
+
+func specProbe(c *v1.Container, t runtime.ProbeType) *v1.Probe {
+	switch t {
+	case runtime.Liveness:
+		return c.LivenessProbe
+	case runtime.Readiness:
+		return c.ReadinessProbe
+	case runtime.Startup:
+		return c.StartupProbe
+	}
+	return nil
+}
+
+func podRef(pod *v1.Pod) string {
+	ns := pod.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	return ns + "/" + pod.Name
+}
+
+var (
+	probeFields = []string{"container", "type", "initialDelaySeconds", "timeoutSeconds", "periodSeconds",
+		"successThreshold", "failureThreshold", "terminationGracePeriodSeconds", "plugin"}
+	pluginFields = []string{"name", "port", "params"}
+)
+
+// unknownField reports key as unknown, suggesting the known field it most
+// likely misspells.
+func unknownField(path *field.Path, key string, known []string) *field.Error {
+	detail := "unknown field"
+	if s := suggest(key, known); s != "" {
+		detail += fmt.Sprintf(" (did you mean %q?)", s)
+	}
+	return field.Invalid(path, key, detail)
+}
+
+// suggest returns the known name that key differs from only by case, or else
+// by the fewest edits (at most one for keys of up to four characters, two for
+// longer ones), or "".
+func suggest(key string, known []string) string {
+	limit := 3
+	if len(key) <= 4 {
+		limit = 2
+	}
+	best, bestD := "", limit
+	for _, k := range known {
+		if strings.EqualFold(k, key) {
+			return k
+		}
+		if d := editDistance(strings.ToLower(k), strings.ToLower(key), bestD); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b, or max when it is at
+// least max.
+func editDistance(a, b string, max int) int {
+	if d := len(a) - len(b); d >= max || -d >= max {
+		return max
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			c := prev[j-1]
+			if a[i-1] != b[j-1] {
+				c++
+			}
+			c = min(c, prev[j]+1, cur[j-1]+1)
+			cur[j] = c
+		}
+		prev, cur = cur, prev
+	}
+	if prev[len(b)] >= max {
+		return max
+	}
+	return prev[len(b)]
+}
+
+// object is a decoded JSON object: its keys in document order and values.
+type object struct {
+	keys   []string
+	values map[string]json.RawMessage
+}
+
+// decodeObject decodes a JSON object, rejecting other values and duplicate
+// keys.
+func decodeObject(raw json.RawMessage, path *field.Path) (object, field.ErrorList) {
+	obj := object{values: map[string]json.RawMessage{}}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	tok, err := dec.Token()
+	if err != nil || tok != json.Delim('{') {
+		return obj, field.ErrorList{field.Invalid(path, shorten(string(raw)), "must be a JSON object")}
+	}
+	var errs field.ErrorList
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return obj, field.ErrorList{field.Invalid(path, shorten(string(raw)), "must be a JSON object: "+jsonMessage(err))}
+		}
+		k, _ := tok.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return obj, field.ErrorList{field.Invalid(path, shorten(string(raw)), "must be a JSON object: "+jsonMessage(err))}
+		}
+		if _, dup := obj.values[k]; dup {
+			errs = append(errs, field.Duplicate(path.Child(k), k))
+			continue
+		}
+		obj.keys = append(obj.keys, k)
+		obj.values[k] = v
+	}
+	return obj, errs
+}
+
+func decodeString(raw json.RawMessage, path *field.Path) (string, field.ErrorList) {
+	var s string
+	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+		return "", field.ErrorList{field.Invalid(path, shorten(string(raw)), "must be a string")}
+	}
+	return s, nil
+}
+
+func decodeInt32(raw json.RawMessage, path *field.Path) (int32, field.ErrorList) {
+	n, errs := decodeInt(raw, path, 32)
+	return int32(n), errs
+}
+
+// decodeInt decodes a JSON integer that fits bits bits.
+func decodeInt(raw json.RawMessage, path *field.Path, bits int) (int64, field.ErrorList) {
+	s := strings.TrimSpace(string(raw))
+	n, err := strconv.ParseInt(s, 10, bits)
+	if err != nil {
+		return 0, field.ErrorList{field.Invalid(path, shorten(s), fmt.Sprintf("must be an integer (%d-bit)", bits))}
+	}
+	return n, nil
+}
+
+// decodePort decodes a port: a JSON integer (0 meaning no port, else
+// 1-65535) or a string holding a port name (IANA_SVC_NAME, spec 1.3). A
+// string of digits is a name, not a number (spec 1.4), and so is invalid.
+func decodePort(raw json.RawMessage, path *field.Path) (intstr.IntOrString, field.ErrorList) {
+	if len(raw) > 0 && raw[0] == '"' {
+		name, errs := decodeString(raw, path)
+		if errs != nil {
+			return intstr.IntOrString{}, errs
+		}
+		for _, msg := range validation.IsValidPortName(name) {
+			errs = append(errs, field.Invalid(path, name, msg))
+		}
+		return intstr.FromString(name), errs
+	}
+	n, errs := decodeInt(raw, path, 32)
+	if errs != nil {
+		return intstr.IntOrString{}, field.ErrorList{field.Invalid(path, shorten(string(raw)), "must be a port number or a port name")}
+	}
+	if n != 0 {
+		for _, msg := range validation.IsValidPortNum(int(n)) {
+			errs = append(errs, field.Invalid(path, n, msg))
+		}
+	}
+	return intstr.FromInt32(int32(n)), errs
+}
+
+// decodeParams decodes an object whose values must all be strings.
+func decodeParams(raw json.RawMessage, path *field.Path) (map[string]string, field.ErrorList) {
+	if string(bytes.TrimSpace(raw)) == "null" {
+		return nil, nil
+	}
+	obj, errs := decodeObject(raw, path)
+	if errs != nil && len(obj.keys) == 0 {
+		return nil, errs
+	}
+	out := make(map[string]string, len(obj.keys))
+	keys := append([]string(nil), obj.keys...)
+	sort.Strings(keys)
+	for _, k := range keys {
+		s, es := decodeString(obj.values[k], path.Key(k))
+		errs = append(errs, es...)
+		out[k] = s
+	}
+	return out, errs
+}
+
+// jsonMessage strips the "json: " prefix of encoding/json errors.
+func jsonMessage(err error) string {
+	return strings.TrimPrefix(err.Error(), "json: ")
+}
+
+// shorten bounds a raw value quoted in an error message.
+func shorten(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "..."
+}

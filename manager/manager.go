@@ -1,0 +1,459 @@
+// Package manager is a drop-in for the kubelet's prober manager
+// (pkg/kubelet/prober): it keeps one worker state per (pod UID, container,
+// probe type), runs the workers' state machines (spec §3, W-rules) when the
+// scheduler says they are due, and fills Started/Ready in pod statuses
+// (spec §2, M-rules).
+//
+// Unlike the kubelet there is no goroutine and no ticker per worker: each
+// worker is an entry in a timing wheel (package scheduler) whose due runs are
+// handed to a bounded pool (package runtime).
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/utils/clock"
+
+	"github.com/probed/probed/manager/results"
+	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/scheduler"
+)
+
+// StatusProvider returns the cached status of a pod, as the kubelet's status
+// manager does. The worker reads the pod IP, the container statuses and the
+// phase from it on every run (W5.1).
+type StatusProvider interface {
+	GetPodStatus(uid types.UID) (v1.PodStatus, bool)
+}
+
+// Manager manages pod probing (spec §2).
+type Manager interface {
+	// AddPod creates the workers of the pod's probes that do not exist yet
+	// (M1, M2). It is idempotent and called on every pod sync.
+	AddPod(ctx context.Context, pod *v1.Pod)
+	// StopLivenessAndStartup signals the liveness and startup workers of the
+	// pod's containers to stop; readiness keeps running (M3, K5).
+	StopLivenessAndStartup(pod *v1.Pod)
+	// RemovePod signals every worker of the pod to stop (M4).
+	RemovePod(pod *v1.Pod)
+	// CleanupPods signals every worker whose pod UID is not in desiredPods
+	// to stop (M5). A nil map stops all.
+	CleanupPods(desiredPods map[types.UID]sets.Empty)
+	// UpdatePodStatus sets Started and Ready of the container statuses in
+	// podStatus (M7–M9) and triggers a readiness run for a started container
+	// without a Success result (M7c, the manual-trigger path).
+	UpdatePodStatus(ctx context.Context, pod *v1.Pod, podStatus *v1.PodStatus)
+	// Close stops scheduling, cancels in-flight probes, waits for them
+	// (bounded by ctx) and releases the pool. Stop is asynchronous in the
+	// kubelet (M6); Close is the one synchronous teardown. Keep draining the
+	// results managers' Updates until Close returns.
+	Close(ctx context.Context) error
+}
+
+// Observer receives a record of every executed probe run (not of runs that
+// short-circuit before the handler, W5.1–W5.9). It is called on the pool
+// goroutine after the result has been applied and must be fast.
+type Observer interface {
+	ProbeRan(rec RunRecord)
+}
+
+// RunRecord describes one executed probe run.
+type RunRecord struct {
+	PodUID        types.UID
+	Namespace     string
+	PodName       string
+	ContainerName string
+	ContainerID   string
+	ProbeType     runtime.ProbeType
+	Kind          string // handler kind: http, tcp, exec, grpc or a plugin kind
+	Start         time.Time
+	Duration      time.Duration
+	// Result is the handler's verdict; Errored runs carry the error instead
+	// and were discarded (W5.10).
+	Result   runtime.Result
+	Err      error
+	Attempts int
+	// Message is safe to show and log: the failure or warning text, or the
+	// error; never a response body (BR-22). Empty on success.
+	Message string
+	// Cached is the worker's result after the threshold logic (W10–W13).
+	Cached results.Result
+}
+
+// Options configure New.
+type Options struct {
+	// Status is required.
+	Status StatusProvider
+	// Liveness, Readiness and Startup results managers; nil: a new one each.
+	Liveness, Readiness, Startup results.Manager
+	// Clock drives all timing (scheduling, initial delays, restart windows);
+	// nil: the real clock.
+	Clock clock.WithTicker
+	// TracerProvider for probe spans; nil: the global provider.
+	TracerProvider trace.TracerProvider
+
+	// Runtime runs the probes. Nil: a new runtime with the built-in http,
+	// tcp, exec (ExecRunner) and grpc handlers, sized by PoolSize and
+	// ExecPoolSize, closed by Close. A given runtime is not closed by Close.
+	Runtime *runtime.Runtime
+	// PoolSize and ExecPoolSize size the default runtime's pools.
+	PoolSize, ExecPoolSize int
+	// ExecRunner runs exec probes for the default runtime; nil: the command
+	// runs on this host (plugins/exec LocalRunner).
+	ExecRunner ExecRunner
+	// Recorder receives the K4 events of the default runtime; nil: none.
+	Recorder runtime.Recorder
+
+	// MetricsRegisterer receives prober_probe_total and
+	// prober_probe_duration_seconds (X1–X4); nil: they are kept but not
+	// registered anywhere.
+	MetricsRegisterer prometheus.Registerer
+	// Logger receives the manager's logs; nil: slog.Default().
+	Logger *slog.Logger
+	// Observer, when set, sees every executed run.
+	Observer Observer
+
+	// Scheduler tuning (see package scheduler): wheel tick (default 10 ms),
+	// shards (default GOMAXPROCS), and the spread window of first runs
+	// added after start (default 1 s).
+	Tick           time.Duration
+	Shards         int
+	FirstRunSpread time.Duration
+}
+
+// probeKey identifies a worker (spec §2: pod UID, container name, probe type).
+type probeKey struct {
+	podUID        types.UID
+	containerName string
+	probeType     runtime.ProbeType
+}
+
+type manager struct {
+	clock    clock.WithTicker
+	start    time.Time
+	status   StatusProvider
+	results  [3]results.Manager // by runtime.ProbeType
+	rt       *runtime.Runtime
+	ownRT    bool
+	sched    *scheduler.Scheduler[*worker]
+	metrics  *proberMetrics
+	log      *slog.Logger
+	observer Observer
+	tracer   trace.Tracer
+
+	ctx    context.Context // cancelled by Close: in-flight probes end
+	cancel context.CancelFunc
+	closed atomic.Bool
+	runs   sync.WaitGroup // dispatched runs of this manager
+
+	mu      sync.RWMutex
+	workers map[probeKey]*worker
+}
+
+// New returns a Manager. It fails when Options.Status is nil or the
+// runtime cannot be built.
+func New(opts Options) (Manager, error) {
+	if opts.Status == nil {
+		return nil, errors.New("manager: Options.Status is required")
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.TracerProvider == nil {
+		opts.TracerProvider = otel.GetTracerProvider()
+	}
+	m := &manager{
+		clock:    opts.Clock,
+		start:    opts.Clock.Now(),
+		status:   opts.Status,
+		log:      opts.Logger,
+		observer: opts.Observer,
+		tracer:   opts.TracerProvider.Tracer("github.com/probed/probed/manager"),
+		workers:  map[probeKey]*worker{},
+	}
+	for i, rm := range []results.Manager{opts.Liveness, opts.Readiness, opts.Startup} {
+		if rm == nil {
+			rm = results.NewManager()
+		}
+		m.results[i] = rm
+	}
+	metrics, err := newProberMetrics(opts.MetricsRegisterer)
+	if err != nil {
+		return nil, err
+	}
+	m.metrics = metrics
+	m.rt = opts.Runtime
+	if m.rt == nil {
+		rt, err := newDefaultRuntime(opts)
+		if err != nil {
+			metrics.unregister()
+			return nil, err
+		}
+		m.rt, m.ownRT = rt, true
+	}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.sched, err = scheduler.New(scheduler.Options[*worker]{
+		Clock:          opts.Clock,
+		Tick:           opts.Tick,
+		Shards:         opts.Shards,
+		Lanes:          runtime.NumLanes,
+		FirstRunSpread: opts.FirstRunSpread,
+		Dispatch:       m.dispatch,
+	})
+	if err != nil {
+		m.cancel()
+		if m.ownRT {
+			_ = m.rt.Close(context.Background())
+		}
+		metrics.unregister()
+		return nil, fmt.Errorf("manager: %w", err)
+	}
+	return m, nil
+}
+
+// Scheduler returns the manager's scheduler, for its statistics.
+func (m *manager) Scheduler() *scheduler.Scheduler[*worker] { return m.sched }
+
+// Runtime returns the runtime the manager runs probes on.
+func (m *manager) Runtime() *runtime.Runtime { return m.rt }
+
+// dispatch hands a due worker to the pool of its lane. It blocks while the
+// pool is full; the scheduler measures the wait as lag.
+func (m *manager) dispatch(_ scheduler.ID, w *worker) error {
+	m.runs.Add(1)
+	if err := m.rt.Submit(int(w.lane), w); err != nil {
+		m.runs.Done()
+		return err
+	}
+	return nil
+}
+
+// ResultsManager returns the results manager of a probe type.
+func (m *manager) resultsFor(t runtime.ProbeType) results.Manager { return m.results[t] }
+
+// probedContainers lists the containers that get workers (M1): spec
+// containers in order, then restartable (sidecar) init containers in order.
+func probedContainers(pod *v1.Pod, visit func(c *v1.Container) bool) {
+	for i := range pod.Spec.Containers {
+		if !visit(&pod.Spec.Containers[i]) {
+			return
+		}
+	}
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		if isRestartable(c) && !visit(c) {
+			return
+		}
+	}
+}
+
+func isRestartable(c *v1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
+}
+
+func (m *manager) AddPod(ctx context.Context, pod *v1.Pod) {
+	if m.closed.Load() || pod == nil {
+		return
+	}
+	custom := m.customProbes(pod)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	key := probeKey{podUID: pod.UID}
+	probedContainers(pod, func(c *v1.Container) bool {
+		key.containerName = c.Name
+		for _, pt := range [...]runtime.ProbeType{runtime.Startup, runtime.Readiness, runtime.Liveness} {
+			probe := specProbe(c, pt)
+			if probe == nil {
+				continue
+			}
+			key.probeType = pt
+			if _, ok := m.workers[key]; ok {
+				// v1.37+ (PR #138930): go on with the next container.
+				m.log.Debug(pt.String()+" probe already exists for container", "pod", klogPod(pod), "containerName", c.Name)
+				return true
+			}
+			m.startWorker(key, pod, c, probe, runtime.KindOf(probe), nil)
+		}
+		return true
+	})
+	for i := range custom {
+		cp := &custom[i]
+		key := probeKey{podUID: pod.UID, containerName: cp.container.Name, probeType: cp.probeType}
+		if _, ok := m.workers[key]; ok {
+			continue
+		}
+		m.startWorker(key, pod, cp.container, cp.probe, cp.plugin.Name, cp.plugin)
+	}
+}
+
+// specProbe returns the container's probe of type t.
+func specProbe(c *v1.Container, t runtime.ProbeType) *v1.Probe {
+	switch t {
+	case runtime.Liveness:
+		return c.LivenessProbe
+	case runtime.Readiness:
+		return c.ReadinessProbe
+	case runtime.Startup:
+		return c.StartupProbe
+	}
+	return nil
+}
+
+// startWorker creates a worker and arms it. Caller holds m.mu for writing.
+func (m *manager) startWorker(key probeKey, pod *v1.Pod, c *v1.Container, probe *v1.Probe, kind string, plugin *runtime.PluginAction) {
+	w := newWorker(m, key, pod, c, probe, kind, plugin)
+	// The kubelet is always fed defaulted specs (spec 1.2); a zero period
+	// counts as the API default rather than panicking as its ticker would.
+	period := w.period()
+	h := keyHash(key)
+	id, err := m.sched.Add(h, int(w.lane), period, w)
+	if err != nil {
+		return // closed
+	}
+	w.id = id
+	m.workers[key] = w
+	m.sched.Schedule(id, m.sched.Spread(h, period))
+}
+
+// keyHash is a stable hash of a worker key: it picks the shard and the
+// stable phase, so a probe keeps its phase across agent restarts.
+func keyHash(k probeKey) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(k.podUID))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(k.containerName))
+	_, _ = h.Write([]byte{0, byte(k.probeType)})
+	return h.Sum64()
+}
+
+func (m *manager) StopLivenessAndStartup(pod *v1.Pod) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	key := probeKey{podUID: pod.UID}
+	// v1.38 (PR #141766): sidecars included; spec M3 prefers it.
+	probedContainers(pod, func(c *v1.Container) bool {
+		key.containerName = c.Name
+		for _, pt := range [...]runtime.ProbeType{runtime.Liveness, runtime.Startup} {
+			key.probeType = pt
+			if w, ok := m.workers[key]; ok {
+				w.stop()
+			}
+		}
+		return true
+	})
+}
+
+func (m *manager) RemovePod(pod *v1.Pod) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	key := probeKey{podUID: pod.UID}
+	probedContainers(pod, func(c *v1.Container) bool {
+		key.containerName = c.Name
+		for _, pt := range [...]runtime.ProbeType{runtime.Readiness, runtime.Liveness, runtime.Startup} {
+			key.probeType = pt
+			if w, ok := m.workers[key]; ok {
+				w.stop()
+			}
+		}
+		return true
+	})
+}
+
+func (m *manager) CleanupPods(desiredPods map[types.UID]sets.Empty) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for key, w := range m.workers {
+		if _, ok := desiredPods[key.podUID]; !ok {
+			w.stop()
+		}
+	}
+}
+
+// getWorker returns the worker of a key.
+func (m *manager) getWorker(uid types.UID, container string, t runtime.ProbeType) (*worker, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	w, ok := m.workers[probeKey{uid, container, t}]
+	return w, ok
+}
+
+// removeWorker deletes the map entry of a key (W4, by key, unconditionally).
+func (m *manager) removeWorker(key probeKey) {
+	m.mu.Lock()
+	delete(m.workers, key)
+	m.mu.Unlock()
+}
+
+// workerCount returns the number of workers (the kubelet's test helper).
+func (m *manager) workerCount() int {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return len(m.workers)
+}
+
+func (m *manager) Close(ctx context.Context) error {
+	if !m.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	m.cancel()
+	schedDone := make(chan struct{})
+	go func() {
+		m.sched.Close()
+		close(schedDone)
+	}()
+	var err error
+	select {
+	case <-schedDone:
+	case <-ctx.Done():
+		err = fmt.Errorf("manager: scheduler did not stop: %w", ctx.Err())
+	}
+	runsDone := make(chan struct{})
+	go func() {
+		m.runs.Wait()
+		close(runsDone)
+	}()
+	select {
+	case <-runsDone:
+	case <-ctx.Done():
+		if err == nil {
+			err = fmt.Errorf("manager: probes still running: %w", ctx.Err())
+		}
+	}
+	if m.ownRT {
+		if rerr := m.rt.Close(ctx); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	m.mu.Lock()
+	for key, w := range m.workers {
+		m.metrics.deleteSeries(w)
+		delete(m.workers, key)
+	}
+	m.mu.Unlock()
+	m.metrics.unregister()
+	return err
+}
+
+// klogPod formats a pod reference as "namespace/name" for logs.
+func klogPod(pod *v1.Pod) string {
+	if pod.Namespace == "" {
+		return pod.Name
+	}
+	return pod.Namespace + "/" + pod.Name
+}

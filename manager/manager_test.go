@@ -1,0 +1,442 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/probed/probed/manager/results"
+	"github.com/probed/probed/runtime"
+)
+
+func named(name string, c v1.Container) v1.Container {
+	c.Name = name
+	return c
+}
+
+func podWith(uid types.UID, containers ...v1.Container) *v1.Pod {
+	p := testPod(containers...)
+	p.UID = uid
+	p.Name = string(uid)
+	return p
+}
+
+func (e *testEnv) expectWorkers(want ...probeKey) {
+	e.t.Helper()
+	e.m.mu.RLock()
+	defer e.m.mu.RUnlock()
+	if len(e.m.workers) != len(want) {
+		e.t.Fatalf("workers = %d (%v), want %d (%v)", len(e.m.workers), keysOf(e.m.workers), len(want), want)
+	}
+	for _, k := range want {
+		if _, ok := e.m.workers[k]; !ok {
+			e.t.Fatalf("missing worker %v; have %v", k, keysOf(e.m.workers))
+		}
+	}
+}
+
+func keysOf(m map[probeKey]*worker) []probeKey {
+	out := make([]probeKey, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// PM1 TestAddRemovePods (spec §8.1, M1, M2, M4, M6).
+func TestPM1_AddRemovePods(t *testing.T) {
+	e := newTestEnv(t)
+	noProbePod := podWith("no_probe_pod", v1.Container{Name: "no_probe1"}, v1.Container{Name: "no_probe2"})
+	probePod := podWith("probe_pod",
+		v1.Container{Name: "no_probe1"},
+		named("readiness", probeOf(runtime.Readiness, execProbe())),
+		v1.Container{Name: "no_probe2"},
+		named("liveness", probeOf(runtime.Liveness, execProbe())),
+		v1.Container{Name: "no_probe3"},
+		named("startup", probeOf(runtime.Startup, execProbe())),
+	)
+	ctx := context.Background()
+	e.m.AddPod(ctx, noProbePod)
+	e.expectWorkers()
+
+	e.m.AddPod(ctx, probePod)
+	want := []probeKey{
+		{"probe_pod", "readiness", runtime.Readiness},
+		{"probe_pod", "liveness", runtime.Liveness},
+		{"probe_pod", "startup", runtime.Startup},
+	}
+	e.expectWorkers(want...)
+	// Idempotent (called on every pod sync).
+	e.m.AddPod(ctx, probePod)
+	e.expectWorkers(want...)
+
+	e.m.RemovePod(noProbePod)
+	e.expectWorkers(want...)
+
+	e.m.RemovePod(probePod)
+	e.waitWorkerCount(0)
+	e.m.RemovePod(probePod) // no-op
+	e.waitWorkerCount(0)
+}
+
+// PM2 TestAddPodContinuesAfterExistingWorker (v1.37+, PR #138930).
+func TestPM2_AddPodContinuesAfterExistingWorker(t *testing.T) {
+	e := newTestEnv(t)
+	pod := podWith("pod",
+		named("A", probeOf(runtime.Readiness, execProbe())),
+		named("B", probeOf(runtime.Readiness, execProbe())),
+	)
+	e.m.AddPod(context.Background(), pod)
+	e.worker("pod", "B", runtime.Readiness).stop()
+	e.waitGone("pod", "B", runtime.Readiness)
+	e.m.AddPod(context.Background(), pod)
+	e.expectWorkers(probeKey{"pod", "A", runtime.Readiness}, probeKey{"pod", "B", runtime.Readiness})
+}
+
+// M2: the duplicate branch continues with the next container, so a missing
+// liveness worker behind an existing startup worker of the same container is
+// not recreated in that call (spec M2 note).
+func TestM2_ContinueSkipsRestOfContainer(t *testing.T) {
+	e := newTestEnv(t)
+	c := v1.Container{Name: "c", StartupProbe: execProbe(), LivenessProbe: execProbe()}
+	pod := podWith("pod", c)
+	e.m.AddPod(context.Background(), pod)
+	e.worker("pod", "c", runtime.Liveness).stop()
+	e.waitGone("pod", "c", runtime.Liveness)
+	e.m.AddPod(context.Background(), pod)
+	e.expectWorkers(probeKey{"pod", "c", runtime.Startup})
+}
+
+func restartableInit(name string) v1.Container {
+	always := v1.ContainerRestartPolicyAlways
+	return v1.Container{
+		Name:           name,
+		RestartPolicy:  &always,
+		ReadinessProbe: execProbe(),
+		LivenessProbe:  execProbe(),
+		StartupProbe:   execProbe(),
+	}
+}
+
+// PM3 TestAddRemovePodsWithRestartableInitContainer (spec §8.1, M1).
+func TestPM3_AddRemovePodsWithRestartableInitContainer(t *testing.T) {
+	for _, restartable := range []bool{true, false} {
+		t.Run(fmt.Sprint("restartable=", restartable), func(t *testing.T) {
+			e := newTestEnv(t)
+			init := restartableInit("restartable-init")
+			if !restartable {
+				init.RestartPolicy = nil
+			}
+			pod := podWith("pod")
+			pod.Spec.InitContainers = []v1.Container{init}
+			e.m.AddPod(context.Background(), pod)
+			if restartable {
+				e.expectWorkers(
+					probeKey{"pod", "restartable-init", runtime.Readiness},
+					probeKey{"pod", "restartable-init", runtime.Liveness},
+					probeKey{"pod", "restartable-init", runtime.Startup},
+				)
+			} else {
+				e.expectWorkers()
+			}
+			e.m.RemovePod(pod)
+			e.waitWorkerCount(0)
+			e.m.RemovePod(pod)
+			e.waitWorkerCount(0)
+		})
+	}
+}
+
+func threeProbePod(uid types.UID) *v1.Pod {
+	return podWith(uid,
+		named("readiness", probeOf(runtime.Readiness, execProbe())),
+		named("liveness", probeOf(runtime.Liveness, execProbe())),
+		named("startup", probeOf(runtime.Startup, execProbe())),
+	)
+}
+
+// PM4 TestCleanupPods (spec §8.1, M5).
+func TestPM4_CleanupPods(t *testing.T) {
+	e := newTestEnv(t)
+	e.m.AddPod(context.Background(), threeProbePod("cleanup"))
+	e.m.AddPod(context.Background(), threeProbePod("keep"))
+	e.m.CleanupPods(map[types.UID]sets.Empty{"keep": {}})
+	e.waitWorkerCount(3)
+	e.expectWorkers(
+		probeKey{"keep", "readiness", runtime.Readiness},
+		probeKey{"keep", "liveness", runtime.Liveness},
+		probeKey{"keep", "startup", runtime.Startup},
+	)
+}
+
+// PM5 TestCleanupRepeated (spec §8.1): stop is idempotent; no deadlock.
+func TestPM5_CleanupRepeated(t *testing.T) {
+	e := newTestEnv(t)
+	for i := 0; i < 100; i++ {
+		e.m.AddPod(context.Background(), threeProbePod(types.UID(fmt.Sprint("pod", i))))
+	}
+	e.waitWorkerCount(300)
+	for i := 0; i < 10; i++ {
+		e.m.CleanupPods(map[types.UID]sets.Empty{})
+	}
+	e.waitWorkerCount(0)
+}
+
+// M3: StopLivenessAndStartup stops liveness and startup workers, of
+// sidecars too (v1.38), and keeps readiness running.
+func TestM3_StopLivenessAndStartup(t *testing.T) {
+	e := newTestEnv(t)
+	pod := threeProbePod("pod")
+	pod.Spec.InitContainers = []v1.Container{restartableInit("sidecar")}
+	e.m.AddPod(context.Background(), pod)
+	e.m.StopLivenessAndStartup(pod)
+	e.waitWorkerCount(2)
+	e.expectWorkers(probeKey{"pod", "readiness", runtime.Readiness}, probeKey{"pod", "sidecar", runtime.Readiness})
+}
+
+// PM6 TestUpdatePodStatus (spec §8.1, M7, M8): Ready and Started from the
+// results caches and the existence of workers.
+func TestPM6_UpdatePodStatus(t *testing.T) {
+	e := newTestEnv(t)
+	running := v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: metav1.NewTime(e.clk.Now())}}
+	terminated := v1.ContainerState{Terminated: &v1.ContainerStateTerminated{StartedAt: metav1.NewTime(e.clk.Now())}}
+	cs := func(name string, state v1.ContainerState) v1.ContainerStatus {
+		return v1.ContainerStatus{Name: name, ContainerID: "test://" + name + "_id", State: state}
+	}
+	unprobed := cs("unprobed_container", running)
+	probedReady := cs("probed_container_ready", running)
+	probedPending := cs("probed_container_pending", running)
+	probedUnready := cs("probed_container_unready", running)
+	notStarted := cs("not_started_container", running)
+	startedNoReadiness := cs("started_container_no_readiness", running)
+	terminatedC := cs("terminated_container", terminated)
+	podStatus := v1.PodStatus{
+		Phase: v1.PodRunning,
+		ContainerStatuses: []v1.ContainerStatus{
+			unprobed, probedReady, probedPending, probedUnready, notStarted, startedNoReadiness, terminatedC,
+		},
+	}
+	pod := podWith(testPodUID,
+		named(unprobed.Name, probeOf(runtime.Liveness, execProbe())),
+		named(probedReady.Name, probeOf(runtime.Readiness, execProbe())),
+		named(probedPending.Name, probeOf(runtime.Readiness, execProbe())),
+		named(probedUnready.Name, probeOf(runtime.Readiness, execProbe())),
+		named(notStarted.Name, probeOf(runtime.Startup, execProbe())),
+		named(startedNoReadiness.Name, probeOf(runtime.Startup, execProbe())),
+		named(terminatedC.Name, probeOf(runtime.Readiness, execProbe())),
+	)
+	pod.Status = podStatus
+	// The status provider has no entry: the workers never probe, the test
+	// drives the caches itself.
+	e.m.AddPod(context.Background(), pod)
+	pod2 := pod
+	e.ready.Set(results.ParseContainerID(probedReady.ContainerID), results.Success, pod2)
+	e.ready.Set(results.ParseContainerID(probedUnready.ContainerID), results.Failure, pod2)
+	e.start.Set(results.ParseContainerID(startedNoReadiness.ContainerID), results.Success, pod2)
+	e.ready.Set(results.ParseContainerID(terminatedC.ContainerID), results.Success, pod2)
+
+	e.m.UpdatePodStatus(context.Background(), pod, &podStatus)
+	want := map[string]struct{ ready, started bool }{
+		unprobed.Name:           {true, true},
+		probedReady.Name:        {true, true},
+		probedPending.Name:      {false, true},
+		probedUnready.Name:      {false, true},
+		notStarted.Name:         {false, false},
+		startedNoReadiness.Name: {true, true},
+		terminatedC.Name:        {false, false},
+	}
+	for _, c := range podStatus.ContainerStatuses {
+		w := want[c.Name]
+		if c.Ready != w.ready {
+			t.Errorf("%s Ready = %v, want %v", c.Name, c.Ready, w.ready)
+		}
+		if c.Started == nil || *c.Started != w.started {
+			t.Errorf("%s Started = %v, want %v", c.Name, c.Started, w.started)
+		}
+	}
+}
+
+// PM7 TestUpdatePodStatusWithInitContainers (spec §8.1, M7 f–i).
+func TestPM7_UpdatePodStatusWithInitContainers(t *testing.T) {
+	for _, restartable := range []bool{false, true} {
+		t.Run(fmt.Sprint("restartable=", restartable), func(t *testing.T) {
+			e := newTestEnv(t)
+			now := metav1.NewTime(e.clk.Now())
+			running := v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: now}}
+			terminated := v1.ContainerState{Terminated: &v1.ContainerStateTerminated{StartedAt: now, ExitCode: 0}}
+			mk := func(name string) v1.Container {
+				c := v1.Container{Name: name, StartupProbe: execProbe()}
+				if restartable {
+					always := v1.ContainerRestartPolicyAlways
+					c.RestartPolicy = &always
+				}
+				return c
+			}
+			pod := podWith(testPodUID)
+			pod.Spec.InitContainers = []v1.Container{mk("not_started"), mk("started"), mk("terminated")}
+			status := v1.PodStatus{InitContainerStatuses: []v1.ContainerStatus{
+				{Name: "not_started", ContainerID: "test://a", State: running},
+				{Name: "started", ContainerID: "test://b", State: running},
+				{Name: "terminated", ContainerID: "test://c", State: terminated},
+			}}
+			e.m.AddPod(context.Background(), pod)
+			if !restartable {
+				// Regular init containers get no workers (M1); the upstream
+				// test plants a startup worker for the first one.
+				key := probeKey{testPodUID, "not_started", runtime.Startup}
+				e.m.mu.Lock()
+				e.m.workers[key] = &worker{}
+				e.m.mu.Unlock()
+				defer e.m.removeWorker(key)
+			}
+			e.start.Set(results.ParseContainerID("test://b"), results.Success, pod)
+			e.m.UpdatePodStatus(context.Background(), pod, &status)
+			wantStarted := []bool{false, true, false}
+			wantReady := []bool{false, false, true}
+			if restartable {
+				wantReady = []bool{false, true, false}
+			}
+			for i, c := range status.InitContainerStatuses {
+				if c.Started == nil || *c.Started != wantStarted[i] {
+					t.Errorf("%s Started = %v, want %v", c.Name, c.Started, wantStarted[i])
+				}
+				if c.Ready != wantReady[i] {
+					t.Errorf("%s Ready = %v, want %v", c.Name, c.Ready, wantReady[i])
+				}
+			}
+		})
+	}
+}
+
+// PM8 TestUpdateReadiness (spec §8.1): a real readiness worker with the
+// fake exec; a goroutine copies readiness updates into the status as the
+// sync loop does; the clock ticks the worker.
+func TestPM8_UpdateReadiness(t *testing.T) {
+	e := newTestEnv(t)
+	pod := testPod(probeOf(runtime.Readiness, execProbe()))
+	e.status.set(testPodUID, runningStatus(e.clk.Now(), true))
+	e.m.AddPod(context.Background(), pod)
+
+	isReady := func() bool {
+		st, _ := e.status.GetPodStatus(testPodUID)
+		e.m.UpdatePodStatus(context.Background(), pod, &st)
+		return st.ContainerStatuses[0].Ready
+	}
+	waitReady := func(want bool) {
+		t.Helper()
+		for i := 0; i < 10; i++ {
+			e.step(time.Second + 10*time.Millisecond)
+			if isReady() == want {
+				return
+			}
+		}
+		t.Fatalf("Ready never became %v", want)
+	}
+	waitReady(true)
+	e.exec.set(runtime.Failure)
+	waitReady(false)
+}
+
+// M7c: a started container whose readiness result is missing or Failure
+// triggers a readiness run now (the manual-trigger path), without waiting
+// for its period.
+func TestM7c_UpdatePodStatusTriggersReadiness(t *testing.T) {
+	e := newTestEnv(t)
+	p := execProbe()
+	p.PeriodSeconds = 3600
+	pod := testPod(probeOf(runtime.Readiness, p))
+	e.status.set(testPodUID, runningStatus(e.clk.Now(), true))
+	e.m.AddPod(context.Background(), pod)
+	st, _ := e.status.GetPodStatus(testPodUID)
+	e.m.UpdatePodStatus(context.Background(), pod, &st)
+	if st.ContainerStatuses[0].Ready {
+		t.Fatal("Ready before any readiness result")
+	}
+	e.idle() // no clock step: only the trigger can have run the probe
+	if calls := e.exec.calls.Load(); calls != 1 {
+		t.Fatalf("probe calls after UpdatePodStatus = %d, want 1 (manual trigger)", calls)
+	}
+	e.expectCached(runtime.Readiness, results.Success)
+	st, _ = e.status.GetPodStatus(testPodUID)
+	e.m.UpdatePodStatus(context.Background(), pod, &st)
+	if !st.ContainerStatuses[0].Ready {
+		t.Fatal("not Ready after the triggered success")
+	}
+	e.idle()
+	if calls := e.exec.calls.Load(); calls != 1 {
+		t.Fatalf("a Ready container was triggered again: %d calls", calls)
+	}
+}
+
+// M9: after an agent restart, a container that was Ready stays Ready until
+// its first real readiness result, when the pod's Ready condition was True;
+// otherwise it is not ready.
+func TestM9_ReadinessPreservedAcrossRestart(t *testing.T) {
+	for _, condTrue := range []bool{true, false} {
+		t.Run(fmt.Sprint("podReady=", condTrue), func(t *testing.T) {
+			e := newTestEnv(t)
+			p := execProbe()
+			p.PeriodSeconds = 3600
+			pod := testPod(probeOf(runtime.Readiness, p))
+			cond := v1.ConditionFalse
+			if condTrue {
+				cond = v1.ConditionTrue
+			}
+			pod.Status.Conditions = []v1.PodCondition{{Type: v1.PodReady, Status: cond}}
+			// Started 1 h before the manager: a container surviving a restart.
+			st := runningStatus(e.clk.Now().Add(-time.Hour), true)
+			e.exec.setErr(errFake) // keep the cache empty: every run errors
+			e.status.set(testPodUID, st)
+			e.m.AddPod(context.Background(), pod)
+			e.m.UpdatePodStatus(context.Background(), pod, &st)
+			if got := st.ContainerStatuses[0].Ready; got != condTrue {
+				t.Fatalf("Ready = %v, want %v", got, condTrue)
+			}
+			// W6c: no initial value is written for a restart.
+			e.idle()
+			e.expectNoCached(runtime.Readiness)
+		})
+	}
+}
+
+// Close: no goroutine outlives it (goleak in TestMain), later calls no-op.
+func TestCloseReleasesEverything(t *testing.T) {
+	status := newFakeStatus()
+	m, err := New(Options{Status: status, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := testPod(probeOf(runtime.Liveness, &v1.Probe{
+		ProbeHandler:  v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{Port: intstrInt(1)}},
+		PeriodSeconds: 1, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: 3,
+	}))
+	status.set(testPodUID, runningStatus(time.Now(), true))
+	m.AddPod(context.Background(), pod)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m.AddPod(context.Background(), pod) // no-op after Close
+	if n := m.(*manager).workerCount(); n != 0 {
+		t.Fatalf("workers after Close = %d", n)
+	}
+}
+
+func intstrInt(p int) intstr.IntOrString { return intstr.FromInt32(int32(p)) }
+
+func TestNewRequiresStatus(t *testing.T) {
+	if _, err := New(Options{}); err == nil {
+		t.Fatal("New without Status succeeded")
+	}
+}

@@ -1,0 +1,375 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/probed/probed/manager/results"
+	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/scheduler"
+)
+
+// worker is the state of one (pod UID, container, probe type). It owns no
+// goroutine: the scheduler dispatches its Run to the pool whenever it is due,
+// never more than one at a time, so the mutable fields below are only
+// touched by one run at a time (the scheduler's lock orders the runs).
+type worker struct {
+	m   *manager
+	key probeKey
+	id  scheduler.ID
+
+	// Snapshots taken at creation (M2: spec changes are ignored).
+	pod       *v1.Pod
+	container *v1.Container
+	spec      *v1.Probe
+	prepared  *runtime.Prepared
+
+	initialValue    results.Result
+	resultsManager  results.Manager
+	restartableInit bool // W7
+	lane            uint8
+
+	stopped atomic.Bool // W14: stop was signalled
+
+	// Run state (W5–W13).
+	containerID results.ContainerID
+	lastResult  results.Result // zero value Success (W12)
+	resultRun   int32
+	onHold      bool
+
+	// Metric series handles, created on first use (X1, X2).
+	series [3]prometheus.Counter // by result label: successful, failed, unknown
+	dur    prometheus.Observer
+}
+
+func newWorker(m *manager, key probeKey, pod *v1.Pod, c *v1.Container, probe *v1.Probe, kind string, plugin *runtime.PluginAction) *worker {
+	w := &worker{
+		m:              m,
+		key:            key,
+		pod:            pod,
+		container:      c,
+		spec:           probe,
+		resultsManager: m.results[key.probeType],
+		lane:           uint8(runtime.LaneOf(kind)),
+	}
+	// W1 initial values.
+	switch key.probeType {
+	case runtime.Readiness:
+		w.initialValue = results.Failure
+	case runtime.Liveness:
+		w.initialValue = results.Success
+	case runtime.Startup:
+		w.initialValue = results.Unknown
+	}
+	// W7: a restartable init container is named in spec.initContainers and
+	// has restartPolicy Always.
+	for i := range pod.Spec.InitContainers {
+		if pod.Spec.InitContainers[i].Name == c.Name {
+			w.restartableInit = isRestartable(c)
+			break
+		}
+	}
+	w.prepared = m.rt.Prepare(&runtime.Spec{
+		Kind:      kind,
+		ProbeType: key.probeType,
+		Pod:       pod,
+		Container: c,
+		Probe:     probe,
+		Plugin:    plugin,
+	})
+	return w
+}
+
+// stop signals the worker to exit (W14): non-blocking, idempotent, safe
+// after exit. The exit happens on the worker's next run, which the trigger
+// starts now or, if a run is in flight, right after it (M6).
+func (w *worker) stop() {
+	if w.stopped.CompareAndSwap(false, true) {
+		w.m.sched.Trigger(w.id)
+	}
+}
+
+// Run is one dispatch of the worker on the pool.
+func (w *worker) Run() {
+	m := w.m
+	defer m.runs.Done()
+	if w.stopped.Load() || m.ctx.Err() != nil {
+		w.exit()
+		return
+	}
+	if !w.doProbeSafe(m.ctx) {
+		w.exit()
+		return
+	}
+	m.sched.Done(w.id)
+}
+
+// exit is the worker's exit path (W4): unregister from the scheduler, drop
+// the cached result of its container, its map entry and its metric series.
+func (w *worker) exit() {
+	m := w.m
+	m.sched.Remove(w.id)
+	m.sched.Done(w.id)
+	if !w.containerID.IsEmpty() {
+		w.resultsManager.Remove(w.containerID)
+	}
+	m.removeWorker(w.key)
+	m.metrics.deleteSeries(w)
+}
+
+// doProbeSafe runs doProbe, logging and swallowing a panic; the worker keeps
+// going (W5).
+func (w *worker) doProbeSafe(ctx context.Context) (keepGoing bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			w.m.log.Error("probe worker panicked", "panic", fmt.Sprint(r), "pod", klogPod(w.pod), "containerName", w.container.Name, "probeType", w.key.probeType.String())
+			keepGoing = true
+		}
+	}()
+	return w.doProbe(ctx)
+}
+
+// doProbe is one step of the worker's state machine, the kubelet's
+// worker.doProbe (W5). It returns whether the worker keeps going.
+func (w *worker) doProbe(ctx context.Context) bool {
+	m := w.m
+	start := m.clock.Now()
+
+	// W5.1
+	status, ok := m.status.GetPodStatus(w.pod.UID)
+	if !ok {
+		m.log.Debug("No status for pod", "pod", klogPod(w.pod))
+		return true
+	}
+	// W5.2
+	if status.Phase == v1.PodFailed || status.Phase == v1.PodSucceeded {
+		m.log.Debug("Pod is terminated, exiting probe worker", "pod", klogPod(w.pod), "phase", status.Phase)
+		return false
+	}
+	// W5.3
+	c, ok := findStatus(status.ContainerStatuses, w.container.Name)
+	if !ok || c.ContainerID == "" {
+		c, ok = findStatus(status.InitContainerStatuses, w.container.Name)
+		if !ok || c.ContainerID == "" {
+			m.log.Debug("Probe target container not found", "pod", klogPod(w.pod), "containerName", w.container.Name)
+			return true
+		}
+	}
+	// W5.4, W6: a new container ID.
+	if w.containerID.String() != c.ContainerID {
+		if !w.containerID.IsEmpty() {
+			w.resultsManager.Remove(w.containerID)
+		}
+		w.containerID = results.ParseContainerID(c.ContainerID)
+		isRestart := c.State.Running != nil && !c.State.Running.StartedAt.IsZero() &&
+			c.State.Running.StartedAt.Time.Before(m.start.Add(-kubeletRestartWindow))
+		if w.restartableInit && w.key.probeType == runtime.Startup && c.Started != nil && *c.Started {
+			w.resultsManager.Set(w.containerID, results.Success, w.pod) // PR #137146
+		}
+		if !isRestart {
+			w.resultsManager.Set(w.containerID, w.initialValue, w.pod)
+		}
+		w.onHold = false
+		// BR-13: thresholds count per container instance, so the new
+		// container needs its own successThreshold/failureThreshold run
+		// (the documented semantics; upstream keeps lastResult, W12).
+		w.resultRun = 0
+	}
+	// W5.5, W13
+	if w.onHold {
+		return true
+	}
+	// W5.6, W8: not running.
+	if c.State.Running == nil {
+		m.log.Debug("Non-running container probed", "pod", klogPod(w.pod), "containerName", w.container.Name)
+		if !w.containerID.IsEmpty() {
+			w.resultsManager.Set(w.containerID, results.Failure, w.pod)
+		}
+		if c.State.Terminated == nil {
+			return true // waiting (W8a)
+		}
+		return containerShouldRestart(w.container, &w.pod.Spec, c.State.Terminated.ExitCode) // W8b
+	}
+	// W5.7, W9: deletion shortcut for liveness and startup.
+	if w.pod.DeletionTimestamp != nil && (w.key.probeType == runtime.Liveness || w.key.probeType == runtime.Startup) {
+		m.log.Debug("Pod deletion requested, setting probe result to success", "pod", klogPod(w.pod), "containerName", w.container.Name, "probeType", w.key.probeType.String())
+		if w.key.probeType == runtime.Startup {
+			m.log.Info("Pod deletion requested before container has fully started", "pod", klogPod(w.pod), "containerName", w.container.Name)
+		}
+		w.resultsManager.Set(w.containerID, results.Success, w.pod)
+		return false
+	}
+	// W5.8: initial delay from the running container's StartedAt, whole
+	// seconds. probed then wakes the worker when the delay ends instead of
+	// up to a period later (BR-11; the kubelet waits for its next tick).
+	elapsed := start.Sub(c.State.Running.StartedAt.Time)
+	if int32(elapsed/time.Second) < w.spec.InitialDelaySeconds {
+		remaining := time.Duration(w.spec.InitialDelaySeconds)*time.Second - elapsed
+		m.sched.Schedule(w.id, remaining+m.sched.Spread(keyHash(w.key), w.period()))
+		return true
+	}
+	// W5.9: startup gating.
+	started := c.Started != nil && *c.Started
+	if started == (w.key.probeType == runtime.Startup) {
+		return true
+	}
+	// W5.10: run the probe; an errored probe is discarded.
+	w.probe(ctx, start, &status, c)
+	return true
+}
+
+// period returns the probe's period (a non-positive one counts as the API
+// default of 10 s).
+func (w *worker) period() time.Duration {
+	if w.spec.PeriodSeconds <= 0 {
+		return 10 * time.Second
+	}
+	return time.Duration(w.spec.PeriodSeconds) * time.Second
+}
+
+// kubeletRestartWindow: a container started more than this before the
+// manager is treated as surviving a restart of the agent (W6c, M9).
+const kubeletRestartWindow = 10 * time.Second
+
+// probe runs the handler and applies the result (W5.10, W5.11, W10–W13).
+func (w *worker) probe(ctx context.Context, start time.Time, status *v1.PodStatus, c *v1.ContainerStatus) {
+	m := w.m
+	var span trace.Span
+	ctx, span = m.startSpan(ctx, w)
+	rep := m.rt.Run(ctx, w.prepared, runtime.Target{PodIP: status.PodIP, ContainerID: c.ContainerID})
+	duration := m.clock.Since(start)
+	if rep.Err != nil || ctx.Err() != nil {
+		m.log.Debug("Probe errored", "pod", klogPod(w.pod), "containerName", w.container.Name, "probeType", w.key.probeType.String(), "err", rep.Err)
+		endSpan(span, w, rep, results.Unknown, false)
+		w.observe(start, duration, rep, results.Unknown)
+		return
+	}
+	// P6: success and warning count as success; failure, unknown and
+	// anything else as failure.
+	result := results.Failure
+	if rep.Outcome.Result == runtime.Success || rep.Outcome.Result == runtime.Warning {
+		result = results.Success
+	}
+	m.metrics.observe(w, result, duration)
+
+	// W10
+	if w.lastResult == result {
+		w.resultRun++
+	} else {
+		w.lastResult = result
+		w.resultRun = 1
+	}
+	// W11
+	if (result == results.Failure && w.resultRun < w.spec.FailureThreshold) ||
+		(result == results.Success && w.resultRun < w.spec.SuccessThreshold) {
+		endSpan(span, w, rep, result, false)
+		w.observe(start, duration, rep, w.cached())
+		return
+	}
+	w.resultsManager.Set(w.containerID, result, w.pod)
+	// W13
+	if (w.key.probeType == runtime.Liveness && result == results.Failure) || w.key.probeType == runtime.Startup {
+		w.onHold = true
+		w.resultRun = 0
+	}
+	endSpan(span, w, rep, result, true)
+	w.observe(start, duration, rep, result)
+}
+
+// cached returns the worker's current cached result.
+func (w *worker) cached() results.Result {
+	r, ok := w.resultsManager.Get(w.containerID)
+	if !ok {
+		return results.Unknown
+	}
+	return r
+}
+
+func (w *worker) observe(start time.Time, d time.Duration, rep runtime.Report, cached results.Result) {
+	o := w.m.observer
+	if o == nil {
+		return
+	}
+	rec := RunRecord{
+		PodUID:        w.pod.UID,
+		Namespace:     w.pod.Namespace,
+		PodName:       w.pod.Name,
+		ContainerName: w.container.Name,
+		ContainerID:   w.containerID.String(),
+		ProbeType:     w.key.probeType,
+		Kind:          w.prepared.Spec.Kind,
+		Start:         start,
+		Duration:      d,
+		Result:        rep.Outcome.Result,
+		Err:           rep.Err,
+		Attempts:      rep.Attempts,
+		Cached:        cached,
+	}
+	switch {
+	case rep.Err != nil:
+		rec.Message = rep.Err.Error()
+	case rep.Outcome.Result != runtime.Success:
+		rec.Message = rep.Outcome.Output
+	}
+	o.ProbeRan(rec)
+}
+
+func findStatus(statuses []v1.ContainerStatus, name string) (*v1.ContainerStatus, bool) {
+	for i := range statuses {
+		if statuses[i].Name == name {
+			return &statuses[i], true
+		}
+	}
+	return nil, false
+}
+
+// containerShouldRestart decides whether a terminated container will be
+// restarted (W8b, ContainerRestartRules on by default since v1.35;
+// pkg/api/v1/pod/util.go ContainerShouldRestart): the first container
+// restart rule matching the exit code decides; then the container's
+// restartPolicy; then the pod's (Always, OnFailure: exit code ≠ 0, Never;
+// unset: Always).
+func containerShouldRestart(c *v1.Container, podSpec *v1.PodSpec, exitCode int32) bool {
+	for _, rule := range c.RestartPolicyRules {
+		if rule.ExitCodes != nil && exitCodesMatch(rule.ExitCodes, exitCode) {
+			return rule.Action == v1.ContainerRestartRuleActionRestart
+		}
+	}
+	if c.RestartPolicy != nil {
+		return policyRestarts(v1.RestartPolicy(*c.RestartPolicy), exitCode)
+	}
+	return policyRestarts(podSpec.RestartPolicy, exitCode)
+}
+
+func policyRestarts(p v1.RestartPolicy, exitCode int32) bool {
+	switch p {
+	case v1.RestartPolicyNever:
+		return false
+	case v1.RestartPolicyOnFailure:
+		return exitCode != 0
+	}
+	return true // Always, or unset
+}
+
+func exitCodesMatch(r *v1.ContainerRestartRuleOnExitCodes, code int32) bool {
+	in := false
+	for _, v := range r.Values {
+		if v == code {
+			in = true
+			break
+		}
+	}
+	switch r.Operator {
+	case v1.ContainerRestartRuleOnExitCodesOpIn:
+		return in
+	case v1.ContainerRestartRuleOnExitCodesOpNotIn:
+		return !in
+	}
+	return false
+}

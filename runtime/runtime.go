@@ -1,0 +1,350 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/panjf2000/ants/v2"
+	v1 "k8s.io/api/core/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+)
+
+// Event reasons the runtime records (spec K4; the kubelet's
+// pkg/kubelet/events constants).
+const (
+	ReasonUnhealthy    = "Unhealthy"
+	ReasonProbeWarning = "ProbeWarning"
+)
+
+// MaxAttempts is the number of tries per run when a handler errors (spec P2,
+// the kubelet's maxProbeRetries).
+const MaxAttempts = 3
+
+// Recorder receives the probe events of spec K4. It is the subset of
+// client-go's record.EventRecorder the runtime uses, so a kubelet-style
+// recorder (or record.FakeRecorder) plugs in unchanged. The object is a
+// *v1.ObjectReference to the container.
+type Recorder interface {
+	Eventf(object k8sruntime.Object, eventtype, reason, messageFmt string, args ...interface{})
+}
+
+// Lanes: each lane has its own bounded pool, so slow exec probes never
+// starve network probes (DESIGN: give slow work its own lane).
+const (
+	LaneNetwork = 0 // http, tcp, grpc and plugin kinds
+	LaneExec    = 1 // exec probes (a process per run)
+	NumLanes    = 2
+)
+
+// Task is one unit of work run on a pool: a worker's probe run.
+type Task interface{ Run() }
+
+// Options configure a Runtime.
+type Options struct {
+	// PoolSize bounds the probes of the network lane running at once;
+	// default 1024. Size it by rate × timeout (docs/operations.md).
+	PoolSize int
+	// ExecPoolSize bounds exec probes running at once; default 64.
+	ExecPoolSize int
+	// Recorder receives probe events; nil drops them.
+	Recorder Recorder
+	// Logger receives the runtime's logs; nil uses slog.Default().
+	Logger *slog.Logger
+}
+
+// Runtime owns the handler registry and the pools. It is safe for
+// concurrent use.
+type Runtime struct {
+	log      *slog.Logger
+	recorder Recorder
+
+	mu       sync.RWMutex
+	handlers map[string]Handler
+
+	pools [NumLanes]*ants.PoolWithFuncGeneric[Task]
+	busy  [NumLanes]atomic.Int64
+	runs  sync.WaitGroup
+}
+
+// New creates a Runtime with no handlers and starts its pools.
+func New(opts Options) (*Runtime, error) {
+	if opts.PoolSize <= 0 {
+		opts.PoolSize = 1024
+	}
+	if opts.ExecPoolSize <= 0 {
+		opts.ExecPoolSize = 64
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	r := &Runtime{log: opts.Logger, recorder: opts.Recorder, handlers: map[string]Handler{}}
+	sizes := [NumLanes]int{LaneNetwork: opts.PoolSize, LaneExec: opts.ExecPoolSize}
+	for lane, size := range sizes {
+		lane := lane
+		p, err := ants.NewPoolWithFuncGeneric(size, func(t Task) {
+			defer r.runs.Done()
+			r.busy[lane].Add(1)
+			defer r.busy[lane].Add(-1)
+			t.Run()
+		},
+			ants.WithExpiryDuration(time.Minute),
+			ants.WithPanicHandler(func(v any) { r.log.Error("probe task panicked", "panic", v) }),
+		)
+		if err != nil {
+			r.release(context.Background())
+			return nil, fmt.Errorf("runtime: pool for lane %d: %w", lane, err)
+		}
+		r.pools[lane] = p
+	}
+	return r, nil
+}
+
+// Register adds a handler for kind. It fails when the kind is taken.
+func (r *Runtime) Register(kind string, h Handler) error {
+	if kind == "" || h == nil {
+		return errors.New("runtime: Register needs a kind and a handler")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.handlers[kind]; ok {
+		return fmt.Errorf("runtime: a handler for kind %q is already registered", kind)
+	}
+	r.handlers[kind] = h
+	return nil
+}
+
+// Unregister removes the handler of kind; probes prepared before keep theirs.
+func (r *Runtime) Unregister(kind string) {
+	r.mu.Lock()
+	delete(r.handlers, kind)
+	r.mu.Unlock()
+}
+
+// HasKind reports whether a handler serves kind.
+func (r *Runtime) HasKind(kind string) bool {
+	r.mu.RLock()
+	_, ok := r.handlers[kind]
+	r.mu.RUnlock()
+	return ok
+}
+
+// Kinds returns the registered kinds, sorted.
+func (r *Runtime) Kinds() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]string, 0, len(r.handlers))
+	for k := range r.handlers {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// LaneOf returns the pool lane for a kind: exec probes run in their own lane.
+func LaneOf(kind string) int {
+	if kind == KindExec {
+		return LaneExec
+	}
+	return LaneNetwork
+}
+
+// Submit runs t on the pool of lane, blocking while that pool is full. It
+// fails with ants.ErrPoolClosed after Close.
+func (r *Runtime) Submit(lane int, t Task) error {
+	if lane < 0 || lane >= NumLanes {
+		lane = LaneNetwork
+	}
+	r.runs.Add(1)
+	if err := r.pools[lane].Invoke(t); err != nil {
+		r.runs.Done()
+		return err
+	}
+	return nil
+}
+
+// PoolStats describes one lane's pool.
+type PoolStats struct {
+	Capacity int // the pool's size
+	Busy     int // tasks running now
+	Waiting  int // submitters blocked on a full pool
+}
+
+// Stats returns the pool figures of every lane, indexed by lane.
+func (r *Runtime) Stats() [NumLanes]PoolStats {
+	var out [NumLanes]PoolStats
+	for lane, p := range r.pools {
+		if p == nil {
+			continue
+		}
+		out[lane] = PoolStats{Capacity: p.Cap(), Busy: int(r.busy[lane].Load()), Waiting: p.Waiting()}
+	}
+	return out
+}
+
+// Prepared is a probe bound to its handler, built once per worker.
+type Prepared struct {
+	Spec   *Spec
+	prober Prober
+	err    error // preparation error, returned by every run (P5)
+	ref    *v1.ObjectReference
+}
+
+// Err returns the preparation error, if any.
+func (p *Prepared) Err() error { return p.err }
+
+// Prepare binds spec to the handler of spec.Kind. It never fails: a
+// missing handler (P4: "missing probe handler for <pod>:<container>"), an
+// unknown kind or a handler's Prepare error is kept and makes every run of
+// the probe errored, as the kubelet does for a probe it cannot run.
+func (r *Runtime) Prepare(spec *Spec) *Prepared {
+	p := &Prepared{Spec: spec, ref: containerRef(spec)}
+	if spec.Kind == "" {
+		p.err = fmt.Errorf("missing probe handler for %s:%s", podName(spec), containerName(spec))
+		return p
+	}
+	r.mu.RLock()
+	h, ok := r.handlers[spec.Kind]
+	r.mu.RUnlock()
+	if !ok {
+		p.err = fmt.Errorf("no handler serves probe kind %q", spec.Kind)
+		return p
+	}
+	pr, err := h.Prepare(spec)
+	if err != nil {
+		p.err = err
+		return p
+	}
+	p.prober = pr
+	return p
+}
+
+// Report is the outcome of one run.
+type Report struct {
+	Outcome Outcome
+	// Err is set when every attempt errored (P2, P5): the worker discards
+	// the run (W5.10).
+	Err      error
+	Attempts int
+}
+
+// Run probes once (spec P1–P6): up to MaxAttempts attempts while the handler
+// errors, each with a deadline of the probe's timeout (P3) derived from ctx;
+// then it records the event of the verdict (P5, P6, K4). t.Attempt is set
+// per attempt.
+func (r *Runtime) Run(ctx context.Context, p *Prepared, t Target) Report {
+	var rep Report
+	if p.err != nil {
+		rep = Report{Outcome: Outcome{Result: Unknown, ExitCode: -1}, Err: p.err, Attempts: MaxAttempts}
+	} else {
+		timeout := p.Spec.Timeout()
+		for attempt := 1; attempt <= MaxAttempts; attempt++ {
+			t.Attempt = attempt
+			actx, cancel := context.WithTimeout(ctx, timeout)
+			out, err := p.prober.Probe(actx, t)
+			cancel()
+			rep = Report{Outcome: out, Err: err, Attempts: attempt}
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+		}
+	}
+	r.recordEvent(p, rep)
+	return rep
+}
+
+// recordEvent emits the kubelet's probe events (P5, P6, K4).
+func (r *Runtime) recordEvent(p *Prepared, rep Report) {
+	if r.recorder == nil || p.ref == nil {
+		return
+	}
+	typ := p.Spec.ProbeType.String()
+	switch {
+	case rep.Err != nil:
+		r.recorder.Eventf(p.ref, v1.EventTypeWarning, ReasonUnhealthy, "%s probe errored and resulted in %s state: %s", typ, rep.Outcome.Result, rep.Err)
+	case rep.Outcome.Result == Warning:
+		r.recorder.Eventf(p.ref, v1.EventTypeWarning, ReasonProbeWarning, "%s probe warning: %s", typ, rep.Outcome.Output)
+	case rep.Outcome.Result == Failure:
+		r.recorder.Eventf(p.ref, v1.EventTypeWarning, ReasonUnhealthy, "%s probe failed: %s", typ, rep.Outcome.Output)
+	}
+}
+
+// Close stops accepting tasks and waits, bounded by ctx, for running tasks
+// and the pools' goroutines to end. Callers cancel the contexts of
+// in-flight probes first so that they return promptly.
+func (r *Runtime) Close(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		r.runs.Wait()
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("runtime: probes still running at close: %w", ctx.Err())
+	}
+	if rerr := r.release(ctx); rerr != nil && err == nil {
+		err = rerr
+	}
+	return err
+}
+
+func (r *Runtime) release(ctx context.Context) error {
+	var err error
+	for _, p := range r.pools {
+		if p == nil {
+			continue
+		}
+		if rerr := p.ReleaseContext(ctx); rerr != nil && err == nil {
+			err = fmt.Errorf("runtime: releasing pool: %w", rerr)
+		}
+	}
+	return err
+}
+
+// containerRef builds the object reference events are attached to: the
+// container inside its pod (spec P8).
+func containerRef(spec *Spec) *v1.ObjectReference {
+	if spec.Pod == nil {
+		return nil
+	}
+	ref := &v1.ObjectReference{
+		Kind:       "Pod",
+		APIVersion: "v1",
+		Namespace:  spec.Pod.Namespace,
+		Name:       spec.Pod.Name,
+		UID:        spec.Pod.UID,
+	}
+	if spec.Container != nil {
+		field := "spec.containers"
+		for i := range spec.Pod.Spec.InitContainers {
+			if spec.Pod.Spec.InitContainers[i].Name == spec.Container.Name {
+				field = "spec.initContainers"
+				break
+			}
+		}
+		ref.FieldPath = field + "{" + spec.Container.Name + "}"
+	}
+	return ref
+}
+
+// podName formats the pod as the kubelet's format.Pod does: name_namespace(uid).
+func podName(spec *Spec) string {
+	if spec.Pod == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("%s_%s(%s)", spec.Pod.Name, spec.Pod.Namespace, spec.Pod.UID)
+}
+
+func containerName(spec *Spec) string {
+	if spec.Container == nil {
+		return ""
+	}
+	return spec.Container.Name
+}
