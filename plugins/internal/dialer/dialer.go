@@ -12,15 +12,36 @@
 package dialer
 
 import (
+	"context"
+	"errors"
 	"net"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
 
+// resolver resolves host names of probes (httpGet.host, tcpSocket.host);
+// nil means net.DefaultResolver.
+var resolver atomic.Pointer[net.Resolver]
+
 // New returns a dialer for one probe attempt: timeout bounds the connect,
 // and every socket it opens closes with SO_LINGER {on, 0}.
 func New(timeout time.Duration) *net.Dialer {
-	return &net.Dialer{Timeout: timeout, Control: lingerZero}
+	return &net.Dialer{Timeout: timeout, Control: lingerZero, Resolver: resolver.Load()}
+}
+
+// NoDNSForTests makes every name lookup of probe dialers fail at once
+// without sending a query (/etc/hosts still applies), so tests of
+// unresolvable names never send traffic off the machine. It returns a
+// function restoring the default resolver.
+func NoDNSForTests() (restore func()) {
+	resolver.Store(&net.Resolver{
+		PreferGo: true,
+		Dial: func(context.Context, string, string) (net.Conn, error) {
+			return nil, errors.New("DNS disabled in tests")
+		},
+	})
+	return func() { resolver.Store(nil) }
 }
 
 // lingerZero is a net.Dialer Control hook setting SO_LINGER {on, 0}.

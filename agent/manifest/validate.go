@@ -1,0 +1,348 @@
+package manifest
+
+import (
+	"fmt"
+	"strconv"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/probed/probed/manager/customprobe"
+	"github.com/probed/probed/runtime"
+)
+
+// ValidatePod checks pod with the API server's rules for what the prober
+// consumes (spec 1.3; pkg/apis/core/validation) and returns the violations
+// with pod-relative field paths such as
+// spec.containers[0].livenessProbe.httpGet.port. Call it on a defaulted pod
+// (SetDefaults), as the API server does.
+//
+// Rules:
+//   - metadata.name is required and a DNS-1123 subdomain; a set namespace is
+//     a DNS-1123 label; spec.restartPolicy is Always, OnFailure or Never;
+//     spec.containers is not empty.
+//   - Container names are required, DNS-1123 labels, and unique across
+//     containers and init containers. Container ports are 1-65535; port
+//     names are IANA_SVC_NAMEs, unique within the container.
+//   - A probe has exactly one handler ("must specify a handler type" / "may
+//     not specify more than 1 handler type"); its five int fields are >= 0;
+//     successThreshold is 1 for liveness and startup; a set
+//     terminationGracePeriodSeconds is > 0 and forbidden on readiness.
+//   - Regular init containers may not have probes; restartable init
+//     containers (restartPolicy: Always, "native sidecars") may.
+//   - exec: command is required. httpGet: path is required, scheme is HTTP
+//     or HTTPS, header names are valid HTTP tokens, port is 1-65535 or an
+//     IANA_SVC_NAME, protocol (alpha, H2CContainerProbe) is HTTP1 or HTTP2,
+//     and HTTP2 (h2c) may be used neither with scheme HTTPS nor with host
+//     (BR-26). tcpSocket: port as for httpGet. grpc: port is 1-65535 (no
+//     named ports).
+//
+// A named port the container does not declare is accepted, as the API server
+// accepts it; Warnings reports it. Ephemeral containers are ignored.
+// Lifecycle hooks are not validated: they are not probes.
+func ValidatePod(pod *v1.Pod) field.ErrorList {
+	var errs field.ErrorList
+	if pod == nil {
+		return field.ErrorList{field.Required(field.NewPath("spec"), "a pod is required")}
+	}
+	meta := field.NewPath("metadata")
+	if pod.Name == "" {
+		errs = append(errs, field.Required(meta.Child("name"), "name is required"))
+	} else {
+		for _, msg := range validation.IsDNS1123Subdomain(pod.Name) {
+			errs = append(errs, field.Invalid(meta.Child("name"), pod.Name, msg))
+		}
+	}
+	if pod.Namespace != "" {
+		for _, msg := range validation.IsDNS1123Label(pod.Namespace) {
+			errs = append(errs, field.Invalid(meta.Child("namespace"), pod.Namespace, msg))
+		}
+	}
+	spec := field.NewPath("spec")
+	switch pod.Spec.RestartPolicy {
+	case v1.RestartPolicyAlways, v1.RestartPolicyOnFailure, v1.RestartPolicyNever:
+	case "":
+		errs = append(errs, field.Required(spec.Child("restartPolicy"), ""))
+	default:
+		errs = append(errs, field.NotSupported(spec.Child("restartPolicy"), pod.Spec.RestartPolicy,
+			[]v1.RestartPolicy{v1.RestartPolicyAlways, v1.RestartPolicyOnFailure, v1.RestartPolicyNever}))
+	}
+	if len(pod.Spec.Containers) == 0 {
+		errs = append(errs, field.Required(spec.Child("containers"), "a pod needs at least one container"))
+	}
+	names := map[string]bool{}
+	for i := range pod.Spec.InitContainers {
+		errs = append(errs, validateContainer(&pod.Spec.InitContainers[i], spec.Child("initContainers").Index(i), true, names)...)
+	}
+	for i := range pod.Spec.Containers {
+		errs = append(errs, validateContainer(&pod.Spec.Containers[i], spec.Child("containers").Index(i), false, names)...)
+	}
+	return errs
+}
+
+// isSidecar reports whether c is a restartable init container.
+func isSidecar(c *v1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
+}
+
+func validateContainer(c *v1.Container, path *field.Path, init bool, names map[string]bool) field.ErrorList {
+	var errs field.ErrorList
+	switch {
+	case c.Name == "":
+		errs = append(errs, field.Required(path.Child("name"), ""))
+	case names[c.Name]:
+		errs = append(errs, field.Duplicate(path.Child("name"), c.Name))
+	default:
+		for _, msg := range validation.IsDNS1123Label(c.Name) {
+			errs = append(errs, field.Invalid(path.Child("name"), c.Name, msg))
+		}
+	}
+	names[c.Name] = true
+
+	portNames := map[string]bool{}
+	for i, p := range c.Ports {
+		pp := path.Child("ports").Index(i)
+		if p.Name != "" {
+			msgs := validation.IsValidPortName(p.Name)
+			for _, msg := range msgs {
+				errs = append(errs, field.Invalid(pp.Child("name"), p.Name, msg))
+			}
+			if len(msgs) == 0 && portNames[p.Name] {
+				errs = append(errs, field.Duplicate(pp.Child("name"), p.Name))
+			}
+			portNames[p.Name] = true
+		}
+		if p.ContainerPort == 0 {
+			errs = append(errs, field.Required(pp.Child("containerPort"), ""))
+		} else {
+			for _, msg := range validation.IsValidPortNum(int(p.ContainerPort)) {
+				errs = append(errs, field.Invalid(pp.Child("containerPort"), p.ContainerPort, msg))
+			}
+		}
+	}
+
+	if init && !isSidecar(c) {
+		for _, pr := range containerProbes(c) {
+			if pr.probe != nil {
+				errs = append(errs, field.Forbidden(path.Child(pr.field), "may not be set for init containers without restartPolicy=Always"))
+			}
+		}
+		return errs
+	}
+	for _, pr := range containerProbes(c) {
+		errs = append(errs, validateProbe(pr.probe, pr.t, path.Child(pr.field))...)
+	}
+	return errs
+}
+
+type namedProbe struct {
+	field string
+	t     runtime.ProbeType
+	probe *v1.Probe
+}
+
+// containerProbes lists c's three probe fields in a fixed order.
+func containerProbes(c *v1.Container) [3]namedProbe {
+	return [3]namedProbe{
+		{"livenessProbe", runtime.Liveness, c.LivenessProbe},
+		{"readinessProbe", runtime.Readiness, c.ReadinessProbe},
+		{"startupProbe", runtime.Startup, c.StartupProbe},
+	}
+}
+
+func validateProbe(p *v1.Probe, t runtime.ProbeType, path *field.Path) field.ErrorList {
+	if p == nil {
+		return nil
+	}
+	errs := validateHandler(&p.ProbeHandler, path)
+	return append(errs, customprobe.ValidateTiming(p, t, path)...)
+}
+
+// validateHandler checks that exactly one handler is set and validates it, in
+// the API server's order (exec, httpGet, tcpSocket, grpc).
+func validateHandler(h *v1.ProbeHandler, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	n := 0
+	more := func(name string) bool {
+		if n > 0 {
+			errs = append(errs, field.Forbidden(path.Child(name), "may not specify more than 1 handler type"))
+			return true
+		}
+		n++
+		return false
+	}
+	if h.Exec != nil && !more("exec") {
+		if len(h.Exec.Command) == 0 {
+			errs = append(errs, field.Required(path.Child("exec", "command"), ""))
+		}
+	}
+	if h.HTTPGet != nil && !more("httpGet") {
+		errs = append(errs, validateHTTPGet(h.HTTPGet, path.Child("httpGet"))...)
+	}
+	if h.TCPSocket != nil && !more("tcpSocket") {
+		errs = append(errs, validatePortNumOrName(h.TCPSocket.Port, path.Child("tcpSocket", "port"))...)
+	}
+	if h.GRPC != nil && !more("grpc") {
+		for _, msg := range validation.IsValidPortNum(int(h.GRPC.Port)) {
+			errs = append(errs, field.Invalid(path.Child("grpc", "port"), h.GRPC.Port, msg))
+		}
+	}
+	if n == 0 {
+		errs = append(errs, field.Required(path, "must specify a handler type"))
+	}
+	return errs
+}
+
+func validateHTTPGet(g *v1.HTTPGetAction, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if g.Path == "" {
+		errs = append(errs, field.Required(path.Child("path"), ""))
+	}
+	errs = append(errs, validatePortNumOrName(g.Port, path.Child("port"))...)
+	if g.Scheme != v1.URISchemeHTTP && g.Scheme != v1.URISchemeHTTPS {
+		errs = append(errs, field.NotSupported(path.Child("scheme"), g.Scheme, []v1.URIScheme{v1.URISchemeHTTP, v1.URISchemeHTTPS}))
+	}
+	for i, h := range g.HTTPHeaders {
+		for _, msg := range validation.IsHTTPHeaderName(h.Name) {
+			errs = append(errs, field.Invalid(path.Child("httpHeaders").Index(i).Child("name"), h.Name, msg))
+		}
+	}
+	if g.Protocol != nil {
+		switch *g.Protocol {
+		case v1.HTTPProtocolHTTP1:
+		case v1.HTTPProtocolHTTP2:
+			// BR-26: h2c is cleartext HTTP/2 to the pod itself.
+			if g.Scheme == v1.URISchemeHTTPS {
+				errs = append(errs, field.Invalid(path.Child("protocol"), string(*g.Protocol), "may not be used with scheme HTTPS"))
+			}
+			if g.Host != "" {
+				errs = append(errs, field.Invalid(path.Child("protocol"), string(*g.Protocol), "may not be used with host"))
+			}
+		default:
+			errs = append(errs, field.NotSupported(path.Child("protocol"), *g.Protocol, []v1.HTTPProtocol{v1.HTTPProtocolHTTP1, v1.HTTPProtocolHTTP2}))
+		}
+	}
+	return errs
+}
+
+// validatePortNumOrName is the API server's rule for httpGet and tcpSocket
+// ports: a number 1-65535 or an IANA_SVC_NAME.
+func validatePortNumOrName(p intstr.IntOrString, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	switch p.Type {
+	case intstr.Int:
+		for _, msg := range validation.IsValidPortNum(int(p.IntVal)) {
+			errs = append(errs, field.Invalid(path, p.IntVal, msg))
+		}
+	case intstr.String:
+		for _, msg := range validation.IsValidPortName(p.StrVal) {
+			errs = append(errs, field.Invalid(path, p.StrVal, msg))
+		}
+	default:
+		errs = append(errs, field.InternalError(path, fmt.Errorf("unknown type: %v", p.Type)))
+	}
+	return errs
+}
+
+// warning is a finding that does not stop a pod from loading.
+type warning struct {
+	container string
+	field     string // pod-relative
+	msg       string
+}
+
+// Warnings returns what is accepted but will not work as written, each
+// naming the container and the pod-relative field:
+//   - an httpGet or tcpSocket port name the container does not declare: the
+//     API server accepts it, and the kubelet reports every run of the probe
+//     as errored (`port "x" not found`, spec 1.4, BR-20);
+//   - a probe value that looks like an unfilled template placeholder
+//     (__NAME__ or {{ ... }}) in httpGet host, path or header values, exec
+//     command or grpc service.
+//
+// It expects a pod that passed ValidatePod.
+func Warnings(pod *v1.Pod) []string {
+	var out []string
+	for _, w := range podWarnings(pod) {
+		out = append(out, formatWarning(w, w.field))
+	}
+	return out
+}
+
+func formatWarning(w warning, path string) string {
+	return fmt.Sprintf("container %s: %s: %s", strconv.Quote(w.container), path, w.msg)
+}
+
+func podWarnings(pod *v1.Pod) []warning {
+	if pod == nil {
+		return nil
+	}
+	var out []warning
+	spec := field.NewPath("spec")
+	check := func(c *v1.Container, path *field.Path) {
+		for _, pr := range containerProbes(c) {
+			if pr.probe == nil {
+				continue
+			}
+			pp := path.Child(pr.field)
+			var port *intstr.IntOrString
+			var portPath *field.Path
+			switch {
+			case pr.probe.HTTPGet != nil:
+				port, portPath = &pr.probe.HTTPGet.Port, pp.Child("httpGet", "port")
+			case pr.probe.TCPSocket != nil:
+				port, portPath = &pr.probe.TCPSocket.Port, pp.Child("tcpSocket", "port")
+			}
+			if port != nil && port.Type == intstr.String {
+				if _, err := runtime.ResolvePort(*port, c); err != nil {
+					out = append(out, warning{c.Name, portPath.String(),
+						fmt.Sprintf("port %q is not among the container's ports; the kubelet reports every run of this probe as errored (%v; BR-20)", port.StrVal, err)})
+				}
+			}
+			for _, v := range probeStrings(pr.probe, pp) {
+				if m := placeholder.FindString(v.value); m != "" {
+					out = append(out, warning{c.Name, v.path, fmt.Sprintf("%q looks like an unfilled template placeholder (%s)", v.value, m)})
+				}
+			}
+		}
+	}
+	for i := range pod.Spec.InitContainers {
+		if c := &pod.Spec.InitContainers[i]; isSidecar(c) {
+			check(c, spec.Child("initContainers").Index(i))
+		}
+	}
+	for i := range pod.Spec.Containers {
+		check(&pod.Spec.Containers[i], spec.Child("containers").Index(i))
+	}
+	return out
+}
+
+type pathValue struct {
+	path, value string
+}
+
+// probeStrings lists the free-text values of a probe's handler.
+func probeStrings(p *v1.Probe, path *field.Path) []pathValue {
+	var out []pathValue
+	if e := p.Exec; e != nil {
+		for i, s := range e.Command {
+			out = append(out, pathValue{path.Child("exec", "command").Index(i).String(), s})
+		}
+	}
+	if g := p.HTTPGet; g != nil {
+		hp := path.Child("httpGet")
+		out = append(out, pathValue{hp.Child("host").String(), g.Host}, pathValue{hp.Child("path").String(), g.Path})
+		for i, h := range g.HTTPHeaders {
+			out = append(out, pathValue{hp.Child("httpHeaders").Index(i).Child("value").String(), h.Value})
+		}
+	}
+	if t := p.TCPSocket; t != nil {
+		out = append(out, pathValue{path.Child("tcpSocket", "host").String(), t.Host})
+	}
+	if g := p.GRPC; g != nil && g.Service != nil {
+		out = append(out, pathValue{path.Child("grpc", "service").String(), *g.Service})
+	}
+	return out
+}

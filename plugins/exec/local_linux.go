@@ -1,0 +1,214 @@
+//go:build linux
+
+package exec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	osexec "os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/probed/probed/runtime"
+)
+
+// DefaultWaitDelay is LocalRunner's default for WaitDelay.
+const DefaultWaitDelay = 250 * time.Millisecond
+
+// LocalRunner runs exec probe commands on this host (the agent's manifest
+// mode, where there is no container runtime). It ignores the container ID.
+//
+// The command is started directly (argv[0] looked up in $PATH when it has no
+// slash), never through a shell, with the agent's environment and working
+// directory and stdin from /dev/null. It runs in a process group of its own
+// (Setpgid).
+//
+// Output: stdout followed by stderr, each captured through a limit writer of
+// runtime.MaxOutputBytes (so at most 2 × 10 KiB is ever held), then cut to
+// 10 KiB (spec E2). Output beyond the limit is read and discarded, so a
+// chatty command never blocks on a full pipe.
+//
+// Ending (BR-02): when timeout (or ctx's deadline) expires, or ctx is
+// cancelled, the whole process group receives SIGKILL, so a command that
+// ignores SIGTERM and the children it forked die with it; the command is then
+// reaped, so it leaves no zombie. Once the command exits by itself, whatever
+// it left running in its group is killed too, so no probe-spawned process
+// outlives the run. A process that left the group (setsid) and keeps the
+// output pipes open is not waited for longer than WaitDelay. Grandchildren
+// become orphans when their parent dies and are reaped by PID 1 (or the
+// nearest subreaper), as in a container.
+//
+// Errors (mapped by the handler, E3):
+//   - exit status ≠ 0 → *CodeExitError (killed by a foreign signal:
+//     128+signal);
+//   - timeout or ctx deadline → *TimeoutError (`command "<cmd>" timed out`);
+//   - ctx cancelled without its deadline passing → an error wrapping
+//     context.Canceled (errored, not a Failure: nothing timed out);
+//   - empty command, missing binary or any other start failure → a plain
+//     error (errored, BR-09 b).
+//
+// A LocalRunner is stateless and safe for concurrent use; its zero value is
+// ready to use.
+type LocalRunner struct {
+	// WaitDelay bounds how long, after the command's process group has been
+	// killed or has exited, the runner waits for the output pipes to reach
+	// EOF before closing them itself. Zero means DefaultWaitDelay.
+	WaitDelay time.Duration
+}
+
+// RunInContainer runs cmd on this host; see LocalRunner for the rules.
+// timeout ≤ 0 means no timeout beyond ctx.
+func (r *LocalRunner) RunInContainer(ctx context.Context, _ string, cmd []string, timeout time.Duration) ([]byte, error) {
+	if len(cmd) == 0 {
+		return nil, errors.New("exec: empty command")
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, endError(err, cmd, timeout)
+	}
+
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("exec: stdout pipe: %w", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		closeAll(outR, outW)
+		return nil, fmt.Errorf("exec: stderr pipe: %w", err)
+	}
+
+	c := osexec.Command(cmd[0], cmd[1:]...)
+	c.Stdout = outW
+	c.Stderr = errW
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := c.Start(); err != nil {
+		closeAll(outR, outW, errR, errW)
+		return nil, err
+	}
+	// The child holds its own copies of the write ends.
+	closeAll(outW, errW)
+
+	stdout := &limitBuffer{max: runtime.MaxOutputBytes}
+	stderr := &limitBuffer{max: runtime.MaxOutputBytes}
+	var readers sync.WaitGroup
+	readers.Go(func() { _, _ = io.Copy(stdout, outR) })
+	readers.Go(func() { _, _ = io.Copy(stderr, errR) })
+
+	pid := c.Process.Pid
+	exited := make(chan struct{})
+	go func() {
+		waitExited(pid)
+		close(exited)
+	}()
+
+	var endErr error
+	select {
+	case <-exited:
+	case <-ctx.Done():
+		select {
+		case <-exited: // it exited by itself just in time
+		default:
+			killGroup(pid)
+			<-exited
+			endErr = endError(ctx.Err(), cmd, timeout)
+		}
+	}
+	// The leader is a zombie (exited, not yet reaped) here, so its pid, which
+	// is the group's id, cannot have been reused: killing the group now only
+	// reaches what the command left behind.
+	killGroup(pid)
+	waitErr := c.Wait() // reaps the leader
+
+	r.drain(&readers, outR, errR)
+	out := append(stdout.buf, stderr.buf...)
+	if len(out) > runtime.MaxOutputBytes {
+		out = out[:runtime.MaxOutputBytes]
+	}
+
+	if endErr != nil {
+		return out, endErr
+	}
+	if waitErr != nil {
+		return out, exitError(cmd, c.ProcessState, waitErr)
+	}
+	return out, nil
+}
+
+// drain waits up to WaitDelay for both readers to reach EOF, then closes the
+// read ends, which ends the readers, and waits for them.
+func (r *LocalRunner) drain(readers *sync.WaitGroup, pipes ...*os.File) {
+	delay := r.WaitDelay
+	if delay <= 0 {
+		delay = DefaultWaitDelay
+	}
+	done := make(chan struct{})
+	go func() {
+		readers.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+	closeAll(pipes...)
+	<-done
+}
+
+// endError is the error for a run ended by ctx.
+func endError(ctxErr error, cmd []string, timeout time.Duration) error {
+	if errors.Is(ctxErr, context.DeadlineExceeded) {
+		return &TimeoutError{Cmd: cmd, Timeout: timeout}
+	}
+	return fmt.Errorf("exec: command %q not completed: %w", cmd[0], ctxErr)
+}
+
+// exitError turns the result of Wait into a *CodeExitError, or returns the
+// Wait error itself when it is not about the exit status.
+func exitError(cmd []string, ps *os.ProcessState, waitErr error) error {
+	var ee *osexec.ExitError
+	if !errors.As(waitErr, &ee) || ps == nil {
+		return waitErr
+	}
+	code := ps.ExitCode()
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		code = 128 + int(ws.Signal())
+	}
+	return &CodeExitError{Cmd: cmd, Code: code}
+}
+
+// waitExited blocks until the process pid has exited, without reaping it
+// (WNOWAIT): the zombie keeps the pid, and so the process group id, reserved
+// until Wait reaps it.
+func waitExited(pid int) {
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err != unix.EINTR {
+			return
+		}
+	}
+}
+
+// killGroup sends SIGKILL to every process of the group pgid. ESRCH (the
+// group is empty) is expected and ignored.
+func killGroup(pgid int) {
+	_ = unix.Kill(-pgid, unix.SIGKILL)
+}
+
+func closeAll(files ...*os.File) {
+	for _, f := range files {
+		_ = f.Close()
+	}
+}

@@ -1,0 +1,117 @@
+package exec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Runner runs a command in a container and returns its output. It has the
+// shape of the kubelet's CommandRunner (RunInContainer, spec E2).
+//
+// Contract, which the exec handler relies on for its verdict (E3):
+//   - The returned output is the command's stdout followed by its stderr
+//     (not interleaved). The handler keeps at most runtime.MaxOutputBytes of
+//     it; a runner should not buffer more than it needs to deliver that.
+//   - The output is returned even when err is non-nil (spec PR2).
+//   - A command that ran and exited returns nil (exit 0) or an error
+//     implementing ExitError (any exit status, 0 included).
+//   - A command that did not finish within timeout (or before ctx's
+//     deadline) returns a *TimeoutError (or an error wrapping
+//     context.DeadlineExceeded).
+//   - Anything else (the command could not be started, the runtime failed,
+//     ctx was cancelled) is a plain error: the probe is errored (P5).
+//
+// timeout is the probe's timeoutSeconds as a duration (P3); zero means no
+// timeout beyond ctx. containerID is the runtime ID of the container
+// ("containerd://abc"); runners that do not run in containers ignore it.
+// RunInContainer must not modify cmd and must be safe for concurrent use.
+type Runner interface {
+	RunInContainer(ctx context.Context, containerID string, cmd []string, timeout time.Duration) ([]byte, error)
+}
+
+// ExitError is implemented by runner errors that carry the exit status of a
+// command that ran to its end (k8s.io/utils/exec.ExitError's ExitStatus).
+// Status 0 is a Success and any other status a Failure (spec E3).
+type ExitError interface {
+	error
+	ExitStatus() int
+}
+
+// CodeExitError is the ExitError LocalRunner returns for a non-zero exit: the
+// command and its exit status. A command killed by a signal it did not
+// expect (not by the runner's timeout) reports 128+signal, as container
+// runtimes do (e.g. 137 for SIGKILL).
+type CodeExitError struct {
+	// Cmd is the command as run (argv).
+	Cmd []string
+	// Code is the exit status, 1–255.
+	Code int
+}
+
+// Error returns "command '<cmd>' exited with <code>", the wording of the
+// CRI client's exit error (without the stderr it appends).
+func (e *CodeExitError) Error() string {
+	return fmt.Sprintf("command '%s' exited with %d", strings.Join(e.Cmd, " "), e.Code)
+}
+
+// ExitStatus returns Code.
+func (e *CodeExitError) ExitStatus() int { return e.Code }
+
+// TimeoutError reports that a command did not finish within the probe's
+// timeout and was killed. The exec handler turns it into a Failure whose
+// output is Error() (spec E3, ExecProbeTimeout locked on since 1.35).
+type TimeoutError struct {
+	// Cmd is the command as run (argv).
+	Cmd []string
+	// Timeout is the probe timeout that expired.
+	Timeout time.Duration
+}
+
+// Error returns `command "<cmd joined by spaces>" timed out`, the text the
+// kubelet's CRI client builds on DeadlineExceeded (Go %q quoting, so a '"'
+// inside the command appears as `\"`).
+func (e *TimeoutError) Error() string {
+	return fmt.Sprintf("command %q timed out", strings.Join(e.Cmd, " "))
+}
+
+// ErrHostExecDisabled is returned by DisabledRunner for every run. The exec
+// handler reports it as an errored probe (Unknown plus this error, spec P5):
+// the probe is not run, and the worker discards the attempt. Recognise it
+// with errors.Is.
+var ErrHostExecDisabled = errors.New("host exec disabled: exec probes run on this host only with --allow-host-exec")
+
+// DisabledRunner is the Runner used when host exec is switched off: it runs
+// nothing and returns ErrHostExecDisabled, so every exec probe is errored
+// with that reason.
+type DisabledRunner struct{}
+
+// RunInContainer returns (nil, ErrHostExecDisabled) without running cmd.
+func (DisabledRunner) RunInContainer(context.Context, string, []string, time.Duration) ([]byte, error) {
+	return nil, ErrHostExecDisabled
+}
+
+// limitBuffer keeps the first max bytes written to it and silently discards
+// the rest, never failing a write: the command's pipe keeps being drained so
+// the command cannot block on a full pipe (spec E2's limit writer).
+type limitBuffer struct {
+	buf []byte
+	max int
+}
+
+func (b *limitBuffer) Write(p []byte) (int, error) {
+	keep := min(len(p), b.max-len(b.buf))
+	if keep <= 0 {
+		return len(p), nil
+	}
+	if need := len(b.buf) + keep; need > cap(b.buf) {
+		// Grow by doubling, but never past max.
+		grown := make([]byte, len(b.buf), min(b.max, max(need, 2*cap(b.buf), 512)))
+		copy(grown, b.buf)
+		b.buf = grown
+	}
+	b.buf = append(b.buf, p[:keep]...)
+	return len(p), nil
+}

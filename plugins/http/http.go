@@ -1,0 +1,390 @@
+// Package http is the built-in httpGet probe handler, kubelet-exact (spec
+// §5.1, rules H1–H6; BR-04–BR-08, BR-20, BR-22, BR-23, BR-26).
+//
+// Prepare does all the work that does not change between runs: it resolves
+// the port (spec 1.4), composes the URL (H1), builds the header set (H2) and
+// picks a shared client and transport (H3–H5). Probe only splices in the
+// pod IP, sends one GET and maps the response to a verdict (H6).
+package http
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	nethttp "net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/probed/probed/plugins/internal/dialer"
+	"github.com/probed/probed/runtime"
+)
+
+// TLSHandshakeTimeout bounds the TLS handshake of HTTPS probes (the
+// apimachinery transport default the kubelet inherits, H3). The probe
+// timeout still bounds the whole attempt (H4).
+const TLSHandshakeTimeout = 10 * time.Second
+
+// MaxRequests is the most requests one attempt makes: the original request
+// and up to 9 followed redirects (H5). The 11th would fail the attempt with
+// "stopped after 10 redirects".
+const MaxRequests = 10
+
+// deadlineMargin is how much earlier than the context's deadline the
+// client's own timeout fires; see prober.clientTimeout.
+const deadlineMargin = time.Millisecond
+
+// Option configures the handler returned by New.
+type Option func(*handler)
+
+// FollowNonLocalRedirects makes probes follow redirects to another hostname
+// too (H5, HT3 "true" mode). The kubelet runs with false, the default: a
+// redirect to another hostname is not followed and its 3xx response yields a
+// Warning.
+func FollowNonLocalRedirects(follow bool) Option {
+	return func(h *handler) { h.followNonLocal = follow }
+}
+
+// New returns the httpGet handler (runtime.KindHTTP).
+//
+// Like the kubelet's transport (H3), HTTPS probes negotiate HTTP/2 through
+// ALPN unless the environment variable DISABLE_HTTP2 is non-empty when New
+// is called.
+//
+// Probers of the same handler share one client and transport per (timeout,
+// protocol): keep-alives are off, so nothing idles in them.
+func New(opts ...Option) runtime.Handler {
+	h := &handler{
+		disableHTTP2: os.Getenv("DISABLE_HTTP2") != "",
+		clients:      make(map[clientKey]*nethttp.Client),
+	}
+	for _, o := range opts {
+		o(h)
+	}
+	return h
+}
+
+type clientKey struct {
+	timeout time.Duration
+	h2c     bool
+}
+
+type handler struct {
+	followNonLocal bool
+	disableHTTP2   bool
+
+	mu      sync.Mutex
+	clients map[clientKey]*nethttp.Client
+}
+
+// Prepare binds spec (which must carry Probe.HTTPGet) to a Prober.
+//
+// Errors returned by Prepare itself (every run errored, P5): the spec has no
+// httpGet action, or httpGet.protocol is invalid — HTTP2 with scheme HTTPS
+// or with a host (rejected at validation upstream, BR-26 c/d), or a value
+// other than HTTP1/HTTP2.
+//
+// A port that does not resolve (spec 1.4: `port "metrcis" not found`,
+// `invalid port number: N`) is not a Prepare error: the returned Prober
+// reports it as the error, with Result Unknown, of every Probe call, so each
+// run is errored as upstream's is (H1, BR-20). The same holds for a URL
+// that cannot be parsed when httpGet.host is set.
+func (h *handler) Prepare(spec *runtime.Spec) (runtime.Prober, error) {
+	if spec == nil || spec.Probe == nil || spec.Probe.HTTPGet == nil {
+		return nil, errors.New("http probe: the probe has no httpGet action")
+	}
+	g := spec.Probe.HTTPGet
+	scheme := schemeOf(g)
+	h2c, err := useH2C(g, scheme)
+	if err != nil {
+		return nil, err
+	}
+	port, err := runtime.ResolvePort(g.Port, spec.Container)
+	if err != nil {
+		return errProber{err}, nil
+	}
+	timeout := spec.Timeout()
+	header, host := buildHeader(g.HTTPHeaders)
+	p := &prober{
+		client:  h.client(timeout, h2c),
+		timeout: timeout,
+		scheme:  scheme,
+		port:    port,
+		path:    g.Path,
+		header:  header,
+		host:    host,
+	}
+	if g.Host != "" {
+		// The URL does not depend on the pod IP: build it once.
+		u, err := requestURL(scheme, g.Host, port, g.Path)
+		if err != nil {
+			return errProber{err}, nil
+		}
+		p.fixed = u
+		return p, nil
+	}
+	// The template is the URL for a placeholder pod IP; Probe swaps in the
+	// real authority. A URL whose authority is not where the placeholder
+	// put it (an opaque path such as "mailto:x") does not depend on the pod
+	// IP at all.
+	const placeholder = "192.0.2.1"
+	u, err := requestURL(scheme, placeholder, port, g.Path)
+	if err != nil {
+		return errProber{err}, nil
+	}
+	if u.Host != formatURL(scheme, placeholder, port, "").Host {
+		p.fixed = u
+		return p, nil
+	}
+	p.template = *u
+	return p, nil
+}
+
+// client returns the shared client for (timeout, h2c), creating it on first
+// use.
+func (h *handler) client(timeout time.Duration, h2c bool) *nethttp.Client {
+	k := clientKey{timeout, h2c}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c, ok := h.clients[k]; ok {
+		return c
+	}
+	c := &nethttp.Client{
+		Transport:     newTransport(timeout, h2c, h.disableHTTP2),
+		CheckRedirect: redirectPolicy(h.followNonLocal),
+		Timeout:       timeout,
+	}
+	h.clients[k] = c
+	return c
+}
+
+// newTransport builds the probe transport (H3): certificates are not
+// verified, keep-alives are off (one new connection per request, sent with
+// "Connection: close" over HTTP/1.1), no proxy is consulted (HTTP_PROXY and
+// friends are ignored: Proxy is nil), compression is off (no
+// "Accept-Encoding: gzip"), connections come from dialer.New(timeout) and
+// the TLS handshake is bounded by TLSHandshakeTimeout.
+//
+// Protocols: HTTP/1.1, plus HTTP/2 negotiated over TLS unless disableHTTP2.
+// With h2c (httpGet.protocol: HTTP2, BR-26) it speaks HTTP/2 only: with prior
+// knowledge over cleartext, and through ALPN "h2" should a redirect lead to
+// https.
+func newTransport(timeout time.Duration, h2c, disableHTTP2 bool) *nethttp.Transport {
+	var protocols nethttp.Protocols
+	switch {
+	case h2c:
+		protocols.SetUnencryptedHTTP2(true)
+		protocols.SetHTTP2(true)
+	case disableHTTP2:
+		protocols.SetHTTP1(true)
+	default:
+		protocols.SetHTTP1(true)
+		protocols.SetHTTP2(true)
+	}
+	return &nethttp.Transport{
+		Proxy:               nil,
+		DialContext:         dialer.New(timeout).DialContext,
+		TLSClientConfig:     &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // H3: probes never verify certificates (BR-04).
+		TLSHandshakeTimeout: TLSHandshakeTimeout,
+		DisableKeepAlives:   true,
+		DisableCompression:  true,
+		Protocols:           &protocols,
+	}
+}
+
+// errTooManyRedirects ends an attempt whose MaxRequests-th response is a
+// redirect again (H5). The client wraps it as
+// `Get "<location>": stopped after 10 redirects`.
+var errTooManyRedirects = errors.New("stopped after 10 redirects")
+
+// redirectPolicy is the client's CheckRedirect (H5). req is the redirect
+// about to be followed and via the requests made so far, oldest first.
+//
+// Without followNonLocal, a redirect whose URL hostname differs from the
+// original request's hostname — a plain string comparison without port, so
+// 127.0.0.1 and localhost differ — is not followed: the client returns the
+// 3xx response itself (http.ErrUseLastResponse). A same-hostname redirect,
+// to any port and either scheme (BR-04), is followed. In both modes the
+// attempt fails once MaxRequests requests have been made.
+func redirectPolicy(followNonLocal bool) func(*nethttp.Request, []*nethttp.Request) error {
+	return func(req *nethttp.Request, via []*nethttp.Request) error {
+		if !followNonLocal && req.URL.Hostname() != via[0].URL.Hostname() {
+			return nethttp.ErrUseLastResponse
+		}
+		if len(via) >= MaxRequests {
+			return errTooManyRedirects
+		}
+		return nil
+	}
+}
+
+// errProber reports a preparation error as the error of every attempt
+// (errored, P5).
+type errProber struct{ err error }
+
+func (p errProber) Probe(context.Context, runtime.Target) (runtime.Outcome, error) {
+	return runtime.Outcome{Result: runtime.Unknown}, p.err
+}
+
+// prober is one prepared httpGet probe. It is safe for concurrent use.
+type prober struct {
+	client  *nethttp.Client // shared; copied per attempt to set Timeout
+	timeout time.Duration
+	scheme  string
+	port    int
+	path    string
+	header  nethttp.Header // shared read-only by all requests
+	host    string         // request Host from the Host header, or ""
+
+	fixed    *url.URL // the URL when it does not depend on the pod IP
+	template url.URL  // otherwise: the URL with a placeholder authority
+	last     atomic.Pointer[podURL]
+}
+
+// podURL caches the URL built for the last pod IP seen, so an attempt for
+// an unchanged pod IP builds no URL.
+type podURL struct {
+	podIP string
+	url   *url.URL
+	err   error
+}
+
+// url returns the request URL for podIP (H1, P7). The result is shared and
+// must not be modified.
+func (p *prober) url(podIP string) (*url.URL, error) {
+	if p.fixed != nil {
+		return p.fixed, nil
+	}
+	if c := p.last.Load(); c != nil && c.podIP == podIP {
+		return c.url, c.err
+	}
+	c := &podURL{podIP: podIP}
+	if ip, err := netip.ParseAddr(podIP); err == nil && ip.Zone() == "" {
+		// An IP literal only changes the authority of the template.
+		u := p.template
+		u.Host = formatURL("", podIP, p.port, "").Host
+		c.url = &u
+	} else {
+		// Anything else (an empty pod IP, a zone) takes the kubelet's
+		// exact path, including its parse errors.
+		c.url, c.err = requestURL(p.scheme, podIP, p.port, p.path)
+	}
+	p.last.Store(c)
+	return c.url, c.err
+}
+
+// clientTimeout is the client timeout for one attempt (H4): the probe
+// timeout, or, when ctx's deadline comes earlier, the time left until
+// shortly before that deadline. Letting the client's timer fire first keeps
+// the kubelet's error texts ("... (Client.Timeout exceeded while awaiting
+// headers)", "... (Client.Timeout or context cancellation while reading
+// body)"); ctx still cancels the request. Zero (no client timeout) when
+// less than the margin is left: ctx alone then ends the attempt.
+func (p *prober) clientTimeout(ctx context.Context) time.Duration {
+	d := p.timeout
+	if dl, ok := ctx.Deadline(); ok {
+		if left := time.Until(dl) - deadlineMargin; left < d {
+			d = max(left, 0)
+		}
+	}
+	return d
+}
+
+// Probe sends one GET to the pod (or httpGet.host) and maps the response
+// (H6):
+//
+//   - transport error, refused connection, timeout (H4) or too many
+//     redirects (H5) → Failure, output = the Go error string, nil error;
+//   - the body is read up to runtime.MaxOutputBytes (10 KiB); a longer body
+//     is truncated silently and the rest is never read. A read error other
+//     than reaching the limit — including the timeout firing while the body
+//     trickles in (BR-08 c) — returns Result Failure with that error, which
+//     the runtime counts as errored (P5), whatever the status;
+//   - 200–299 → Success, output = the body;
+//   - 300–399 (a redirect not followed, H5) → Warning, output
+//     "Probe terminated redirects". Upstream appends ", Response body:
+//     <body>"; probed leaves the body out, because the output becomes the
+//     ProbeWarning event and BR-22 keeps response bodies out of every
+//     event, log, metric and span;
+//   - anything else → Failure, output
+//     "HTTP probe failed with statuscode: <code>" and never the body (BR-22).
+//
+// StatusCode is the final response's status, 0 when there was none.
+// A URL that cannot be built for t.PodIP → Unknown with the parse error.
+func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, error) {
+	u, err := p.url(t.PodIP)
+	if err != nil {
+		return runtime.Outcome{Result: runtime.Unknown}, err
+	}
+	req := (&nethttp.Request{
+		Method:     nethttp.MethodGet,
+		URL:        u,
+		Proto:      "HTTP/1.1",
+		ProtoMajor: 1,
+		ProtoMinor: 1,
+		Header:     p.header,
+		Host:       p.host,
+	}).WithContext(ctx)
+
+	c := *p.client
+	c.Timeout = p.clientTimeout(ctx)
+	resp, err := c.Do(req)
+	if err != nil {
+		// With a CheckRedirect error resp is non-nil, but its body is
+		// already closed.
+		return runtime.Outcome{Result: runtime.Failure, Output: err.Error()}, nil
+	}
+	defer resp.Body.Close()
+
+	code := resp.StatusCode
+	body, err := readBody(resp.Body)
+	if err != nil {
+		return runtime.Outcome{Result: runtime.Failure, StatusCode: code}, err
+	}
+	switch {
+	case code >= nethttp.StatusOK && code < nethttp.StatusMultipleChoices:
+		return runtime.Outcome{Result: runtime.Success, Output: body, StatusCode: code}, nil
+	case code >= nethttp.StatusMultipleChoices && code < nethttp.StatusBadRequest:
+		return runtime.Outcome{
+			Result:     runtime.Warning,
+			Output:     "Probe terminated redirects",
+			StatusCode: code,
+		}, nil
+	}
+	return runtime.Outcome{
+		Result:     runtime.Failure,
+		Output:     "HTTP probe failed with statuscode: " + strconv.Itoa(code),
+		StatusCode: code,
+	}, nil
+}
+
+// bodyBuf holds one attempt's body; pooled so an attempt allocates only the
+// output string.
+type bodyBuf [runtime.MaxOutputBytes]byte
+
+var bodyPool = sync.Pool{New: func() any { return new(bodyBuf) }}
+
+// readBody reads r up to runtime.MaxOutputBytes and stops there without
+// reading further (H6). io.EOF ends the body; any other read error is
+// returned, and the bytes read so far are dropped.
+func readBody(r io.Reader) (string, error) {
+	buf := bodyPool.Get().(*bodyBuf)
+	defer bodyPool.Put(buf)
+	n := 0
+	for n < len(buf) {
+		m, err := r.Read(buf[n:])
+		n += m
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return "", err
+		}
+	}
+	return string(buf[:n]), nil
+}

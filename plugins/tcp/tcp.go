@@ -1,0 +1,101 @@
+// Package tcp is the built-in tcpSocket probe handler, kubelet-exact (spec
+// §5.2, rule T1; BR-18, BR-20, BR-23).
+//
+// A TCP probe proves only that the handshake completes: the kernel can
+// complete it from the listen backlog even when the application never
+// accepts (BR-18). No data is sent or read; the connection is closed as
+// soon as it is established.
+package tcp
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/probed/probed/plugins/internal/dialer"
+	"github.com/probed/probed/runtime"
+)
+
+// New returns the tcpSocket handler (runtime.KindTCP).
+func New() runtime.Handler { return handler{} }
+
+type handler struct{}
+
+// Prepare binds spec (which must carry Probe.TCPSocket) to a Prober whose
+// connections come from dialer.New(spec.Timeout()).
+//
+// Prepare fails (every run errored, P5) only when the spec has no tcpSocket
+// action. A port that does not resolve (spec 1.4: `port "metrcis" not
+// found`, `invalid port number: N`) is reported by the returned Prober as
+// the error, with Result Unknown, of every Probe call, so each run is
+// errored as upstream's is (BR-20).
+func (handler) Prepare(spec *runtime.Spec) (runtime.Prober, error) {
+	if spec == nil || spec.Probe == nil || spec.Probe.TCPSocket == nil {
+		return nil, errors.New("tcp probe: the probe has no tcpSocket action")
+	}
+	a := spec.Probe.TCPSocket
+	port, err := runtime.ResolvePort(a.Port, spec.Container)
+	if err != nil {
+		return runtime.ProberFunc(func(context.Context, runtime.Target) (runtime.Outcome, error) {
+			return runtime.Outcome{Result: runtime.Unknown}, err
+		}), nil
+	}
+	p := &prober{
+		dialer: dialer.New(spec.Timeout()),
+		port:   strconv.Itoa(port),
+	}
+	if a.Host != "" {
+		p.fixed = net.JoinHostPort(a.Host, p.port)
+	}
+	return p, nil
+}
+
+// prober is one prepared tcpSocket probe. It is safe for concurrent use.
+type prober struct {
+	dialer *net.Dialer
+	port   string
+	fixed  string // host:port when tcpSocket.host is set
+	last   atomic.Pointer[podAddr]
+}
+
+// podAddr caches the address built for the last pod IP seen.
+type podAddr struct{ podIP, addr string }
+
+// addr returns the dial address (T1, P7): tcpSocket.host or the pod IP,
+// joined with the port IPv6-safely ("[fd00::1]:8080", BR-23).
+func (p *prober) addr(podIP string) string {
+	if p.fixed != "" {
+		return p.fixed
+	}
+	if c := p.last.Load(); c != nil && c.podIP == podIP {
+		return c.addr
+	}
+	c := &podAddr{podIP: podIP, addr: net.JoinHostPort(podIP, p.port)}
+	p.last.Store(c)
+	return c.addr
+}
+
+// Probe opens one TCP connection to the target and closes it at once (T1).
+// The connect is bounded by the probe timeout (the dialer's) and by ctx.
+//
+//   - connected → Success, output "";
+//   - any dial error (refused, timeout, name resolution, bad address) →
+//     Failure, output = the Go error string, nil error.
+//
+// The error is always nil: a TCP attempt always reaches a verdict.
+func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, error) {
+	return dial(ctx, p.dialer, p.addr(t.PodIP)), nil
+}
+
+// dial is the T1 check against addr.
+func dial(ctx context.Context, d *net.Dialer, addr string) runtime.Outcome {
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return runtime.Outcome{Result: runtime.Failure, Output: err.Error()}
+	}
+	// Upstream only logs a close error; the verdict stays Success.
+	_ = conn.Close()
+	return runtime.Outcome{Result: runtime.Success}
+}
