@@ -121,6 +121,10 @@ type Options struct {
 	// prober_probe_duration_seconds (X1–X4); nil: they are kept but not
 	// registered anywhere.
 	MetricsRegisterer prometheus.Registerer
+	// RuntimeMetricsRegisterer, when set, receives probed's own metrics:
+	// scheduler lag, backlog, skipped runs, pool busy and capacity, probes
+	// by handler and result (docs/operations.md).
+	RuntimeMetricsRegisterer prometheus.Registerer
 	// Logger receives the manager's logs; nil: slog.Default().
 	Logger *slog.Logger
 	// Observer, when set, sees every executed run.
@@ -150,6 +154,7 @@ type manager struct {
 	ownRT    bool
 	sched    *scheduler.Scheduler[*worker]
 	metrics  *proberMetrics
+	rtm      *runtimeMetrics // nil unless Options.RuntimeMetricsRegisterer
 	log      *slog.Logger
 	observer Observer
 	tracer   trace.Tracer
@@ -207,6 +212,20 @@ func New(opts Options) (Manager, error) {
 		}
 		m.rt, m.ownRT = rt, true
 	}
+	cleanup := func() {
+		if m.ownRT {
+			_ = m.rt.Close(context.Background())
+		}
+		metrics.unregister()
+	}
+	var observeLag func(int, time.Duration)
+	if opts.RuntimeMetricsRegisterer != nil {
+		if m.rtm, err = newRuntimeMetrics(opts.RuntimeMetricsRegisterer, m); err != nil {
+			cleanup()
+			return nil, fmt.Errorf("manager: registering runtime metrics: %w", err)
+		}
+		observeLag = m.rtm.observeLag
+	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.sched, err = scheduler.New(scheduler.Options[*worker]{
 		Clock:          opts.Clock,
@@ -215,13 +234,14 @@ func New(opts Options) (Manager, error) {
 		Lanes:          runtime.NumLanes,
 		FirstRunSpread: opts.FirstRunSpread,
 		Dispatch:       m.dispatch,
+		ObserveLag:     observeLag,
 	})
 	if err != nil {
 		m.cancel()
-		if m.ownRT {
-			_ = m.rt.Close(context.Background())
+		cleanup()
+		if m.rtm != nil {
+			m.rtm.unregister()
 		}
-		metrics.unregister()
 		return nil, fmt.Errorf("manager: %w", err)
 	}
 	return m, nil
@@ -447,6 +467,9 @@ func (m *manager) Close(ctx context.Context) error {
 	}
 	m.mu.Unlock()
 	m.metrics.unregister()
+	if m.rtm != nil {
+		m.rtm.unregister()
+	}
 	return err
 }
 

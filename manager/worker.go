@@ -244,6 +244,9 @@ func (w *worker) probe(ctx context.Context, start time.Time, status *v1.PodStatu
 	ctx, span = m.startSpan(ctx, w)
 	rep := m.rt.Run(ctx, w.prepared, runtime.Target{PodIP: status.PodIP, ContainerID: c.ContainerID})
 	duration := m.clock.Since(start)
+	if m.rtm != nil {
+		m.rtm.countProbe(w.prepared.Spec.Kind, w.key.probeType, rep)
+	}
 	if rep.Err != nil || ctx.Err() != nil {
 		m.log.Debug("Probe errored", "pod", klogPod(w.pod), "containerName", w.container.Name, "probeType", w.key.probeType.String(), "err", rep.Err)
 		endSpan(span, w, rep, results.Unknown, false)

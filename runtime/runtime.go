@@ -170,9 +170,9 @@ func (r *Runtime) Submit(lane int, t Task) error {
 
 // PoolStats describes one lane's pool.
 type PoolStats struct {
-	Capacity int // the pool's size
-	Busy     int // tasks running now
-	Waiting  int // submitters blocked on a full pool
+	Capacity int `json:"capacity"` // the pool's size
+	Busy     int `json:"busy"`     // tasks running now
+	Waiting  int `json:"waiting"`  // submitters blocked on a full pool
 }
 
 // Stats returns the pool figures of every lane, indexed by lane.

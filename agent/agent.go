@@ -1,0 +1,329 @@
+// Package agent is the probed node agent: it reads pods from a manifest
+// directory (package source), keeps their statuses (package store), probes
+// them with the manager, and serves the HTTP API (package api).
+//
+// Data flow: source → Agent.sync → manager.AddPod / RemovePod and store.Put
+// / Delete; the manager's workers read statuses from the store and write
+// results managers; the store consumes their updates, restarts containers on
+// liveness/startup failures and regenerates statuses with UpdatePodStatus;
+// the API reads the store.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/probed/probed/agent/api"
+	"github.com/probed/probed/agent/events"
+	"github.com/probed/probed/agent/source"
+	"github.com/probed/probed/agent/store"
+	"github.com/probed/probed/manager"
+	"github.com/probed/probed/manager/results"
+	probeexec "github.com/probed/probed/plugins/exec"
+	"github.com/probed/probed/runtime"
+)
+
+// Options configure the agent. Durations are time.Duration values; the CLI
+// takes them as Go duration strings.
+type Options struct {
+	// ManifestDir is the directory of pod manifests (required).
+	ManifestDir string
+	// Listen is the HTTP API's address; default 127.0.0.1:8089.
+	Listen string
+	// PodIP is the IP of pods whose manifest has no status.podIP; default
+	// 127.0.0.1.
+	PodIP string
+	// AllowHostExec lets exec probes run their command on this host.
+	// Without it every exec probe is reported as not run (errored, with the
+	// reason) and never changes a result.
+	AllowHostExec bool
+	// OnRestart is a shell command (sh -c) run after each probe-triggered
+	// restart, with PROBED_* variables naming the pod and container.
+	OnRestart string
+	// OnRestartTimeout bounds each OnRestart command; default 1 min.
+	OnRestartTimeout time.Duration
+	// PoolSize and ExecPoolSize size the probe pools (defaults 1024, 64).
+	PoolSize, ExecPoolSize int
+	// SyncFrequency is the interval of full status regenerations (the
+	// kubelet's --sync-frequency); default 1 min.
+	SyncFrequency time.Duration
+	// Rescan is the interval of full manifest-directory rescans; default 30 s.
+	Rescan time.Duration
+	// Logger; nil: slog.Default().
+	Logger *slog.Logger
+}
+
+// Agent runs probes for the pods of a manifest directory.
+type Agent struct {
+	opts   Options
+	log    *slog.Logger
+	events *events.Recorder
+	rt     *runtime.Runtime
+	mgr    manager.Manager
+	store  *store.Store
+	src    *source.Source
+	res    [3]results.Manager
+
+	probeReg *prometheus.Registry
+	reg      *prometheus.Registry
+
+	ln net.Listener
+
+	mu      sync.Mutex
+	current map[types.UID]*source.Pod // pods applied to the manager
+	restart sync.WaitGroup            // OnRestart commands in flight
+}
+
+// New builds an agent: it checks the options, opens the listener and builds
+// the runtime, manager and store. Nothing runs until Run.
+func New(opts Options) (*Agent, error) {
+	if opts.ManifestDir == "" {
+		return nil, errors.New("no manifest directory (--manifests)")
+	}
+	if opts.Listen == "" {
+		opts.Listen = "127.0.0.1:8089"
+	}
+	if opts.PodIP == "" {
+		opts.PodIP = "127.0.0.1"
+	}
+	if net.ParseIP(opts.PodIP) == nil {
+		return nil, fmt.Errorf("--pod-ip %q is not an IP address", opts.PodIP)
+	}
+	if opts.SyncFrequency <= 0 {
+		opts.SyncFrequency = time.Minute
+	}
+	if opts.OnRestartTimeout <= 0 {
+		opts.OnRestartTimeout = time.Minute
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	a := &Agent{opts: opts, log: opts.Logger, current: map[types.UID]*source.Pod{}}
+	var err error
+	if a.src, err = source.New(source.Options{Dir: opts.ManifestDir, Logger: opts.Logger, Rescan: opts.Rescan}); err != nil {
+		return nil, err
+	}
+	a.events = events.New(1000, opts.Logger, nil)
+	a.probeReg = prometheus.NewRegistry()
+	a.probeReg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a.reg = prometheus.NewRegistry()
+	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	if a.rt, err = runtime.New(runtime.Options{PoolSize: opts.PoolSize, ExecPoolSize: opts.ExecPoolSize, Recorder: a.events, Logger: opts.Logger}); err != nil {
+		return nil, err
+	}
+	var runner manager.ExecRunner = probeexec.DisabledRunner{}
+	if opts.AllowHostExec {
+		runner = &probeexec.LocalRunner{}
+	}
+	if err := manager.RegisterBuiltins(a.rt, runner); err != nil {
+		_ = a.rt.Close(context.Background())
+		return nil, err
+	}
+	for i := range a.res {
+		a.res[i] = results.NewManager()
+	}
+	a.store = store.New(store.Options{Logger: opts.Logger, PodIP: opts.PodIP, OnRestart: a.onRestart})
+	a.mgr, err = manager.New(manager.Options{
+		Status:                   a.store,
+		Liveness:                 a.res[runtime.Liveness],
+		Readiness:                a.res[runtime.Readiness],
+		Startup:                  a.res[runtime.Startup],
+		Runtime:                  a.rt,
+		MetricsRegisterer:        a.probeReg,
+		RuntimeMetricsRegisterer: a.reg,
+		Logger:                   opts.Logger,
+	})
+	if err != nil {
+		_ = a.rt.Close(context.Background())
+		return nil, err
+	}
+	a.store.SetProber(a.mgr)
+	if a.ln, err = net.Listen("tcp", opts.Listen); err != nil {
+		_ = a.mgr.Close(context.Background())
+		_ = a.rt.Close(context.Background())
+		return nil, fmt.Errorf("--listen %s: %w", opts.Listen, err)
+	}
+	return a, nil
+}
+
+// Addr is the address the API listens on.
+func (a *Agent) Addr() net.Addr { return a.ln.Addr() }
+
+// Handler returns the agent's HTTP API.
+func (a *Agent) Handler() http.Handler {
+	return api.New(api.Options{
+		Pods:         a.store,
+		ProbeMetrics: a.probeReg,
+		Metrics:      a.reg,
+		Events:       a.events,
+		Debug: func() any {
+			st, _ := manager.StatsOf(a.mgr)
+			return st
+		},
+	})
+}
+
+// Run probes until ctx is done, then shuts down: it stops reading the
+// directory and serving, stops the probes and waits for restart commands.
+func (a *Agent) Run(ctx context.Context) error {
+	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(a.ln) }()
+
+	runCtx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.store.Run(runCtx, a.res[runtime.Liveness], a.res[runtime.Readiness], a.res[runtime.Startup])
+	}()
+
+	snap := a.src.Scan()
+	a.sync(snap)
+	a.log.Info("probed running", "manifests", a.opts.ManifestDir, "files", snap.Files, "pods", len(snap.Pods),
+		"errors", len(snap.Errors), "listen", a.ln.Addr().String(), "allowHostExec", a.opts.AllowHostExec)
+
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		_ = a.src.Watch(runCtx, a.sync)
+	}()
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(a.opts.SyncFrequency)
+		defer t.Stop()
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-t.C:
+				a.store.Resync()
+			}
+		}
+	}()
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+		err = fmt.Errorf("API server: %w", err)
+	}
+	a.log.Info("probed shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shutdownCtx)
+	// The watcher stops first so no pod is added while the manager closes;
+	// the store keeps draining results until the manager is closed (R4).
+	closeErr := a.mgr.Close(shutdownCtx)
+	stop()
+	wg.Wait()
+	if rerr := a.rt.Close(shutdownCtx); rerr != nil && closeErr == nil {
+		closeErr = rerr
+	}
+	a.restart.Wait()
+	if err == nil {
+		err = closeErr
+	}
+	return err
+}
+
+// sync applies a snapshot of the directory: new pods are added, removed or
+// changed pods are stopped (StopLivenessAndStartup, RemovePod: the kubelet's
+// termination sequence, K5) and changed ones added anew.
+func (a *Agent) sync(snap source.Snapshot) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ctx := context.Background()
+	for uid, cur := range a.current {
+		if _, ok := snap.Pods[uid]; ok {
+			continue
+		}
+		a.mgr.StopLivenessAndStartup(cur.Pod)
+		a.mgr.RemovePod(cur.Pod)
+		a.store.Delete(uid)
+		delete(a.current, uid)
+		a.log.Info("pod removed", "pod", cur.Pod.Namespace+"/"+cur.Pod.Name, "podUID", string(uid), "file", cur.Source)
+	}
+	for uid, p := range snap.Pods {
+		cur, ok := a.current[uid]
+		if ok && cur.StatusHash == p.StatusHash {
+			continue
+		}
+		a.current[uid] = p
+		if !ok {
+			// Workers first, so the first status generation already knows
+			// the pod's probes (and triggers readiness at once, M7c).
+			a.mgr.AddPod(ctx, p.Pod)
+			pod := a.store.Put(p.Pod)
+			a.log.Info("pod added", "pod", pod.Namespace+"/"+pod.Name, "podUID", string(uid), "file", p.Source)
+		} else {
+			pod := a.store.Put(p.Pod)
+			a.log.Info("pod status replaced from its manifest", "pod", pod.Namespace+"/"+pod.Name, "podUID", string(uid), "file", p.Source)
+		}
+	}
+	desired := make(map[types.UID]sets.Empty, len(a.current))
+	for uid := range a.current {
+		desired[uid] = sets.Empty{}
+	}
+	a.mgr.CleanupPods(desired)
+}
+
+// onRestart records the kubelet's Killing event (K2) and runs the
+// --on-restart command.
+func (a *Agent) onRestart(r store.Restart) {
+	ref := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: r.Pod.Namespace, Name: r.Pod.Name, UID: r.Pod.UID,
+		FieldPath: "spec.containers{" + r.Container + "}"}
+	a.events.Eventf(ref, v1.EventTypeNormal, "Killing", "%s", r.Message)
+	if a.opts.OnRestart == "" {
+		return
+	}
+	a.restart.Add(1)
+	go func() {
+		defer a.restart.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), a.opts.OnRestartTimeout)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "/bin/sh", "-c", a.opts.OnRestart)
+		cmd.Env = append(os.Environ(),
+			"PROBED_POD_NAME="+r.Pod.Name,
+			"PROBED_POD_NAMESPACE="+r.Pod.Namespace,
+			"PROBED_POD_UID="+string(r.Pod.UID),
+			"PROBED_CONTAINER_NAME="+r.Container,
+			"PROBED_CONTAINER_ID="+r.NewContainerID,
+			"PROBED_OLD_CONTAINER_ID="+r.OldContainerID,
+			"PROBED_RESTART_COUNT="+strconv.Itoa(int(r.RestartCount)),
+			"PROBED_REASON="+r.Reason,
+			"PROBED_RESTARTED="+strconv.FormatBool(r.Restarted),
+			"PROBED_GRACE_PERIOD_SECONDS="+strconv.FormatInt(r.GracePeriodSeconds, 10),
+		)
+		cmd.WaitDelay = time.Second
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			a.log.Error("on-restart command failed", "pod", r.Pod.Namespace+"/"+r.Pod.Name, "container", r.Container, "err", err, "output", truncate(string(out), 1024))
+			return
+		}
+		a.log.Info("on-restart command done", "pod", r.Pod.Namespace+"/"+r.Pod.Name, "container", r.Container)
+	}()
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

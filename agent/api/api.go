@@ -1,0 +1,140 @@
+// Package api serves the agent's HTTP API: /pods (a v1.PodList like the
+// kubelet's /pods), /healthz, the kubelet's probe metrics on /metrics/probes
+// (spec X3), the runtime's metrics on /metrics, /events and /debug/scheduler.
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/probed/probed/agent/events"
+)
+
+// PodLister lists the pods with their current statuses.
+type PodLister interface {
+	Pods() []*v1.Pod
+}
+
+// Options configure the handler.
+type Options struct {
+	Pods PodLister
+	// ProbeMetrics is the registry of prober_probe_total and
+	// prober_probe_duration_seconds, served on /metrics/probes (X3).
+	ProbeMetrics prometheus.Gatherer
+	// Metrics is the runtime's registry, served on /metrics.
+	Metrics prometheus.Gatherer
+	// Events, when set, are served on /events.
+	Events *events.Recorder
+	// Debug, when set, returns the scheduler and pool state for
+	// /debug/scheduler.
+	Debug func() any
+	// Healthy, when set, decides /healthz (nil: always ok).
+	Healthy func() error
+	// History, when set, serves GET /pods/{namespace}/{name}/probes.
+	History func(namespace, name string) (any, bool)
+}
+
+// New returns the API's handler.
+func New(opts Options) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if opts.Healthy != nil {
+			if err := opts.Healthy(); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok"))
+	})
+	mux.HandleFunc("GET /pods", func(w http.ResponseWriter, _ *http.Request) {
+		list := v1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}}
+		for _, p := range opts.Pods.Pods() {
+			redact(p)
+			list.Items = append(list.Items, *p)
+		}
+		if list.Items == nil {
+			list.Items = []v1.Pod{}
+		}
+		writeJSON(w, list)
+	})
+	if opts.History != nil {
+		mux.HandleFunc("GET /pods/{namespace}/{name}/probes", func(w http.ResponseWriter, r *http.Request) {
+			h, ok := opts.History(r.PathValue("namespace"), r.PathValue("name"))
+			if !ok {
+				http.Error(w, "pod not found", http.StatusNotFound)
+				return
+			}
+			writeJSON(w, h)
+		})
+	}
+	if opts.ProbeMetrics != nil {
+		mux.Handle("GET /metrics/probes", promhttp.HandlerFor(opts.ProbeMetrics, promhttp.HandlerOpts{}))
+	}
+	if opts.Metrics != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Metrics, promhttp.HandlerOpts{}))
+	}
+	if opts.Events != nil {
+		mux.HandleFunc("GET /events", func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, map[string]any{"events": opts.Events.List()})
+		})
+	}
+	if opts.Debug != nil {
+		mux.HandleFunc("GET /debug/scheduler", func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, opts.Debug())
+		})
+	}
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// Redacted replaces a secret value in /pods.
+const Redacted = "(redacted)"
+
+// plainHeaders are probe headers whose values are shown; every other
+// httpHeaders value (Authorization, cookies, API keys ...) is redacted.
+var plainHeaders = map[string]bool{"Host": true, "Accept": true, "User-Agent": true, "Content-Type": true}
+
+// redact removes what /pods must not show: the values of environment
+// variables and of probe headers that may carry credentials.
+func redact(p *v1.Pod) {
+	for _, cs := range [][]v1.Container{p.Spec.Containers, p.Spec.InitContainers} {
+		for i := range cs {
+			c := &cs[i]
+			for j := range c.Env {
+				if c.Env[j].Value != "" {
+					c.Env[j].Value = Redacted
+				}
+			}
+			for _, pr := range []*v1.Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} {
+				if pr == nil || pr.HTTPGet == nil {
+					continue
+				}
+				for k := range pr.HTTPGet.HTTPHeaders {
+					h := &pr.HTTPGet.HTTPHeaders[k]
+					if !plainHeaders[http.CanonicalHeaderKey(h.Name)] && h.Value != "" {
+						h.Value = Redacted
+					}
+				}
+			}
+		}
+	}
+	for i := range p.Spec.EphemeralContainers {
+		for j := range p.Spec.EphemeralContainers[i].Env {
+			if p.Spec.EphemeralContainers[i].Env[j].Value != "" {
+				p.Spec.EphemeralContainers[i].Env[j].Value = Redacted
+			}
+		}
+	}
+}

@@ -1,0 +1,236 @@
+// Package check runs every probe of a manifest once, now, and reports a
+// table: `probed check -f FILE`. It accepts Pods and the pod templates of
+// Deployments, StatefulSets, DaemonSets, ReplicaSets, Jobs and CronJobs, so
+// users can check the manifests they already have.
+package check
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/probed/probed/agent/manifest"
+	"github.com/probed/probed/manager"
+	probeexec "github.com/probed/probed/plugins/exec"
+	"github.com/probed/probed/runtime"
+)
+
+// Exit codes of probed check.
+const (
+	ExitOK       = 0 // every probe succeeded
+	ExitFailed   = 1 // a probe failed, errored or did not run
+	ExitBadInput = 2 // the manifest or the flags are wrong
+)
+
+// Options configure a check.
+type Options struct {
+	File      string
+	Container string // only this container ("" = all)
+	ProbeType string // only this probe type: liveness, readiness or startup ("" = all)
+	// PodIP is used for pods whose manifest has no status.podIP; default
+	// 127.0.0.1.
+	PodIP string
+	// AllowHostExec runs exec probes on this host; otherwise they are
+	// reported as not run.
+	AllowHostExec bool
+	// Parallel bounds the probes run at once; default 16.
+	Parallel int
+	Logger   *slog.Logger
+}
+
+// Row is one probe's line in the report.
+type Row struct {
+	Pod       string        // namespace/name
+	Container string
+	Probe     string        // liveness, readiness, startup
+	Handler   string        // http, tcp, exec, grpc (or a plugin kind)
+	Result    string        // success, warning, failure, error, not-run
+	Duration  time.Duration
+	Message   string
+}
+
+// Run loads the file, runs every selected probe once (initialDelaySeconds
+// is skipped; a handler error is retried as the kubelet does, P2), writes the
+// table to out and returns the exit code. Errors of the manifest are written
+// to errOut, one per line, naming file, pod, container and field.
+func Run(ctx context.Context, opts Options, out, errOut io.Writer) int {
+	if opts.PodIP == "" {
+		opts.PodIP = "127.0.0.1"
+	}
+	if opts.Parallel <= 0 {
+		opts.Parallel = 16
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	var only *runtime.ProbeType
+	if opts.ProbeType != "" {
+		pt, err := runtime.ParseProbeType(opts.ProbeType)
+		if err != nil {
+			fmt.Fprintf(errOut, "--probe: %v\n", err)
+			return ExitBadInput
+		}
+		only = &pt
+	}
+	res := manifest.LoadFileAll(opts.File, manifest.Options{})
+	for _, err := range res.Errors {
+		fmt.Fprintln(errOut, err)
+	}
+	for _, e := range res.Entries {
+		for _, w := range e.Warnings {
+			fmt.Fprintf(errOut, "%s: document %d: pod %s/%s: warning: %s\n", e.Source, e.Doc, e.Pod.Namespace, e.Pod.Name, w)
+		}
+	}
+	if len(res.Errors) > 0 {
+		return ExitBadInput
+	}
+
+	rt, err := runtime.New(runtime.Options{PoolSize: opts.Parallel, ExecPoolSize: opts.Parallel, Logger: opts.Logger})
+	if err != nil {
+		fmt.Fprintln(errOut, err)
+		return ExitBadInput
+	}
+	defer func() { _ = rt.Close(context.Background()) }()
+	var runner manager.ExecRunner = probeexec.DisabledRunner{}
+	if opts.AllowHostExec {
+		runner = &probeexec.LocalRunner{}
+	}
+	if err := manager.RegisterBuiltins(rt, runner); err != nil {
+		fmt.Fprintln(errOut, err)
+		return ExitBadInput
+	}
+
+	type job struct {
+		row   *Row
+		spec  *runtime.Spec
+		podIP string
+	}
+	var jobs []job
+	var rows []*Row
+	matched := false
+	for i := range res.Entries {
+		pod := res.Entries[i].Pod
+		podIP := pod.Status.PodIP
+		if podIP == "" {
+			podIP = opts.PodIP
+		}
+		visit := func(c *v1.Container) {
+			if opts.Container != "" && c.Name != opts.Container {
+				return
+			}
+			matched = matched || opts.Container == "" || c.Name == opts.Container
+			for _, pt := range []runtime.ProbeType{runtime.Startup, runtime.Readiness, runtime.Liveness} {
+				if only != nil && *only != pt {
+					continue
+				}
+				p := probeOf(c, pt)
+				if p == nil {
+					continue
+				}
+				kind := runtime.KindOf(p)
+				row := &Row{Pod: pod.Namespace + "/" + pod.Name, Container: c.Name, Probe: pt.Lower(), Handler: kind}
+				rows = append(rows, row)
+				jobs = append(jobs, job{row: row, podIP: podIP, spec: &runtime.Spec{Kind: kind, ProbeType: pt, Pod: pod, Container: c, Probe: p}})
+			}
+		}
+		for j := range pod.Spec.Containers {
+			visit(&pod.Spec.Containers[j])
+		}
+		for j := range pod.Spec.InitContainers {
+			c := &pod.Spec.InitContainers[j]
+			if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
+				visit(c)
+			}
+		}
+	}
+	if opts.Container != "" && !matched {
+		fmt.Fprintf(errOut, "%s: no container named %q\n", opts.File, opts.Container)
+		return ExitBadInput
+	}
+
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		wg.Add(1)
+		j := j
+		task := taskFunc(func() {
+			defer wg.Done()
+			runOne(ctx, rt, j.spec, j.podIP, j.row)
+		})
+		if err := rt.Submit(runtime.LaneOf(j.spec.Kind), task); err != nil {
+			wg.Done()
+			j.row.Result, j.row.Message = "error", err.Error()
+		}
+	}
+	wg.Wait()
+
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "POD\tCONTAINER\tPROBE\tHANDLER\tRESULT\tDURATION\tMESSAGE")
+	code := ExitOK
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Pod, r.Container, r.Probe, r.Handler, r.Result, r.Duration.Round(time.Millisecond), oneLine(r.Message))
+		if r.Result != "success" && r.Result != "warning" {
+			code = ExitFailed
+		}
+	}
+	_ = tw.Flush()
+	if len(rows) == 0 {
+		fmt.Fprintf(errOut, "%s: no probes found\n", opts.File)
+	}
+	return code
+}
+
+type taskFunc func()
+
+func (f taskFunc) Run() { f() }
+
+func runOne(ctx context.Context, rt *runtime.Runtime, spec *runtime.Spec, podIP string, row *Row) {
+	start := time.Now()
+	p := rt.Prepare(spec)
+	rep := rt.Run(ctx, p, runtime.Target{PodIP: podIP, ContainerID: "probed://check"})
+	row.Duration = time.Since(start)
+	switch {
+	case errors.Is(rep.Err, probeexec.ErrHostExecDisabled):
+		row.Result, row.Message = "not-run", rep.Err.Error()
+	case rep.Err != nil:
+		row.Result, row.Message = "error", rep.Err.Error()
+	default:
+		row.Result = rep.Outcome.Result.String()
+		if rep.Outcome.Result != runtime.Success {
+			row.Message = rep.Outcome.Output
+		} else if rep.Outcome.StatusCode != 0 && spec.Kind == runtime.KindHTTP {
+			row.Message = fmt.Sprintf("HTTP %d", rep.Outcome.StatusCode)
+		}
+	}
+}
+
+func probeOf(c *v1.Container, pt runtime.ProbeType) *v1.Probe {
+	switch pt {
+	case runtime.Liveness:
+		return c.LivenessProbe
+	case runtime.Readiness:
+		return c.ReadinessProbe
+	case runtime.Startup:
+		return c.StartupProbe
+	}
+	return nil
+}
+
+// oneLine keeps the table readable: the first line of a message, at most
+// 200 characters.
+func oneLine(s string) string {
+	if i := strings.IndexAny(s, "\r\n"); i >= 0 {
+		s = s[:i] + " …"
+	}
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
+}

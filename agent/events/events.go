@@ -1,0 +1,107 @@
+// Package events records the probe events of the agent (spec K4 reasons and
+// messages) in a bounded ring, logs each one, and serves them as JSON.
+package events
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/clock"
+)
+
+// Event is one recorded event.
+type Event struct {
+	Time      time.Time `json:"time"`
+	Type      string    `json:"type"`   // Normal or Warning
+	Reason    string    `json:"reason"` // Unhealthy, ProbeWarning, Killing, ...
+	Message   string    `json:"message"`
+	Namespace string    `json:"namespace,omitempty"`
+	Pod       string    `json:"pod,omitempty"`
+	PodUID    string    `json:"podUID,omitempty"`
+	FieldPath string    `json:"fieldPath,omitempty"` // spec.containers{name}
+	Count     int       `json:"count"`               // repeats folded into this event
+}
+
+// Recorder keeps the last Size events. It implements runtime.Recorder (the
+// Eventf subset of client-go's record.EventRecorder). Consecutive identical
+// events (same object, reason and message) are folded into one with a count,
+// as the API server's event aggregation does.
+type Recorder struct {
+	clock clock.PassiveClock
+	log   *slog.Logger
+	size  int
+
+	mu   sync.Mutex
+	ring []Event
+	next int
+	full bool
+}
+
+// New returns a Recorder holding up to size events (default 1000).
+func New(size int, log *slog.Logger, clk clock.PassiveClock) *Recorder {
+	if size <= 0 {
+		size = 1000
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	return &Recorder{clock: clk, log: log, size: size, ring: make([]Event, size)}
+}
+
+// Eventf records an event about object (a *v1.ObjectReference or *v1.Pod).
+func (r *Recorder) Eventf(object k8sruntime.Object, eventtype, reason, messageFmt string, args ...interface{}) {
+	ev := Event{Time: r.clock.Now(), Type: eventtype, Reason: reason, Message: fmt.Sprintf(messageFmt, args...), Count: 1}
+	switch o := object.(type) {
+	case *v1.ObjectReference:
+		ev.Namespace, ev.Pod, ev.PodUID, ev.FieldPath = o.Namespace, o.Name, string(o.UID), o.FieldPath
+	case *v1.Pod:
+		ev.Namespace, ev.Pod, ev.PodUID = o.Namespace, o.Name, string(o.UID)
+	}
+	level := slog.LevelInfo
+	if eventtype == v1.EventTypeWarning {
+		level = slog.LevelWarn
+	}
+	r.log.Log(context.Background(), level, "event", "type", ev.Type, "reason", ev.Reason, "pod", ev.Namespace+"/"+ev.Pod, "object", ev.FieldPath, "message", ev.Message)
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if last := r.lastLocked(); last != nil && last.PodUID == ev.PodUID && last.FieldPath == ev.FieldPath &&
+		last.Reason == ev.Reason && last.Message == ev.Message && last.Type == ev.Type {
+		last.Count++
+		last.Time = ev.Time
+		return
+	}
+	r.ring[r.next] = ev
+	r.next = (r.next + 1) % r.size
+	if r.next == 0 {
+		r.full = true
+	}
+}
+
+func (r *Recorder) lastLocked() *Event {
+	if r.next == 0 && !r.full {
+		return nil
+	}
+	i := (r.next - 1 + r.size) % r.size
+	return &r.ring[i]
+}
+
+// List returns the recorded events, oldest first.
+func (r *Recorder) List() []Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.full {
+		return append([]Event(nil), r.ring[:r.next]...)
+	}
+	out := make([]Event, 0, r.size)
+	out = append(out, r.ring[r.next:]...)
+	return append(out, r.ring[:r.next]...)
+}

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/probed/probed/agent"
+	"github.com/probed/probed/agent/check"
+	"github.com/probed/probed/examples"
+)
+
+// version is set with -ldflags "-X main.version=...".
+var version = "dev"
+
+// exitError carries an exit code out of a command.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+
+func execute(args []string, stdout, stderr io.Writer) int {
+	root := newRoot(stdout, stderr)
+	root.SetArgs(args)
+	err := root.Execute()
+	var ee exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.code
+	default:
+		fmt.Fprintln(stderr, "probed:", err)
+		return 2
+	}
+}
+
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "probed",
+		Short:         "probed runs Kubernetes liveness, readiness and startup probes with the kubelet's semantics",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.AddCommand(newRunCmd(stderr), newCheckCmd(stdout, stderr), &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), "probed", version) },
+	})
+	return root
+}
+
+type logFlags struct{ format, level string }
+
+func (l *logFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&l.format, "log-format", "text", "log format: text or json")
+	cmd.Flags().StringVar(&l.level, "log-level", "info", "log level: debug, info, warn or error")
+}
+
+func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(l.level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", l.level)
+	}
+	o := &slog.HandlerOptions{Level: level}
+	switch l.format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, o)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, o)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", l.format)
+}
+
+func newRunCmd(stderr io.Writer) *cobra.Command {
+	var opts agent.Options
+	var logs logFlags
+	var runFor time.Duration
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Probe the pods of a manifest directory (default: the bundled examples)",
+		Long: `Run reads Pod manifests (and the pod templates of Deployments, StatefulSets,
+DaemonSets, ReplicaSets, Jobs and CronJobs) from --manifests, probes them with
+the kubelet's semantics, watches the directory for changes, and serves the
+pods' statuses on --listen (GET /pods, /healthz, /metrics/probes, /metrics,
+/events). Without --manifests it runs the bundled examples.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := logs.logger(stderr)
+			if err != nil {
+				return err
+			}
+			opts.Logger = log
+			if opts.ManifestDir == "" {
+				dir, err := writeExamples()
+				if err != nil {
+					return err
+				}
+				defer os.RemoveAll(dir)
+				log.Info("no --manifests given: running the bundled examples", "dir", dir)
+				opts.ManifestDir = dir
+			}
+			a, err := agent.New(opts)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if runFor > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, runFor)
+				defer cancel()
+			}
+			return a.Run(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.ManifestDir, "manifests", "", "directory of pod manifests (*.yaml, *.yml, *.json); default: the bundled examples")
+	f.StringVar(&opts.Listen, "listen", "127.0.0.1:8089", "address of the HTTP API (loopback by default)")
+	f.StringVar(&opts.PodIP, "pod-ip", "127.0.0.1", "pod IP of pods whose manifest has no status.podIP")
+	f.BoolVar(&opts.AllowHostExec, "allow-host-exec", false, "run exec probes' commands on this host (off: exec probes are reported as not run)")
+	f.StringVar(&opts.OnRestart, "on-restart", "", "shell command run after each probe-triggered container restart, with PROBED_POD_NAME, PROBED_POD_NAMESPACE, PROBED_POD_UID, PROBED_CONTAINER_NAME, PROBED_CONTAINER_ID, PROBED_OLD_CONTAINER_ID, PROBED_RESTART_COUNT, PROBED_REASON, PROBED_RESTARTED, PROBED_GRACE_PERIOD_SECONDS")
+	f.DurationVar(&opts.OnRestartTimeout, "on-restart-timeout", time.Minute, "time limit of each --on-restart command")
+	f.IntVar(&opts.PoolSize, "pool-size", 1024, "most network and plugin probes running at once (size it by probe rate × timeout)")
+	f.IntVar(&opts.ExecPoolSize, "exec-pool-size", 64, "most exec probes running at once")
+	f.DurationVar(&opts.SyncFrequency, "sync-frequency", time.Minute, "interval of full pod status regenerations (as the kubelet's --sync-frequency)")
+	f.DurationVar(&opts.Rescan, "rescan-interval", 30*time.Second, "interval of full manifest-directory rescans (besides file events)")
+	f.DurationVar(&runFor, "for", 0, "stop after this long (0: run until SIGINT or SIGTERM)")
+	logs.add(cmd)
+	return cmd
+}
+
+// writeExamples copies the bundled example manifests into a new temporary
+// directory.
+func writeExamples() (string, error) {
+	dir, err := os.MkdirTemp("", "probed-examples-")
+	if err != nil {
+		return "", err
+	}
+	err = fs.WalkDir(examples.Manifests, "manifests", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := examples.Manifests.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dir, filepath.Base(path)), data, 0o644)
+	})
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	return dir, nil
+}
+
+func newCheckCmd(stdout, stderr io.Writer) *cobra.Command {
+	var opts check.Options
+	cmd := &cobra.Command{
+		Use:   "check -f FILE",
+		Short: "Run every probe of a manifest once, now, and print a table (exit 0: all succeed, 1: any fails, 2: bad input)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if opts.File == "" {
+				return errors.New("-f FILE is required")
+			}
+			if opts.ProbeType != "" {
+				opts.ProbeType = strings.ToLower(opts.ProbeType)
+			}
+			code := check.Run(cmd.Context(), opts, stdout, stderr)
+			if code != 0 {
+				return exitError{code}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&opts.File, "file", "f", "", "manifest file (Pods or workloads with pod templates)")
+	f.StringVar(&opts.Container, "container", "", "only probes of this container")
+	f.StringVar(&opts.ProbeType, "probe", "", "only this probe type: liveness, readiness or startup")
+	f.StringVar(&opts.PodIP, "pod-ip", "127.0.0.1", "pod IP of pods whose manifest has no status.podIP")
+	f.BoolVar(&opts.AllowHostExec, "allow-host-exec", false, "run exec probes' commands on this host (off: reported as not run)")
+	f.IntVar(&opts.Parallel, "parallel", 16, "most probes running at once")
+	return cmd
+}

@@ -1,0 +1,148 @@
+package manager
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/probed/probed/runtime"
+)
+
+// laneNames label the runtime's pool lanes.
+var laneNames = [runtime.NumLanes]string{runtime.LaneNetwork: "network", runtime.LaneExec: "exec"}
+
+// runtimeMetrics are probed's own metrics of the scheduler and pools,
+// registered when Options.RuntimeMetricsRegisterer is set (served on the
+// agent's /metrics; docs/operations.md lists them).
+type runtimeMetrics struct {
+	reg    prometheus.Registerer
+	lag    *prometheus.HistogramVec
+	lagObs [runtime.NumLanes]prometheus.Observer
+	probes *prometheus.CounterVec
+	gauges *statsCollector
+}
+
+func newRuntimeMetrics(reg prometheus.Registerer, m *manager) (*runtimeMetrics, error) {
+	rm := &runtimeMetrics{
+		reg: reg,
+		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "probed_scheduler_lag_seconds",
+			Help:    "Time a due probe run waited before it was handed to the pool (scheduler and pool lag).",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"lane"}),
+		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "probed_probes_total",
+			Help: "Executed probe runs by handler kind, probe type and handler result (success, warning, failure, unknown, errored).",
+		}, []string{"handler", "probe_type", "result"}),
+		gauges: &statsCollector{m: m},
+	}
+	for lane := range rm.lagObs {
+		rm.lagObs[lane] = rm.lag.WithLabelValues(laneNames[lane])
+	}
+	for _, c := range []prometheus.Collector{rm.lag, rm.probes, rm.gauges} {
+		if err := reg.Register(c); err != nil {
+			rm.unregister()
+			return nil, err
+		}
+	}
+	return rm, nil
+}
+
+func (rm *runtimeMetrics) observeLag(lane int, d time.Duration) {
+	if lane >= 0 && lane < len(rm.lagObs) {
+		rm.lagObs[lane].Observe(d.Seconds())
+	}
+}
+
+func (rm *runtimeMetrics) countProbe(kind string, pt runtime.ProbeType, rep runtime.Report) {
+	result := "errored"
+	if rep.Err == nil {
+		result = rep.Outcome.Result.String()
+	}
+	rm.probes.WithLabelValues(kind, pt.Lower(), result).Inc()
+}
+
+func (rm *runtimeMetrics) unregister() {
+	rm.reg.Unregister(rm.lag)
+	rm.reg.Unregister(rm.probes)
+	rm.reg.Unregister(rm.gauges)
+}
+
+// statsCollector exports the scheduler's and pools' figures at scrape time.
+type statsCollector struct{ m *manager }
+
+var (
+	descEntries    = prometheus.NewDesc("probed_scheduler_entries", "Probe workers registered with the scheduler.", nil, nil)
+	descReady      = prometheus.NewDesc("probed_scheduler_backlog", "Due probe runs waiting for a pool slot (the bounded backlog), by lane.", []string{"lane"}, nil)
+	descRunning    = prometheus.NewDesc("probed_scheduler_running", "Probe runs dispatched and not finished.", nil, nil)
+	descDispatched = prometheus.NewDesc("probed_scheduler_dispatched_total", "Probe runs handed to the pool.", nil, nil)
+	descSkipped    = prometheus.NewDesc("probed_scheduler_skipped_runs_total", "Due runs dropped because the previous run of the same probe was still queued or running (BR-10).", nil, nil)
+	descTriggered  = prometheus.NewDesc("probed_scheduler_triggers_total", "Manual triggers (readiness after UpdatePodStatus, stops).", nil, nil)
+	descPoolBusy   = prometheus.NewDesc("probed_pool_busy", "Pool slots running a probe, by lane.", []string{"lane"}, nil)
+	descPoolCap    = prometheus.NewDesc("probed_pool_capacity", "Pool size, by lane.", []string{"lane"}, nil)
+	descPoolWait   = prometheus.NewDesc("probed_pool_waiting", "Dispatchers blocked on a full pool, by lane.", []string{"lane"}, nil)
+)
+
+func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descEntries, descReady, descRunning, descDispatched, descSkipped, descTriggered, descPoolBusy, descPoolCap, descPoolWait} {
+		ch <- d
+	}
+}
+
+func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.m.sched.Stats()
+	ch <- prometheus.MustNewConstMetric(descEntries, prometheus.GaugeValue, float64(st.Entries))
+	ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(st.Running))
+	ch <- prometheus.MustNewConstMetric(descDispatched, prometheus.CounterValue, float64(st.Dispatched))
+	ch <- prometheus.MustNewConstMetric(descSkipped, prometheus.CounterValue, float64(st.Skipped))
+	ch <- prometheus.MustNewConstMetric(descTriggered, prometheus.CounterValue, float64(st.Triggered))
+	for lane, n := range st.Ready {
+		ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, float64(n), laneName(lane))
+	}
+	for lane, ps := range c.m.rt.Stats() {
+		ch <- prometheus.MustNewConstMetric(descPoolBusy, prometheus.GaugeValue, float64(ps.Busy), laneName(lane))
+		ch <- prometheus.MustNewConstMetric(descPoolCap, prometheus.GaugeValue, float64(ps.Capacity), laneName(lane))
+		ch <- prometheus.MustNewConstMetric(descPoolWait, prometheus.GaugeValue, float64(ps.Waiting), laneName(lane))
+	}
+}
+
+func laneName(lane int) string {
+	if lane >= 0 && lane < len(laneNames) {
+		return laneNames[lane]
+	}
+	return strconv.Itoa(lane)
+}
+
+// Stats describes the scheduler and pools of a Manager built by New.
+type Stats struct {
+	Entries    int                          `json:"entries"`
+	Running    int                          `json:"running"`
+	Backlog    map[string]int               `json:"backlog"`
+	Dispatched uint64                       `json:"dispatched"`
+	Skipped    uint64                       `json:"skippedRuns"`
+	Triggered  uint64                       `json:"triggers"`
+	Pools      map[string]runtime.PoolStats `json:"pools"`
+	Started    time.Time                    `json:"started"`
+}
+
+// StatsOf returns the figures of a Manager built by New; false for any
+// other implementation.
+func StatsOf(mgr Manager) (Stats, bool) {
+	m, ok := mgr.(*manager)
+	if !ok {
+		return Stats{}, false
+	}
+	st := m.sched.Stats()
+	out := Stats{
+		Entries: st.Entries, Running: st.Running, Dispatched: st.Dispatched, Skipped: st.Skipped, Triggered: st.Triggered,
+		Backlog: map[string]int{}, Pools: map[string]runtime.PoolStats{}, Started: m.start,
+	}
+	for lane, n := range st.Ready {
+		out.Backlog[laneName(lane)] = n
+	}
+	for lane, ps := range m.rt.Stats() {
+		out.Pools[laneName(lane)] = ps
+	}
+	return out, true
+}
