@@ -3,11 +3,13 @@ package manager
 import (
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/probed/probed/manager/customprobe"
 	"github.com/probed/probed/runtime"
 )
 
 // customProbe is a probe declared in the probed.io/probes annotation and
-// served by a plugin kind.
+// served by a plugin kind. It joins the same state machine as the spec's
+// probes (thresholds, startup gating, Started/Ready, restarts).
 type customProbe struct {
 	container *v1.Container
 	probeType runtime.ProbeType
@@ -15,5 +17,41 @@ type customProbe struct {
 	plugin    *runtime.PluginAction
 }
 
-// customProbes returns the pod's custom probes.
-func (m *manager) customProbes(pod *v1.Pod) []customProbe { return nil }
+// customProbes returns the valid custom probes of the pod's annotation. The
+// agent validates the annotation when it loads a manifest and reports every
+// error; here an invalid entry is logged and left out, the rest run. A kind
+// no handler serves is kept: its runs are errored (never a failure) until a
+// plugin serving it registers.
+func (m *manager) customProbes(pod *v1.Pod) []customProbe {
+	if _, ok := pod.Annotations[customprobe.Annotation]; !ok {
+		return nil
+	}
+	probes, errs := customprobe.Parse(pod, nil)
+	if len(errs) > 0 {
+		m.log.Error("invalid custom probes ignored", "pod", klogPod(pod), "annotation", customprobe.Annotation, "err", errs.ToAggregate().Error())
+	}
+	out := make([]customProbe, 0, len(probes))
+	for i := range probes {
+		p := &probes[i]
+		c := findContainer(pod, p.Container)
+		if c == nil {
+			continue
+		}
+		out = append(out, customProbe{container: c, probeType: p.Type, probe: &p.Probe, plugin: &p.Plugin})
+	}
+	return out
+}
+
+// findContainer returns the container of the pod (or a restartable init
+// container) with the given name.
+func findContainer(pod *v1.Pod, name string) *v1.Container {
+	var found *v1.Container
+	probedContainers(pod, func(c *v1.Container) bool {
+		if c.Name == name {
+			found = c
+			return false
+		}
+		return true
+	})
+	return found
+}

@@ -183,7 +183,19 @@ spec:
 		{"not an object", "- a\n- b\n", `test.yaml: document 1: an object (with apiVersion and kind) is required, found a list`},
 		{"scalar document", "hello\n", `test.yaml: document 1: an object (with apiVersion and kind) is required, found "hello"`},
 		{"old apiVersion of a workload", "apiVersion: extensions/v1beta1\nkind: Deployment\nmetadata: {name: web}\nspec: {}\n",
-			`test.yaml: document 1: deployment default/web: apiVersion: Unsupported value: "extensions/v1beta1": Deployment is served as apps/v1/Deployment only; probed reads ` + supportedKinds},
+			`test.yaml: document 1: deployment default/web: apiVersion: Unsupported value: "extensions/v1beta1": the API server serves Deployment as apps/v1 only; probed reads ` + supportedKinds},
+		{"old apiVersion of a CronJob", "apiVersion: batch/v1beta1\nkind: CronJob\nmetadata: {name: c}\nspec: {}\n",
+			`test.yaml: document 1: cronjob default/c: apiVersion: Unsupported value: "batch/v1beta1": the API server serves CronJob as batch/v1 only; probed reads ` + supportedKinds},
+		{"custom resource sharing a kind name", `apiVersion: batch.volcano.sh/v1alpha1
+kind: Job
+metadata: {name: vj}
+spec:
+  tasks:
+  - name: t
+    template:
+      spec:
+        containers: [{name: c}]
+`, `test.yaml: document 1: job default/vj: spec.tasks[0].template.spec.containers: batch.volcano.sh/v1alpha1 Job has a pod template, but probed does not know this kind and would not probe it; it reads ` + supportedKinds},
 		{"pod-like custom resource", `apiVersion: argoproj.io/v1alpha1
 kind: Rollout
 metadata: {name: web}
@@ -193,7 +205,7 @@ spec:
       containers: [{name: app}]
 `, `test.yaml: document 1: rollout default/web: spec.template.spec.containers: argoproj.io/v1alpha1 Rollout has a pod template, but probed does not know this kind and would not probe it; it reads ` + supportedKinds},
 		{"pod kind at an unknown version", "apiVersion: v2\nkind: Pod\nmetadata: {name: web}\nspec: {containers: [{name: a}]}\n",
-			`test.yaml: document 1: pod default/web: apiVersion: Unsupported value: "v2": Pod is served as v1/Pod only; probed reads ` + supportedKinds},
+			`test.yaml: document 1: pod default/web: apiVersion: Unsupported value: "v2": the API server serves Pod as v1 only; probed reads ` + supportedKinds},
 		{"lower-case kind", "apiVersion: v1\nkind: pod\nmetadata: {name: web}\nspec: {containers: [{name: a}]}\n",
 			`test.yaml: document 1: pod default/web: spec.containers: v1 pod has a pod template, but probed does not know this kind and would not probe it; it reads ` + supportedKinds},
 		{"liveness successThreshold", `apiVersion: v1

@@ -286,6 +286,9 @@ var placeholder = regexp.MustCompile(`__[A-Z][A-Z0-9_]*__|\{\{[^}]*\}\}`)
 func describeValue(v any) string {
 	switch x := v.(type) {
 	case string:
+		if len(x) > 80 {
+			return fmt.Sprintf("%q...", x[:80])
+		}
 		return fmt.Sprintf("%q", x)
 	case nil:
 		return "null"

@@ -113,6 +113,19 @@ func init() {
 	}
 }
 
+// sameGroup reports whether apiVersion is another version of served's API
+// group; the extensions group once served what apps serves now.
+func sameGroup(apiVersion, served string) bool {
+	group := func(av string) string {
+		if i := strings.IndexByte(av, '/'); i >= 0 {
+			return av[:i]
+		}
+		return ""
+	}
+	g, sg := group(apiVersion), group(served)
+	return g == sg || (g == "extensions" && sg == "apps")
+}
+
 // templateKinds are kinds probed knowingly does not run although they carry
 // a pod template.
 var templateKinds = map[string]bool{"v1/PodTemplate": true}
@@ -185,10 +198,10 @@ func (d *decoder) object(js []byte, c objCtx, depth int) {
 		d.workload(js, apiVersion, kind, wk.goType, wk.decode, c)
 		return
 	}
-	if served, ok := servedVersion[kind]; ok {
+	if served, ok := servedVersion[kind]; ok && sameGroup(apiVersion, served) {
 		e := base()
 		e.Kind, e.Pod, e.Field = kind, ref, c.path("apiVersion")
-		e.Detail = fmt.Sprintf("Unsupported value: %q: %s is served as %s/%s only; probed reads %s", apiVersion, kind, served, kind, supportedKinds)
+		e.Detail = fmt.Sprintf("Unsupported value: %q: the API server serves %s as %s only; probed reads %s", apiVersion, kind, served, supportedKinds)
 		d.fail(e)
 		return
 	}
@@ -576,4 +589,3 @@ func goTypeName(t reflect.Type) string {
 	}
 	return t.String()
 }
-

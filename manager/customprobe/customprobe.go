@@ -108,7 +108,7 @@ func Parse(pod *v1.Pod, knownKind func(string) bool) ([]Probe, field.ErrorList) 
 	}
 	var items []json.RawMessage
 	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(trimmed, &items); err != nil {
-		return nil, field.ErrorList{field.Invalid(root, value, "must be a JSON list of probe objects: "+jsonMessage(err))}
+		return nil, field.ErrorList{field.Invalid(root, shorten(value), "must be a JSON list of probe objects: "+jsonMessage(err))}
 	}
 	p := &parser{pod: pod, podRef: podRef(pod), knownKind: knownKind, seen: map[probeKey]int{}}
 	var out []Probe
