@@ -2,11 +2,16 @@ package manager
 
 import (
 	"context"
+	"net"
+	"net/url"
+	"path"
 	"strconv"
+	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/probed/probed/manager/results"
 	"github.com/probed/probed/runtime"
@@ -29,14 +34,15 @@ const (
 	attrCached        = attribute.Key("prober.cached_result")
 	attrAttempt       = attribute.Key("prober.attempt")
 	attrApplied       = attribute.Key("prober.applied")
+	attrChanged       = attribute.Key("prober.changed")
 	attrStatusCode    = attribute.Key("http.response.status_code")
 	attrExitCode      = attribute.Key("process.exit.code")
 )
 
 // startSpan starts the span of one executed probe. With tracing off (the
 // default no-op provider) it costs one interface call.
-func (m *manager) startSpan(ctx context.Context, w *worker) (context.Context, trace.Span) {
-	return m.tracer.Start(ctx, spanNames[w.key.probeType],
+func (m *manager) startSpan(ctx context.Context, w *worker, podIP string) (context.Context, trace.Span) {
+	ctx, span := m.tracer.Start(ctx, spanNames[w.key.probeType],
 		trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(
 			attrPodUID.String(string(w.pod.UID)),
@@ -46,12 +52,79 @@ func (m *manager) startSpan(ctx context.Context, w *worker) (context.Context, tr
 			attrProbeType.String(w.key.probeType.Lower()),
 			attrHandler.String(w.prepared.Spec.Kind),
 		))
+	if span.IsRecording() {
+		span.SetAttributes(targetAttributes(w.prepared.Spec, podIP)...)
+	}
+	return ctx, span
+}
+
+// targetAttributes describes what the probe talks to, by semantic
+// convention: server.address/port for network probes, url.full (query
+// values redacted) for HTTP, rpc.* for gRPC, the executable for exec.
+func targetAttributes(spec *runtime.Spec, podIP string) []attribute.KeyValue {
+	p := spec.Probe
+	portOf := func(v intstr.IntOrString) int {
+		n, err := runtime.ResolvePort(v, spec.Container)
+		if err != nil {
+			return 0
+		}
+		return n
+	}
+	var out []attribute.KeyValue
+	switch {
+	case spec.Plugin != nil:
+		out = append(out, attribute.String("server.address", podIP))
+		if port := portOf(spec.Plugin.Port); port > 0 {
+			out = append(out, attribute.Int("server.port", port))
+		}
+	case p == nil:
+	case p.HTTPGet != nil:
+		host := p.HTTPGet.Host
+		if host == "" {
+			host = podIP
+		}
+		port := portOf(p.HTTPGet.Port)
+		scheme := strings.ToLower(string(p.HTTPGet.Scheme))
+		if scheme == "" {
+			scheme = "http"
+		}
+		u := url.URL{Scheme: scheme, Host: net.JoinHostPort(host, strconv.Itoa(port))}
+		if ref, err := url.Parse(p.HTTPGet.Path); err == nil {
+			u.Path = ref.Path
+			if q := ref.Query(); len(q) > 0 {
+				for k := range q {
+					q[k] = []string{"REDACTED"}
+				}
+				u.RawQuery = q.Encode()
+			}
+		}
+		out = append(out, attribute.String("server.address", host), attribute.Int("server.port", port),
+			attribute.String("url.full", u.String()), attribute.String("url.scheme", scheme),
+			attribute.String("http.request.method", "GET"))
+	case p.TCPSocket != nil:
+		host := p.TCPSocket.Host
+		if host == "" {
+			host = podIP
+		}
+		out = append(out, attribute.String("server.address", host), attribute.Int("server.port", portOf(p.TCPSocket.Port)),
+			attribute.String("network.transport", "tcp"))
+	case p.GRPC != nil:
+		out = append(out, attribute.String("server.address", podIP), attribute.Int("server.port", int(p.GRPC.Port)),
+			attribute.String("rpc.system", "grpc"), attribute.String("rpc.service", "grpc.health.v1.Health"),
+			attribute.String("rpc.method", "Check"))
+	case p.Exec != nil && len(p.Exec.Command) > 0:
+		out = append(out, attribute.String("process.executable.name", path.Base(p.Exec.Command[0])))
+	}
+	return out
 }
 
 // endSpan records the verdict on the span and ends it; it runs after the
 // result has been applied to the results manager. No output or body is put
 // on the span (BR-22): only the verdict, codes and the error text.
-func endSpan(span trace.Span, w *worker, rep runtime.Report, cached results.Result, applied bool) {
+//
+// applied says whether the result reached the results manager (the
+// threshold was met); changed whether that changed the cached result.
+func endSpan(span trace.Span, w *worker, rep runtime.Report, cached results.Result, applied, changed bool) {
 	if !span.IsRecording() {
 		span.End()
 		return
@@ -59,6 +132,7 @@ func endSpan(span trace.Span, w *worker, rep runtime.Report, cached results.Resu
 	attrs := []attribute.KeyValue{
 		attrAttempt.Int(rep.Attempts),
 		attrApplied.Bool(applied),
+		attrChanged.Bool(changed),
 	}
 	if rep.Err != nil {
 		attrs = append(attrs, attrResult.String("errored"))

@@ -241,7 +241,7 @@ const kubeletRestartWindow = 10 * time.Second
 func (w *worker) probe(ctx context.Context, start time.Time, status *v1.PodStatus, c *v1.ContainerStatus) {
 	m := w.m
 	var span trace.Span
-	ctx, span = m.startSpan(ctx, w)
+	ctx, span = m.startSpan(ctx, w, status.PodIP)
 	rep := m.rt.Run(ctx, w.prepared, runtime.Target{PodIP: status.PodIP, ContainerID: c.ContainerID})
 	duration := m.clock.Since(start)
 	if m.rtm != nil {
@@ -249,7 +249,7 @@ func (w *worker) probe(ctx context.Context, start time.Time, status *v1.PodStatu
 	}
 	if rep.Err != nil || ctx.Err() != nil {
 		m.log.Debug("Probe errored", "pod", klogPod(w.pod), "containerName", w.container.Name, "probeType", w.key.probeType.String(), "err", rep.Err)
-		endSpan(span, w, rep, results.Unknown, false)
+		endSpan(span, w, rep, results.Unknown, false, false)
 		w.observe(start, duration, rep, results.Unknown)
 		return
 	}
@@ -271,9 +271,14 @@ func (w *worker) probe(ctx context.Context, start time.Time, status *v1.PodStatu
 	// W11
 	if (result == results.Failure && w.resultRun < w.spec.FailureThreshold) ||
 		(result == results.Success && w.resultRun < w.spec.SuccessThreshold) {
-		endSpan(span, w, rep, result, false)
+		endSpan(span, w, rep, result, false, false)
 		w.observe(start, duration, rep, w.cached())
 		return
+	}
+	changed := false
+	if span.IsRecording() {
+		prev, ok := w.resultsManager.Get(w.containerID)
+		changed = !ok || prev != result
 	}
 	w.resultsManager.Set(w.containerID, result, w.pod)
 	// W13
@@ -281,7 +286,7 @@ func (w *worker) probe(ctx context.Context, start time.Time, status *v1.PodStatu
 		w.onHold = true
 		w.resultRun = 0
 	}
-	endSpan(span, w, rep, result, true)
+	endSpan(span, w, rep, result, true, changed)
 	w.observe(start, duration, rep, result)
 }
 

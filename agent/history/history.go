@@ -1,0 +1,133 @@
+// Package history keeps the last results of every probe — time, duration,
+// verdict, message, never a response body (BR-22) — for the agent's
+// GET /pods/{namespace}/{name}/probes. It implements manager.Observer.
+package history
+
+import (
+	"sort"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/probed/probed/manager"
+	"github.com/probed/probed/runtime"
+)
+
+// Record is one executed probe run.
+type Record struct {
+	Time        time.Time `json:"time"`
+	DurationMS  float64   `json:"durationMs"`
+	Result      string    `json:"result"` // success, warning, failure, unknown, errored
+	Message     string    `json:"message,omitempty"`
+	Attempts    int       `json:"attempts"`
+	ContainerID string    `json:"containerID"`
+	// Cached is the worker's result after thresholds: Success, Failure or UNKNOWN.
+	Cached string `json:"cachedResult"`
+}
+
+// Probe is the history of one probe.
+type Probe struct {
+	Container string   `json:"container"`
+	Type      string   `json:"type"`    // liveness, readiness, startup
+	Handler   string   `json:"handler"` // http, tcp, exec, grpc or a plugin kind
+	Results   []Record `json:"results"` // oldest first
+	// LastFailure is the newest failed or errored record, kept even when
+	// it has left the ring.
+	LastFailure *Record `json:"lastFailure,omitempty"`
+}
+
+type key struct {
+	container string
+	typ       runtime.ProbeType
+}
+
+type ring struct {
+	handler     string
+	recs        []Record
+	next        int
+	full        bool
+	lastFailure *Record
+}
+
+// History holds up to Size records per probe.
+type History struct {
+	size int
+	mu   sync.Mutex
+	pods map[types.UID]map[key]*ring
+}
+
+// New returns a History keeping size records per probe (default 10).
+func New(size int) *History {
+	if size <= 0 {
+		size = 10
+	}
+	return &History{size: size, pods: map[types.UID]map[key]*ring{}}
+}
+
+// ProbeRan implements manager.Observer.
+func (h *History) ProbeRan(r manager.RunRecord) {
+	rec := Record{
+		Time:        r.Start,
+		DurationMS:  float64(r.Duration.Microseconds()) / 1000,
+		Result:      r.Result.String(),
+		Message:     r.Message,
+		Attempts:    r.Attempts,
+		ContainerID: r.ContainerID,
+		Cached:      r.Cached.String(),
+	}
+	if r.Err != nil {
+		rec.Result = "errored"
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	probes, ok := h.pods[r.PodUID]
+	if !ok {
+		probes = map[key]*ring{}
+		h.pods[r.PodUID] = probes
+	}
+	k := key{r.ContainerName, r.ProbeType}
+	rg, ok := probes[k]
+	if !ok {
+		rg = &ring{handler: r.Kind, recs: make([]Record, h.size)}
+		probes[k] = rg
+	}
+	rg.recs[rg.next] = rec
+	rg.next = (rg.next + 1) % h.size
+	if rg.next == 0 {
+		rg.full = true
+	}
+	if rec.Result == "failure" || rec.Result == "unknown" || rec.Result == "errored" {
+		f := rec
+		rg.lastFailure = &f
+	}
+}
+
+// Forget drops the history of a pod.
+func (h *History) Forget(uid types.UID) {
+	h.mu.Lock()
+	delete(h.pods, uid)
+	h.mu.Unlock()
+}
+
+// Pod returns the probes' histories of a pod, sorted by container and type.
+func (h *History) Pod(uid types.UID) []Probe {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := []Probe{}
+	for k, rg := range h.pods[uid] {
+		p := Probe{Container: k.container, Type: k.typ.Lower(), Handler: rg.handler, LastFailure: rg.lastFailure}
+		if rg.full {
+			p.Results = append(p.Results, rg.recs[rg.next:]...)
+		}
+		p.Results = append(p.Results, rg.recs[:rg.next]...)
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Container != out[j].Container {
+			return out[i].Container < out[j].Container
+		}
+		return out[i].Type < out[j].Type
+	})
+	return out
+}
