@@ -346,11 +346,14 @@ func TestPM8_UpdateReadiness(t *testing.T) {
 
 // M7c: a started container whose readiness result is missing or Failure
 // triggers a readiness run now (the manual-trigger path), without waiting
-// for its period.
+// for its period. (Within one period of the manager's start a worker's
+// first run waits for its spread phase instead, as the kubelet's start
+// jitter does, W3; BR-24 in test/cases covers that.)
 func TestM7c_UpdatePodStatusTriggersReadiness(t *testing.T) {
 	e := newTestEnv(t)
 	p := execProbe()
 	p.PeriodSeconds = 3600
+	e.step(3601 * time.Second) // the manager runs for longer than the period
 	pod := testPod(probeOf(runtime.Readiness, p))
 	e.status.set(testPodUID, runningStatus(e.clk.Now(), true))
 	e.m.AddPod(context.Background(), pod)

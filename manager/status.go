@@ -64,9 +64,14 @@ func (m *manager) readiness(pod *v1.Pod, c *v1.ContainerStatus) bool {
 		return true
 	}
 	w, exists := m.getWorker(pod.UID, c.Name, runtime.Readiness)
-	if exists {
+	if exists && (w.ran.Load() || m.clock.Since(m.start) >= w.period()) {
 		// Non-blocking and coalescing, like the kubelet's 1-slot
-		// manualTriggerCh.
+		// manualTriggerCh. Within one period of the manager's start a
+		// worker that has not run yet is waiting for its spread phase:
+		// the kubelet's worker sleeps its start jitter before it reads
+		// the trigger channel (W3). Running it now would fire every
+		// readiness probe of the node at once and keep them in
+		// lock-step, since a trigger re-arms the worker (BR-24).
 		m.sched.Trigger(w.id)
 	}
 	return !exists

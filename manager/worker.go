@@ -36,6 +36,7 @@ type worker struct {
 	lane            uint8
 
 	stopped atomic.Bool // W14: stop was signalled
+	ran     atomic.Bool // the scheduler has dispatched the worker at least once
 
 	// Run state (W5–W13).
 	containerID results.ContainerID
@@ -99,6 +100,7 @@ func (w *worker) stop() {
 func (w *worker) Run() {
 	m := w.m
 	defer m.runs.Done()
+	w.ran.Store(true)
 	if w.stopped.Load() || m.ctx.Err() != nil {
 		w.exit()
 		return

@@ -173,6 +173,9 @@ type PoolStats struct {
 	Capacity int `json:"capacity"` // the pool's size
 	Busy     int `json:"busy"`     // tasks running now
 	Waiting  int `json:"waiting"`  // submitters blocked on a full pool
+	// Workers counts the pool's live goroutines, idle ones included (ants
+	// keeps idle workers for a minute before it lets them go).
+	Workers int `json:"workers"`
 }
 
 // Stats returns the pool figures of every lane, indexed by lane.
@@ -182,46 +185,76 @@ func (r *Runtime) Stats() [NumLanes]PoolStats {
 		if p == nil {
 			continue
 		}
-		out[lane] = PoolStats{Capacity: p.Cap(), Busy: int(r.busy[lane].Load()), Waiting: p.Waiting()}
+		out[lane] = PoolStats{Capacity: p.Cap(), Busy: int(r.busy[lane].Load()), Waiting: p.Waiting(), Workers: p.Running()}
 	}
 	return out
 }
 
 // Prepared is a probe bound to its handler, built once per worker.
 type Prepared struct {
-	Spec   *Spec
+	Spec  *Spec
+	rt    *Runtime
+	bound atomic.Pointer[binding]
+	ref   *v1.ObjectReference
+}
+
+// binding is what a Prepared runs: a prober, or the preparation error
+// returned by every run (P5).
+type binding struct {
 	prober Prober
-	err    error // preparation error, returned by every run (P5)
-	ref    *v1.ObjectReference
+	err    error
+	// unresolved: no handler served the kind when the binding was made;
+	// the next Run looks the kind up again.
+	unresolved bool
 }
 
 // Err returns the preparation error, if any.
-func (p *Prepared) Err() error { return p.err }
+func (p *Prepared) Err() error { return p.bound.Load().err }
 
 // Prepare binds spec to the handler of spec.Kind. It never fails: a
 // missing handler (P4: "missing probe handler for <pod>:<container>"), an
 // unknown kind or a handler's Prepare error is kept and makes every run of
 // the probe errored, as the kubelet does for a probe it cannot run.
+//
+// A kind no handler serves yet ("no handler serves probe kind ...") is not
+// kept forever: every Run looks the kind up again, and once a handler is
+// registered for it (e.g. a plugin that started late) the probe is prepared
+// with it and runs normally from then on.
 func (r *Runtime) Prepare(spec *Spec) *Prepared {
-	p := &Prepared{Spec: spec, ref: containerRef(spec)}
+	p := &Prepared{Spec: spec, rt: r, ref: containerRef(spec)}
+	p.bound.Store(r.bind(spec))
+	return p
+}
+
+// bind resolves the handler of spec.Kind and prepares spec with it.
+func (r *Runtime) bind(spec *Spec) *binding {
 	if spec.Kind == "" {
-		p.err = fmt.Errorf("missing probe handler for %s:%s", podName(spec), containerName(spec))
-		return p
+		return &binding{err: fmt.Errorf("missing probe handler for %s:%s", podName(spec), containerName(spec))}
 	}
 	r.mu.RLock()
 	h, ok := r.handlers[spec.Kind]
 	r.mu.RUnlock()
 	if !ok {
-		p.err = fmt.Errorf("no handler serves probe kind %q", spec.Kind)
-		return p
+		return &binding{err: fmt.Errorf("no handler serves probe kind %q", spec.Kind), unresolved: true}
 	}
 	pr, err := h.Prepare(spec)
 	if err != nil {
-		p.err = err
-		return p
+		return &binding{err: err}
 	}
-	p.prober = pr
-	return p
+	return &binding{prober: pr}
+}
+
+// current returns the binding to run, re-resolving an unresolved kind.
+func (p *Prepared) current() *binding {
+	b := p.bound.Load()
+	if !b.unresolved || !p.rt.HasKind(p.Spec.Kind) {
+		return b
+	}
+	nb := p.rt.bind(p.Spec)
+	if p.bound.CompareAndSwap(b, nb) {
+		return nb
+	}
+	return p.bound.Load()
 }
 
 // Report is the outcome of one run.
@@ -239,14 +272,14 @@ type Report struct {
 // per attempt.
 func (r *Runtime) Run(ctx context.Context, p *Prepared, t Target) Report {
 	var rep Report
-	if p.err != nil {
-		rep = Report{Outcome: Outcome{Result: Unknown, ExitCode: -1}, Err: p.err, Attempts: MaxAttempts}
+	if b := p.current(); b.err != nil {
+		rep = Report{Outcome: Outcome{Result: Unknown, ExitCode: -1}, Err: b.err, Attempts: MaxAttempts}
 	} else {
 		timeout := p.Spec.Timeout()
 		for attempt := 1; attempt <= MaxAttempts; attempt++ {
 			t.Attempt = attempt
 			actx, cancel := context.WithTimeout(ctx, timeout)
-			out, err := p.prober.Probe(actx, t)
+			out, err := b.prober.Probe(actx, t)
 			cancel()
 			rep = Report{Outcome: out, Err: err, Attempts: attempt}
 			if err == nil || ctx.Err() != nil {

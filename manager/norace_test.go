@@ -1,0 +1,5 @@
+//go:build !race
+
+package manager
+
+const raceEnabled = false

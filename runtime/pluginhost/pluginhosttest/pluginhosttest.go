@@ -1,0 +1,145 @@
+// Package pluginhosttest helps tests that run real plugin binaries: it
+// builds them, provides a pod status provider for a manager, and checks
+// /proc for leftover processes. It is meant for _test.go files only.
+package pluginhosttest
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Build compiles main packages (import paths, or paths relative to the
+// working directory) into dir, each binary named after its package's last
+// path element. It builds with -race when the calling test binary has the
+// race detector, so the dependencies come from the same build cache entries
+// as the test's own.
+func Build(dir string, pkgs ...string) error {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(goruntime.GOROOT(), "bin", "go")
+	}
+	args := []string{"build", "-o", dir + string(filepath.Separator)}
+	if RaceEnabled {
+		args = append(args, "-race")
+	}
+	args = append(args, pkgs...)
+	cmd := exec.Command(goBin, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out.String())
+	}
+	return nil
+}
+
+// Alive reports whether process pid exists and is not a zombie.
+func Alive(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...; comm may hold spaces and parentheses.
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return false
+	}
+	return s[i+2] != 'Z' && s[i+2] != 'X'
+}
+
+// Children returns the live (non-zombie) processes whose parent is ppid
+// and whose executable lies in dir (any, when dir is "").
+func Children(ppid int, dir string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		s := string(data)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 || f[0] == "Z" || f[0] == "X" || f[1] != strconv.Itoa(ppid) {
+			continue
+		}
+		if dir != "" {
+			exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+			if err != nil || !strings.HasPrefix(exe, dir) {
+				continue
+			}
+		}
+		out = append(out, pid)
+	}
+	return out
+}
+
+// Statuses is a manager.StatusProvider backed by a map.
+type Statuses struct {
+	mu sync.Mutex
+	m  map[types.UID]v1.PodStatus
+}
+
+// GetPodStatus returns a copy of the status of uid.
+func (s *Statuses) GetPodStatus(uid types.UID) (v1.PodStatus, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.m[uid]
+	if !ok {
+		return v1.PodStatus{}, false
+	}
+	return *st.DeepCopy(), true
+}
+
+// Set stores the status of uid.
+func (s *Statuses) Set(uid types.UID, st v1.PodStatus) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[types.UID]v1.PodStatus{}
+	}
+	s.m[uid] = *st.DeepCopy()
+}
+
+// Pod returns a pod with one container "app" (ports: http 8080), the
+// given annotations, and a running, started status with pod IP 127.0.0.1
+// and container ID containerd://app-1.
+func Pod(uid types.UID, annotations map[string]string) (*v1.Pod, v1.PodStatus) {
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "pod-" + string(uid), Namespace: "default", UID: uid, Annotations: annotations},
+		Spec: v1.PodSpec{Containers: []v1.Container{{
+			Name:  "app",
+			Ports: []v1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+		}}},
+	}
+	started := true
+	status := v1.PodStatus{
+		Phase: v1.PodRunning,
+		PodIP: "127.0.0.1",
+		ContainerStatuses: []v1.ContainerStatus{{
+			Name:        "app",
+			ContainerID: "containerd://app-1",
+			Started:     &started,
+			State:       v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: metav1.Now()}},
+		}},
+	}
+	return pod, status
+}
