@@ -86,7 +86,13 @@ type Agent struct {
 
 	mu      sync.Mutex
 	current map[types.UID]*source.Pod // pods applied to the manager
-	restart sync.WaitGroup            // OnRestart commands in flight
+	// stopping holds the UIDs whose workers were stopped (pod removed or
+	// replaced) and may still exist, until when: workers exit
+	// asynchronously (M6) and AddPod skips a key whose worker still exists
+	// (M2), so while a UID is here a current pod with it gets AddPod again
+	// every readdInterval.
+	stopping map[types.UID]time.Time
+	restart  sync.WaitGroup // OnRestart commands in flight
 }
 
 // New builds an agent: it checks the options, opens the listener and builds
@@ -113,7 +119,7 @@ func New(opts Options) (*Agent, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	a := &Agent{opts: opts, log: opts.Logger, current: map[types.UID]*source.Pod{}}
+	a := &Agent{opts: opts, log: opts.Logger, current: map[types.UID]*source.Pod{}, stopping: map[types.UID]time.Time{}}
 	var err error
 	if a.src, err = source.New(source.Options{Dir: opts.ManifestDir, Logger: opts.Logger, Rescan: opts.Rescan}); err != nil {
 		return nil, err
@@ -208,12 +214,20 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer wg.Done()
 		t := time.NewTicker(a.opts.SyncFrequency)
 		defer t.Stop()
+		readd := time.NewTicker(readdInterval)
+		defer readd.Stop()
 		for {
 			select {
 			case <-runCtx.Done():
 				return
 			case <-t.C:
+				// The kubelet's periodic pod sync: AddPod again for every
+				// pod (it is idempotent, and recreates workers that ended,
+				// W5.2, W8), then regenerate the statuses.
+				a.addAll()
 				a.store.Resync()
+			case <-readd.C:
+				a.readdPending()
 			}
 		}
 	}()
@@ -243,9 +257,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	return err
 }
 
-// sync applies a snapshot of the directory: new pods are added, removed or
-// changed pods are stopped (StopLivenessAndStartup, RemovePod: the kubelet's
-// termination sequence, K5) and changed ones added anew.
+// sync applies a snapshot of the directory: new pods are added, removed
+// pods are stopped (StopLivenessAndStartup, RemovePod: the kubelet's
+// termination sequence, K5); a pod whose spec changed under the same UID
+// (metadata.uid set in its file) is stopped and added anew, since workers
+// keep the spec they were created with (M2); a pod whose manifest status
+// changed gets that status.
 func (a *Agent) sync(snap source.Snapshot) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -254,27 +271,34 @@ func (a *Agent) sync(snap source.Snapshot) {
 		if _, ok := snap.Pods[uid]; ok {
 			continue
 		}
-		a.mgr.StopLivenessAndStartup(cur.Pod)
-		a.mgr.RemovePod(cur.Pod)
+		a.stopLocked(cur.Pod)
 		a.store.Delete(uid)
 		delete(a.current, uid)
 		a.log.Info("pod removed", "pod", cur.Pod.Namespace+"/"+cur.Pod.Name, "podUID", string(uid), "file", cur.Source)
 	}
 	for uid, p := range snap.Pods {
 		cur, ok := a.current[uid]
-		if ok && cur.StatusHash == p.StatusHash {
-			continue
-		}
-		a.current[uid] = p
-		if !ok {
+		switch {
+		case !ok:
+			a.current[uid] = p
 			// Workers first, so the first status generation already knows
 			// the pod's probes (and triggers readiness at once, M7c).
 			a.mgr.AddPod(ctx, p.Pod)
 			pod := a.store.Put(p.Pod)
 			a.log.Info("pod added", "pod", pod.Namespace+"/"+pod.Name, "podUID", string(uid), "file", p.Source)
-		} else {
+		case cur.SpecHash != p.SpecHash:
+			a.stopLocked(cur.Pod)
+			a.current[uid] = p
 			pod := a.store.Put(p.Pod)
+			a.mgr.AddPod(ctx, p.Pod) // (again every readdInterval while the old workers exit)
+			a.log.Info("pod replaced from its manifest", "pod", pod.Namespace+"/"+pod.Name, "podUID", string(uid), "file", p.Source)
+		case cur.StatusHash != p.StatusHash:
+			a.current[uid] = p
+			pod := a.store.Put(p.Pod)
+			a.mgr.AddPod(ctx, p.Pod) // recreates workers that ended (W5.2, W8)
 			a.log.Info("pod status replaced from its manifest", "pod", pod.Namespace+"/"+pod.Name, "podUID", string(uid), "file", p.Source)
+		default:
+			a.current[uid] = p // same pod; keep the latest file/document
 		}
 	}
 	desired := make(map[types.UID]sets.Empty, len(a.current))
@@ -282,6 +306,56 @@ func (a *Agent) sync(snap source.Snapshot) {
 		desired[uid] = sets.Empty{}
 	}
 	a.mgr.CleanupPods(desired)
+}
+
+// readdInterval is how often AddPod is repeated for a pod whose UID has
+// workers still stopping.
+const readdInterval = 100 * time.Millisecond
+
+// stopLocked stops the pod's workers (the kubelet's termination sequence,
+// K5) and remembers its UID until they have surely exited: their in-flight
+// run (up to 3 attempts of the probe timeout, P2) plus slack. Caller holds
+// mu.
+func (a *Agent) stopLocked(pod *v1.Pod) {
+	a.mgr.StopLivenessAndStartup(pod)
+	a.mgr.RemovePod(pod)
+	maxTimeout := int32(1)
+	for _, cs := range [][]v1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
+		for i := range cs {
+			for _, pr := range []*v1.Probe{cs[i].LivenessProbe, cs[i].ReadinessProbe, cs[i].StartupProbe} {
+				if pr != nil && pr.TimeoutSeconds > maxTimeout {
+					maxTimeout = pr.TimeoutSeconds
+				}
+			}
+		}
+	}
+	a.stopping[pod.UID] = time.Now().Add(2*time.Second + 3*time.Duration(maxTimeout)*time.Second)
+}
+
+// readdPending calls AddPod again for current pods whose UID has workers
+// stopping, so that their new workers are created as soon as the old ones
+// have exited.
+func (a *Agent) readdPending() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := time.Now()
+	for uid, until := range a.stopping {
+		if p, ok := a.current[uid]; ok {
+			a.mgr.AddPod(context.Background(), p.Pod)
+		}
+		if now.After(until) {
+			delete(a.stopping, uid)
+		}
+	}
+}
+
+// addAll calls AddPod for every pod, as each kubelet pod sync does (M2).
+func (a *Agent) addAll() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, p := range a.current {
+		a.mgr.AddPod(context.Background(), p.Pod)
+	}
 }
 
 // onRestart records the kubelet's Killing event (K2) and runs the

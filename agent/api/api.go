@@ -106,9 +106,18 @@ const Redacted = "(redacted)"
 // httpHeaders value (Authorization, cookies, API keys ...) is redacted.
 var plainHeaders = map[string]bool{"Host": true, "Accept": true, "User-Agent": true, "Content-Type": true}
 
+// lastApplied is the annotation in which kubectl keeps a copy of the whole
+// applied manifest (env values and probe headers included); manifests
+// exported from a cluster carry it.
+const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+
 // redact removes what /pods must not show: the values of environment
-// variables and of probe headers that may carry credentials.
+// variables and of probe headers that may carry credentials, and kubectl's
+// copy of the manifest that holds them too.
 func redact(p *v1.Pod) {
+	if _, ok := p.Annotations[lastApplied]; ok {
+		p.Annotations[lastApplied] = Redacted
+	}
 	for _, cs := range [][]v1.Container{p.Spec.Containers, p.Spec.InitContainers} {
 		for i := range cs {
 			c := &cs[i]

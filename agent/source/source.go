@@ -250,9 +250,10 @@ func hashOf(v any) string {
 }
 
 // Watch calls apply with a new snapshot after each change of the directory
-// (file events, debounced) and every Rescan, until ctx is done. It scans
-// once before returning from its first iteration only when asked to by the
-// caller; callers usually Scan once themselves first.
+// (file events, debounced) and every Rescan, until ctx is done. Callers
+// usually Scan once themselves first; Watch applies one snapshot as soon as
+// the file watcher is in place, so that a change made between that Scan and
+// the start of the watch is not missed until the next rescan.
 func (s *Source) Watch(ctx context.Context, apply func(Snapshot)) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -270,8 +271,8 @@ func (s *Source) Watch(ctx context.Context, apply func(Snapshot)) error {
 	}
 	rescan := time.NewTicker(s.opts.Rescan)
 	defer rescan.Stop()
-	debounce := time.NewTimer(time.Hour)
-	debounce.Stop()
+	// The first scan runs once the watcher is registered (see above).
+	debounce := time.NewTimer(0)
 	defer debounce.Stop()
 	for {
 		select {

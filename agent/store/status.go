@@ -1,10 +1,14 @@
 package store
 
 import (
+	"fmt"
 	"log/slog"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/probed/probed/manager/results"
 )
 
 // initialStatus builds the runtime status of a pod as it is loaded: the
@@ -63,8 +67,26 @@ func completeStatuses(specs []v1.Container, given []v1.ContainerStatus, now meta
 		if st.Running != nil && st.Running.StartedAt.IsZero() {
 			st.Running.StartedAt = now
 		}
+		// A container that does not run is not ready: the kubelet
+		// generates its status afresh, and UpdatePodStatus leaves Ready
+		// of a not-started container untouched (M7b) — except completed
+		// regular init containers, which it marks Ready itself (M7h).
+		if st.Running == nil {
+			cs.Ready = false
+		}
 		if cs.ContainerID == "" && (st.Running != nil || st.Terminated != nil) {
 			cs.ContainerID = newContainerID()
+		}
+		// Results are keyed by the parsed ID (R2) and restarts match
+		// ContainerID.String(): an ID that is not "type://id" would parse
+		// to the empty ID, shared by every such container and never
+		// matched. Give it the store's runtime type, or a fresh ID.
+		if cs.ContainerID != "" && results.ParseContainerID(cs.ContainerID).String() != cs.ContainerID {
+			if id := "probed://" + cs.ContainerID; !strings.Contains(cs.ContainerID, "://") && !strings.Contains(cs.ContainerID, "\"") {
+				cs.ContainerID = id
+			} else {
+				cs.ContainerID = newContainerID()
+			}
 		}
 		out = append(out, *cs)
 	}
@@ -75,65 +97,145 @@ func isRestartable(c *v1.Container) bool {
 	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
 }
 
-// setConditions sets Initialized, ContainersReady, Ready and PodScheduled
-// the way the kubelet derives them from container readiness: ContainersReady
-// when every container (and restartable init container) is ready; Ready when
-// ContainersReady and every readiness gate is True.
+// setConditions sets PodScheduled, Initialized, ContainersReady and Ready
+// the way the kubelet derives them (pkg/kubelet/status/generate.go):
+//   - Initialized: every regular init container terminated with exit 0 and
+//     every restartable init container (sidecar) started, or any regular
+//     container already running or terminated (initialized before);
+//   - ContainersReady: every sidecar and every container ready (sidecars
+//     listed first in the message); False with reason PodFailed or
+//     PodCompleted in a terminal phase;
+//   - Ready: ContainersReady's status, reason and message when it is not
+//     True, else False with reason ReadinessGatesNotReady while a readiness
+//     gate's condition is missing or not True.
+//
+// st.Phase must already be set.
 func setConditions(pod *v1.Pod, st *v1.PodStatus, now metav1.Time) {
-	initialized := true
-	for i := range st.InitContainerStatuses {
-		cs := &st.InitContainerStatuses[i]
-		spec := specByName(pod.Spec.InitContainers, cs.Name)
-		if spec != nil && isRestartable(spec) {
+	setCondition(st, v1.PodScheduled, v1.ConditionTrue, "", "", now)
+
+	// Initialized.
+	var unknown, incomplete []string
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		cs := statusByName(st.InitContainerStatuses, c.Name)
+		switch {
+		case cs == nil:
+			unknown = append(unknown, c.Name)
+		case isRestartable(c):
 			if cs.Started == nil || !*cs.Started {
-				initialized = false
+				incomplete = append(incomplete, c.Name)
 			}
-			continue
-		}
-		if cs.State.Terminated == nil || cs.State.Terminated.ExitCode != 0 {
-			initialized = false
+		case cs.State.Terminated == nil || cs.State.Terminated.ExitCode != 0:
+			incomplete = append(incomplete, c.Name)
 		}
 	}
-	containersReady := initialized
-	var notReady []string
-	for i := range st.ContainerStatuses {
-		if !st.ContainerStatuses[i].Ready {
-			containersReady = false
-			notReady = append(notReady, st.ContainerStatuses[i].Name)
+	switch {
+	case st.Phase == v1.PodSucceeded && len(unknown) == 0:
+		setCondition(st, v1.PodInitialized, v1.ConditionTrue, "PodCompleted", "", now)
+	case anyRegularContainerStarted(st):
+		setCondition(st, v1.PodInitialized, v1.ConditionTrue, "", "", now)
+	default:
+		msg := joinMessages("containers with unknown status: ", unknown, "containers with incomplete status: ", incomplete)
+		if msg == "" {
+			setCondition(st, v1.PodInitialized, v1.ConditionTrue, "", "", now)
+		} else {
+			setCondition(st, v1.PodInitialized, v1.ConditionFalse, "ContainersNotInitialized", msg, now)
 		}
 	}
-	for i := range st.InitContainerStatuses {
-		cs := &st.InitContainerStatuses[i]
-		if spec := specByName(pod.Spec.InitContainers, cs.Name); spec != nil && isRestartable(spec) && !cs.Ready {
-			containersReady = false
-			notReady = append(notReady, cs.Name)
+
+	// ContainersReady: sidecars first, then containers, in spec order.
+	unknown, notReady := nil, []string(nil)
+	check := func(name string, all []v1.ContainerStatus) {
+		if cs := statusByName(all, name); cs == nil {
+			unknown = append(unknown, name)
+		} else if !cs.Ready {
+			notReady = append(notReady, name)
 		}
 	}
-	ready := containersReady
+	for i := range pod.Spec.InitContainers {
+		if isRestartable(&pod.Spec.InitContainers[i]) {
+			check(pod.Spec.InitContainers[i].Name, st.InitContainerStatuses)
+		}
+	}
+	for i := range pod.Spec.Containers {
+		check(pod.Spec.Containers[i].Name, st.ContainerStatuses)
+	}
+	crStatus, crReason, crMsg := v1.ConditionTrue, "", ""
+	switch {
+	case st.Phase == v1.PodFailed:
+		crStatus, crReason = v1.ConditionFalse, "PodFailed"
+	case st.Phase == v1.PodSucceeded && len(unknown) == 0:
+		crStatus, crReason = v1.ConditionFalse, "PodCompleted"
+	default:
+		if crMsg = joinMessages("containers with unknown status: ", unknown, "containers with unready status: ", notReady); crMsg != "" {
+			crStatus, crReason = v1.ConditionFalse, "ContainersNotReady"
+		}
+	}
+	setCondition(st, v1.ContainersReady, crStatus, crReason, crMsg, now)
+
+	// Ready.
+	if crStatus != v1.ConditionTrue {
+		setCondition(st, v1.PodReady, crStatus, crReason, crMsg, now)
+		return
+	}
+	var gates []string
 	for _, gate := range pod.Spec.ReadinessGates {
-		if !conditionTrue(st.Conditions, gate.ConditionType) {
-			ready = false
+		c := conditionOf(st.Conditions, gate.ConditionType)
+		if c == nil {
+			gates = append(gates, fmt.Sprintf("corresponding condition of pod readiness gate %q does not exist.", string(gate.ConditionType)))
+		} else if c.Status != v1.ConditionTrue {
+			gates = append(gates, fmt.Sprintf("the status of pod readiness gate %q is not \"True\", but %v", string(gate.ConditionType), c.Status))
 		}
 	}
-	setCondition(st, v1.PodScheduled, true, "", "", now)
-	setCondition(st, v1.PodInitialized, initialized, "ContainersNotInitialized", "containers with incomplete status", now)
-	msg := ""
-	if len(notReady) > 0 {
-		msg = "containers with unready status: " + bracket(notReady)
+	if len(gates) > 0 {
+		setCondition(st, v1.PodReady, v1.ConditionFalse, "ReadinessGatesNotReady", strings.Join(gates, ", "), now)
+		return
 	}
-	setCondition(st, v1.ContainersReady, containersReady, "ContainersNotReady", msg, now)
-	setCondition(st, v1.PodReady, ready, "ContainersNotReady", msg, now)
+	setCondition(st, v1.PodReady, v1.ConditionTrue, "", "", now)
 }
 
-func bracket(names []string) string {
-	s := "["
-	for i, n := range names {
-		if i > 0 {
-			s += " "
+// anyRegularContainerStarted is the kubelet's HasAnyRegularContainerStarted:
+// a regular container is running or has terminated.
+func anyRegularContainerStarted(st *v1.PodStatus) bool {
+	for i := range st.ContainerStatuses {
+		if s := st.ContainerStatuses[i].State; s.Running != nil || s.Terminated != nil {
+			return true
 		}
-		s += n
 	}
-	return s + "]"
+	return false
+}
+
+func statusByName(all []v1.ContainerStatus, name string) *v1.ContainerStatus {
+	for i := range all {
+		if all[i].Name == name {
+			return &all[i]
+		}
+	}
+	return nil
+}
+
+// joinMessages formats the kubelet's condition messages:
+// "<prefix1>[a b], <prefix2>[c]", leaving out empty lists.
+func joinMessages(prefix1 string, list1 []string, prefix2 string, list2 []string) string {
+	var parts []string
+	if len(list1) > 0 {
+		parts = append(parts, prefix1+bracket(list1))
+	}
+	if len(list2) > 0 {
+		parts = append(parts, prefix2+bracket(list2))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func bracket(names []string) string { return "[" + strings.Join(names, " ") + "]" }
+
+func conditionOf(conds []v1.PodCondition, t v1.PodConditionType) *v1.PodCondition {
+	for i := range conds {
+		if conds[i].Type == t {
+			return &conds[i]
+		}
+	}
+	return nil
 }
 
 func conditionTrue(conds []v1.PodCondition, t v1.PodConditionType) bool {
@@ -147,11 +249,7 @@ func conditionTrue(conds []v1.PodCondition, t v1.PodConditionType) bool {
 
 // setCondition sets a condition, moving LastTransitionTime only when the
 // status changes.
-func setCondition(st *v1.PodStatus, t v1.PodConditionType, ok bool, reason, msg string, now metav1.Time) {
-	status := v1.ConditionFalse
-	if ok {
-		status, reason, msg = v1.ConditionTrue, "", ""
-	}
+func setCondition(st *v1.PodStatus, t v1.PodConditionType, status v1.ConditionStatus, reason, msg string, now metav1.Time) {
 	for i := range st.Conditions {
 		c := &st.Conditions[i]
 		if c.Type != t {
@@ -179,6 +277,14 @@ func phase(pod *v1.Pod, st *v1.PodStatus) v1.PodPhase {
 	for i := range st.ContainerStatuses {
 		t := st.ContainerStatuses[i].State.Terminated
 		if t == nil {
+			allDone = false
+			break
+		}
+		// A terminated container that its restart policy restarts (e.g.
+		// a crash under restartPolicy Always) keeps the pod Running, as
+		// the kubelet's getPhase does; a terminal phase would end every
+		// probe worker of the pod (W5.2).
+		if spec := specByName(pod.Spec.Containers, st.ContainerStatuses[i].Name); spec != nil && shouldRestart(spec, &pod.Spec, t.ExitCode) {
 			allDone = false
 			break
 		}

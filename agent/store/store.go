@@ -229,11 +229,14 @@ func (s *Store) apply(u results.Update, probe string) {
 		s.mu.Unlock()
 		return // K1: updates for pods no longer known are ignored
 	}
+	// restartLocked changes e.status in place; the status before it is what
+	// the Started/Ready changes of the restart are logged against.
+	before := e.status.DeepCopy()
 	var restart *Restart
 	if u.Result == results.Failure && (probe == "liveness" || probe == "startup") {
 		restart = s.restartLocked(e, u.ContainerID.String(), probe)
 	}
-	s.regenerateLocked(e)
+	s.regenerateFromLocked(e, before)
 	s.mu.Unlock()
 	if restart != nil && s.opts.OnRestart != nil {
 		s.opts.OnRestart(*restart)
@@ -291,7 +294,11 @@ func (s *Store) restartLocked(e *entry, id, probe string) *Restart {
 // regenerateLocked is the kubelet's generateAPIPodStatus for the parts the
 // prober owns: Started/Ready via UpdatePodStatus (M7), then the
 // ContainersReady and Ready conditions and the phase. Caller holds mu.
-func (s *Store) regenerateLocked(e *entry) {
+func (s *Store) regenerateLocked(e *entry) { s.regenerateFromLocked(e, &e.status) }
+
+// regenerateFromLocked regenerates e's status; changes are logged (and
+// OnChange called) relative to before. Caller holds mu.
+func (s *Store) regenerateFromLocked(e *entry, before *v1.PodStatus) {
 	status := e.status.DeepCopy()
 	if s.prober != nil {
 		// UpdatePodStatus reads the pod's last published Ready condition
@@ -301,9 +308,9 @@ func (s *Store) regenerateLocked(e *entry) {
 		s.prober.UpdatePodStatus(context.Background(), &pod, status)
 	}
 	now := metav1.NewTime(s.clock.Now())
-	setConditions(e.pod, status, now)
 	status.Phase = phase(e.pod, status)
-	changed := logChanges(s.log, e.pod, &e.status, status)
+	setConditions(e.pod, status, now)
+	changed := logChanges(s.log, e.pod, before, status)
 	e.status = *status
 	if changed && s.opts.OnChange != nil {
 		s.opts.OnChange(e.pod, status.DeepCopy())

@@ -1,0 +1,352 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"go.uber.org/goleak"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/probed/probed/agent/api"
+	"github.com/probed/probed/agent/events"
+	"github.com/probed/probed/agent/store"
+	"github.com/probed/probed/manager"
+	"github.com/probed/probed/manager/results"
+)
+
+// IgnoreCurrent: ants starts its package-level default pool at init.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreCurrent()) }
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func get(t *testing.T, srv *httptest.Server, path string) (int, http.Header, []byte) {
+	t.Helper()
+	resp, err := srv.Client().Get(srv.URL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header, body
+}
+
+func secretPod() *v1.Pod {
+	probe := &v1.Probe{
+		ProbeHandler: v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{
+			Path: "/healthz", Port: intstr.FromInt32(8080), Scheme: v1.URISchemeHTTP,
+			HTTPHeaders: []v1.HTTPHeader{
+				{Name: "Authorization", Value: "Bearer SECRET-TOKEN-1"},
+				{Name: "host", Value: "app.example.test"},
+				{Name: "X-Api-Key", Value: "SECRET-KEY-2"},
+				{Name: "Accept", Value: "application/json"},
+			},
+		}},
+		TimeoutSeconds: 1, PeriodSeconds: 10, SuccessThreshold: 1, FailureThreshold: 3,
+	}
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns1", UID: "uid-web",
+			Annotations: map[string]string{
+				"team": "a",
+				// kubectl keeps the whole applied manifest here, env values
+				// and headers included.
+				"kubectl.kubernetes.io/last-applied-configuration": `{"spec":{"containers":[{"env":[{"name":"DB_PASSWORD","value":"SECRET-PASSWORD-3"}]}]}}`,
+			}},
+		Spec: v1.PodSpec{
+			RestartPolicy: v1.RestartPolicyAlways,
+			InitContainers: []v1.Container{{Name: "side", Image: "side", RestartPolicy: func() *v1.ContainerRestartPolicy {
+				p := v1.ContainerRestartPolicyAlways
+				return &p
+			}(), Env: []v1.EnvVar{{Name: "SIDE_SECRET", Value: "SECRET-SIDE-4"}}}},
+			Containers: []v1.Container{{
+				Name: "app", Image: "app",
+				Env: []v1.EnvVar{
+					{Name: "DB_PASSWORD", Value: "SECRET-PASSWORD-3"},
+					{Name: "FROM_SECRET", ValueFrom: &v1.EnvVarSource{SecretKeyRef: &v1.SecretKeySelector{
+						LocalObjectReference: v1.LocalObjectReference{Name: "db"}, Key: "password"}}},
+					{Name: "EMPTY"},
+				},
+				ReadinessProbe: probe,
+				LivenessProbe:  probe.DeepCopy(),
+			}},
+		},
+	}
+}
+
+// TestPods_PodListWithStatusesRedacted: /pods is a v1.PodList (kind
+// PodList, apiVersion v1) of the pods with their current statuses; env
+// values and the values of probe headers that may carry credentials are
+// redacted (Host and Accept are kept), as is kubectl's last-applied copy of
+// the manifest; the store itself is not changed.
+func TestPods_PodListWithStatusesRedacted(t *testing.T) {
+	st := store.New(store.Options{Logger: quiet()})
+	st.Put(secretPod())
+	st.Put(&v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "aaa", Namespace: "ns1", UID: "uid-aaa"},
+		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Image: "c"}}}})
+	srv := httptest.NewServer(api.New(api.Options{Pods: st}))
+	defer srv.Close()
+
+	code, hdr, body := get(t, srv, "/pods")
+	if code != 200 || !strings.HasPrefix(hdr.Get("Content-Type"), "application/json") {
+		t.Fatalf("GET /pods = %d %s", code, hdr.Get("Content-Type"))
+	}
+	for _, secret := range []string{"SECRET-TOKEN-1", "SECRET-KEY-2", "SECRET-PASSWORD-3", "SECRET-SIDE-4"} {
+		if strings.Contains(string(body), secret) {
+			t.Errorf("/pods shows %s", secret)
+		}
+	}
+	var list v1.PodList
+	if err := json.Unmarshal(body, &list); err != nil {
+		t.Fatal(err)
+	}
+	if list.Kind != "PodList" || list.APIVersion != "v1" {
+		t.Errorf("kind/apiVersion = %q/%q", list.Kind, list.APIVersion)
+	}
+	if len(list.Items) != 2 || list.Items[0].Name != "aaa" || list.Items[1].Name != "web" {
+		t.Fatalf("items = %d, want aaa then web", len(list.Items))
+	}
+	web := list.Items[1]
+	if web.Status.Phase != v1.PodRunning || web.Status.PodIP != "127.0.0.1" || len(web.Status.ContainerStatuses) != 1 ||
+		web.Status.ContainerStatuses[0].ContainerID == "" || len(web.Status.Conditions) == 0 {
+		t.Errorf("status missing: %+v", web.Status)
+	}
+	env := web.Spec.Containers[0].Env
+	if env[0].Value != api.Redacted || env[1].ValueFrom == nil || env[1].ValueFrom.SecretKeyRef.Name != "db" || env[2].Value != "" {
+		t.Errorf("env = %+v", env)
+	}
+	if v := web.Spec.InitContainers[0].Env[0].Value; v != api.Redacted {
+		t.Errorf("sidecar env = %q", v)
+	}
+	for _, p := range []*v1.Probe{web.Spec.Containers[0].ReadinessProbe, web.Spec.Containers[0].LivenessProbe} {
+		want := []string{api.Redacted, "app.example.test", api.Redacted, "application/json"}
+		for i, h := range p.HTTPGet.HTTPHeaders {
+			if h.Value != want[i] {
+				t.Errorf("header %s = %q, want %q", h.Name, h.Value, want[i])
+			}
+		}
+	}
+	if web.Annotations["team"] != "a" {
+		t.Errorf("annotations = %v", web.Annotations)
+	}
+	// The store keeps the real values.
+	for _, p := range st.Pods() {
+		if p.Name == "web" && p.Spec.Containers[0].Env[0].Value != "SECRET-PASSWORD-3" {
+			t.Error("redaction changed the store")
+		}
+	}
+	if _, _, again := get(t, srv, "/pods"); string(again) != string(body) {
+		t.Error("/pods differs on a second request")
+	}
+}
+
+// TestPods_EmptyList: no pods → an empty items list, not null.
+func TestPods_EmptyList(t *testing.T) {
+	srv := httptest.NewServer(api.New(api.Options{Pods: store.New(store.Options{Logger: quiet()})}))
+	defer srv.Close()
+	_, _, body := get(t, srv, "/pods")
+	var raw map[string]any
+	if err := json.Unmarshal(body, &raw); err != nil {
+		t.Fatal(err)
+	}
+	if items, ok := raw["items"].([]any); !ok || len(items) != 0 {
+		t.Errorf("items = %v, want []", raw["items"])
+	}
+}
+
+// TestHealthz: ok by default; 503 with the reason when Healthy fails; only GET.
+func TestHealthz(t *testing.T) {
+	var unhealthy error
+	srv := httptest.NewServer(api.New(api.Options{Pods: store.New(store.Options{Logger: quiet()}),
+		Healthy: func() error { return unhealthy }}))
+	defer srv.Close()
+	if code, _, body := get(t, srv, "/healthz"); code != 200 || string(body) != "ok" {
+		t.Errorf("/healthz = %d %q", code, body)
+	}
+	unhealthy = errors.New("scheduler stalled")
+	if code, _, body := get(t, srv, "/healthz"); code != http.StatusServiceUnavailable || !strings.Contains(string(body), "scheduler stalled") {
+		t.Errorf("/healthz = %d %q, want 503 with the reason", code, body)
+	}
+	resp, err := srv.Client().Post(srv.URL+"/healthz", "text/plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("POST /healthz = %d, want 405", resp.StatusCode)
+	}
+}
+
+// TestX1_X3_ProbeMetricsEndpoint: /metrics/probes serves the kubelet's
+// prober_probe_total with exactly its labels (probe_type, result,
+// container, pod, namespace, pod_uid) and prober_probe_duration_seconds
+// (no result, no pod_uid), counting real probe runs; /metrics serves the
+// runtime's own registry; /debug/scheduler the manager's figures.
+func TestX1_X3_ProbeMetricsEndpoint(t *testing.T) {
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	defer target.Close()
+	_, portStr, _ := net.SplitHostPort(target.Listener.Addr().String())
+	port, _ := strconv.Atoi(portStr)
+
+	st := store.New(store.Options{Logger: quiet()})
+	probeReg, reg := prometheus.NewRegistry(), prometheus.NewRegistry()
+	live, ready, start := results.NewManager(), results.NewManager(), results.NewManager()
+	mgr, err := manager.New(manager.Options{Status: st, Liveness: live, Readiness: ready, Startup: start,
+		MetricsRegisterer: probeReg, RuntimeMetricsRegisterer: reg, Logger: quiet(), PoolSize: 8, ExecPoolSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.SetProber(mgr)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); st.Run(ctx, live, ready, start) }()
+	defer func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer ccancel()
+		if err := mgr.Close(cctx); err != nil {
+			t.Error(err)
+		}
+		cancel()
+		<-done
+	}()
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-7d4b9c6f5-x2x9z", Namespace: "ns1", UID: "uid-metrics"},
+		Spec: v1.PodSpec{RestartPolicy: v1.RestartPolicyAlways, Containers: []v1.Container{{Name: "app", Image: "app",
+			ReadinessProbe: &v1.Probe{
+				ProbeHandler:   v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{Path: "/r", Port: intstr.FromInt32(int32(port)), Scheme: v1.URISchemeHTTP}},
+				TimeoutSeconds: 1, PeriodSeconds: 1, SuccessThreshold: 1, FailureThreshold: 3,
+			}}}},
+	}
+	mgr.AddPod(context.Background(), pod)
+	st.Put(pod) // triggers the readiness probe now (M7c)
+
+	srv := httptest.NewServer(api.New(api.Options{Pods: st, ProbeMetrics: probeReg, Metrics: reg,
+		Debug: func() any { s, _ := manager.StatsOf(mgr); return s }}))
+	defer srv.Close()
+
+	var total *dto.MetricFamily
+	var families map[string]*dto.MetricFamily
+	deadline := time.Now().Add(5 * time.Second)
+	for total == nil {
+		code, _, body := get(t, srv, "/metrics/probes")
+		if code != 200 {
+			t.Fatalf("/metrics/probes = %d", code)
+		}
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		families, err = parser.TextToMetricFamilies(strings.NewReader(string(body)))
+		if err != nil {
+			t.Fatalf("parsing /metrics/probes: %v\n%s", err, body)
+		}
+		total = families["prober_probe_total"]
+		if total == nil && time.Now().After(deadline) {
+			t.Fatalf("no prober_probe_total in\n%s", body)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if total.GetType() != dto.MetricType_COUNTER || len(total.Metric) != 1 {
+		t.Fatalf("prober_probe_total = %v", total)
+	}
+	want := map[string]string{"probe_type": "Readiness", "result": "successful", "container": "app",
+		"pod": "web-7d4b9c6f5-x2x9z", "namespace": "ns1", "pod_uid": "uid-metrics"}
+	got := map[string]string{}
+	for _, l := range total.Metric[0].Label {
+		got[l.GetName()] = l.GetValue()
+	}
+	if len(got) != len(want) {
+		t.Errorf("labels = %v, want exactly %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("label %s = %q, want %q", k, got[k], v)
+		}
+	}
+	if v := total.Metric[0].GetCounter().GetValue(); v < 1 {
+		t.Errorf("counter = %v", v)
+	}
+	dur := families["prober_probe_duration_seconds"]
+	if dur == nil || dur.GetType() != dto.MetricType_HISTOGRAM || len(dur.Metric) != 1 {
+		t.Fatalf("prober_probe_duration_seconds = %v", dur)
+	}
+	got = map[string]string{}
+	for _, l := range dur.Metric[0].Label {
+		got[l.GetName()] = l.GetValue()
+	}
+	if len(got) != 4 || got["probe_type"] != "Readiness" || got["container"] != "app" || got["pod"] != "web-7d4b9c6f5-x2x9z" || got["namespace"] != "ns1" {
+		t.Errorf("duration labels = %v", got)
+	}
+	for name := range families {
+		if !strings.HasPrefix(name, "prober_") && !strings.HasPrefix(name, "process_") {
+			t.Errorf("/metrics/probes serves %s (X3: its own registry)", name)
+		}
+	}
+	if code, _, body := get(t, srv, "/metrics"); code != 200 || strings.Contains(string(body), "prober_probe_total") {
+		t.Errorf("/metrics = %d, serves prober_probe_total: %v", code, strings.Contains(string(body), "prober_probe_total"))
+	}
+
+	code, hdr, body := get(t, srv, "/debug/scheduler")
+	var stats manager.Stats
+	if err := json.Unmarshal(body, &stats); code != 200 || err != nil || !strings.HasPrefix(hdr.Get("Content-Type"), "application/json") {
+		t.Fatalf("/debug/scheduler = %d %v %s", code, err, body)
+	}
+	if stats.Entries != 1 || stats.Dispatched == 0 || stats.Started.IsZero() {
+		t.Errorf("stats = %+v, want 1 entry and dispatched runs", stats)
+	}
+}
+
+// TestK4_EventsJSON: /events lists the recorded events oldest first as
+// JSON, repeated identical events folded with a count.
+func TestK4_EventsJSON(t *testing.T) {
+	rec := events.New(10, quiet(), nil)
+	ref := &v1.ObjectReference{Kind: "Pod", Namespace: "ns1", Name: "web", UID: "uid-web", FieldPath: "spec.containers{app}"}
+	rec.Eventf(ref, v1.EventTypeWarning, "Unhealthy", "Readiness probe failed: %s", "HTTP probe failed with statuscode: 500")
+	rec.Eventf(ref, v1.EventTypeWarning, "Unhealthy", "Readiness probe failed: %s", "HTTP probe failed with statuscode: 500")
+	rec.Eventf(ref, v1.EventTypeNormal, "Killing", "Container app failed liveness probe, will be restarted")
+	srv := httptest.NewServer(api.New(api.Options{Pods: store.New(store.Options{Logger: quiet()}), Events: rec}))
+	defer srv.Close()
+	code, hdr, body := get(t, srv, "/events")
+	if code != 200 || !strings.HasPrefix(hdr.Get("Content-Type"), "application/json") {
+		t.Fatalf("/events = %d", code)
+	}
+	var out struct {
+		Events []events.Event `json:"events"`
+	}
+	if err := json.Unmarshal(body, &out); err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Events) != 2 {
+		t.Fatalf("events = %+v, want 2", out.Events)
+	}
+	e0, e1 := out.Events[0], out.Events[1]
+	if e0.Type != "Warning" || e0.Reason != "Unhealthy" || e0.Message != "Readiness probe failed: HTTP probe failed with statuscode: 500" ||
+		e0.Count != 2 || e0.Namespace != "ns1" || e0.Pod != "web" || e0.PodUID != "uid-web" || e0.FieldPath != "spec.containers{app}" {
+		t.Errorf("event 0 = %+v", e0)
+	}
+	if e1.Type != "Normal" || e1.Reason != "Killing" || e1.Count != 1 {
+		t.Errorf("event 1 = %+v", e1)
+	}
+	// Without a recorder or a debug function the endpoints do not exist.
+	bare := httptest.NewServer(api.New(api.Options{Pods: store.New(store.Options{Logger: quiet()})}))
+	defer bare.Close()
+	for _, p := range []string{"/events", "/debug/scheduler", "/metrics/probes", "/metrics"} {
+		if code, _, _ := get(t, bare, p); code != http.StatusNotFound {
+			t.Errorf("%s without its source = %d, want 404", p, code)
+		}
+	}
+}

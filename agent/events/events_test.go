@@ -1,0 +1,100 @@
+package events_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/probed/probed/agent/events"
+)
+
+// IgnoreCurrent: ants starts its package-level default pool at init.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreCurrent()) }
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func ref(container string) *v1.ObjectReference {
+	return &v1.ObjectReference{Kind: "Pod", Namespace: "ns1", Name: "web", UID: "uid-1", FieldPath: "spec.containers{" + container + "}"}
+}
+
+// TestK4_RecorderKeepsEventsAndFoldsRepeats: events keep the kubelet's
+// type, reason and message and the object; consecutive identical events
+// (same object, reason, message) fold into one with a count and the last
+// time; a different container or message is a new event.
+func TestK4_RecorderKeepsEventsAndFoldsRepeats(t *testing.T) {
+	clk := testingclock.NewFakePassiveClock(t0)
+	var logs bytes.Buffer
+	r := events.New(10, slog.New(slog.NewJSONHandler(&logs, nil)), clk)
+	r.Eventf(ref("app"), v1.EventTypeWarning, "Unhealthy", "Liveness probe failed: %s", "dial tcp 127.0.0.1:1: connect: connection refused")
+	clk.SetTime(t0.Add(time.Second))
+	r.Eventf(ref("app"), v1.EventTypeWarning, "Unhealthy", "Liveness probe failed: %s", "dial tcp 127.0.0.1:1: connect: connection refused")
+	r.Eventf(ref("other"), v1.EventTypeWarning, "Unhealthy", "Liveness probe failed: %s", "dial tcp 127.0.0.1:1: connect: connection refused")
+	r.Eventf(ref("app"), v1.EventTypeNormal, "Killing", "Container app failed liveness probe, will be restarted")
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns1", UID: "uid-1"}}
+	r.Eventf(pod, v1.EventTypeWarning, "ProbeWarning", "Readiness probe warning: %s", "Probe terminated redirects")
+
+	got := r.List()
+	if len(got) != 4 {
+		t.Fatalf("events = %+v, want 4", got)
+	}
+	if e := got[0]; e.Count != 2 || !e.Time.Equal(t0.Add(time.Second)) || e.Type != "Warning" || e.Reason != "Unhealthy" ||
+		e.Message != "Liveness probe failed: dial tcp 127.0.0.1:1: connect: connection refused" || e.FieldPath != "spec.containers{app}" ||
+		e.Pod != "web" || e.Namespace != "ns1" || e.PodUID != "uid-1" {
+		t.Errorf("folded event = %+v", e)
+	}
+	if got[1].FieldPath != "spec.containers{other}" || got[1].Count != 1 {
+		t.Errorf("event 1 = %+v", got[1])
+	}
+	if got[2].Reason != "Killing" || got[2].Type != "Normal" {
+		t.Errorf("event 2 = %+v", got[2])
+	}
+	if got[3].Pod != "web" || got[3].PodUID != "uid-1" || got[3].FieldPath != "" {
+		t.Errorf("event about a *v1.Pod = %+v", got[3])
+	}
+	// One log line per Eventf, Warning at WARN, Normal at INFO.
+	levels := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatal(err)
+		}
+		levels[fmt.Sprint(rec["level"], "/", rec["reason"])]++
+	}
+	if levels["WARN/Unhealthy"] != 3 || levels["INFO/Killing"] != 1 || levels["WARN/ProbeWarning"] != 1 {
+		t.Errorf("log lines by level/reason = %v", levels)
+	}
+}
+
+// TestRecorderIsBounded: the ring keeps the last Size events, oldest first.
+func TestRecorderIsBounded(t *testing.T) {
+	r := events.New(3, slog.New(slog.DiscardHandler), nil)
+	if got := r.List(); len(got) != 0 {
+		t.Fatalf("new recorder lists %v", got)
+	}
+	for i := range 7 {
+		r.Eventf(ref("app"), v1.EventTypeWarning, "Unhealthy", "Readiness probe failed: %d", i)
+	}
+	got := r.List()
+	if len(got) != 3 {
+		t.Fatalf("%d events, want 3", len(got))
+	}
+	for i, e := range got {
+		if want := fmt.Sprintf("Readiness probe failed: %d", i+4); e.Message != want {
+			t.Errorf("event %d = %q, want %q", i, e.Message, want)
+		}
+	}
+	// Folding works across the ring's wrap.
+	r.Eventf(ref("app"), v1.EventTypeWarning, "Unhealthy", "Readiness probe failed: %d", 6)
+	if got := r.List(); len(got) != 3 || got[2].Count != 2 {
+		t.Errorf("after a repeat: %+v", got)
+	}
+}
