@@ -24,12 +24,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/probed/probed/agent/api"
 	"github.com/probed/probed/agent/events"
+	"github.com/probed/probed/agent/history"
 	"github.com/probed/probed/agent/source"
 	"github.com/probed/probed/agent/store"
 	"github.com/probed/probed/manager"
@@ -64,6 +66,12 @@ type Options struct {
 	SyncFrequency time.Duration
 	// Rescan is the interval of full manifest-directory rescans; default 30 s.
 	Rescan time.Duration
+	// History is the number of results kept per probe for
+	// GET /pods/{namespace}/{name}/probes; default 10.
+	History int
+	// TracerProvider receives one span per executed probe; nil: the
+	// global provider (a no-op unless one was set, see agent/telemetry).
+	TracerProvider trace.TracerProvider
 	// Logger; nil: slog.Default().
 	Logger *slog.Logger
 }
@@ -73,6 +81,7 @@ type Agent struct {
 	opts   Options
 	log    *slog.Logger
 	events *events.Recorder
+	hist   *history.History
 	rt     *runtime.Runtime
 	mgr    manager.Manager
 	store  *store.Store
@@ -125,6 +134,7 @@ func New(opts Options) (*Agent, error) {
 		return nil, err
 	}
 	a.events = events.New(1000, opts.Logger, nil)
+	a.hist = history.New(opts.History)
 	a.probeReg = prometheus.NewRegistry()
 	a.probeReg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.reg = prometheus.NewRegistry()
@@ -154,6 +164,8 @@ func New(opts Options) (*Agent, error) {
 		MetricsRegisterer:        a.probeReg,
 		RuntimeMetricsRegisterer: a.reg,
 		Logger:                   opts.Logger,
+		Observer:                 a.hist,
+		TracerProvider:           opts.TracerProvider,
 	})
 	if err != nil {
 		_ = a.rt.Close(context.Background())
@@ -182,7 +194,22 @@ func (a *Agent) Handler() http.Handler {
 			st, _ := manager.StatsOf(a.mgr)
 			return st
 		},
+		History: func(namespace, name string) (any, bool) {
+			pod, ok := a.store.PodByName(namespace, name)
+			if !ok {
+				return nil, false
+			}
+			return PodHistory{Namespace: namespace, Name: name, UID: string(pod.UID), Probes: a.hist.Pod(pod.UID)}, true
+		},
 	})
+}
+
+// PodHistory is the body of GET /pods/{namespace}/{name}/probes.
+type PodHistory struct {
+	Namespace string          `json:"namespace"`
+	Name      string          `json:"name"`
+	UID       string          `json:"uid"`
+	Probes    []history.Probe `json:"probes"`
 }
 
 // Run probes until ctx is done, then shuts down: it stops reading the
@@ -273,6 +300,7 @@ func (a *Agent) sync(snap source.Snapshot) {
 		}
 		a.stopLocked(cur.Pod)
 		a.store.Delete(uid)
+		a.hist.Forget(uid)
 		delete(a.current, uid)
 		a.log.Info("pod removed", "pod", cur.Pod.Namespace+"/"+cur.Pod.Name, "podUID", string(uid), "file", cur.Source)
 	}

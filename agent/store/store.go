@@ -123,6 +123,18 @@ func (s *Store) Pod(uid types.UID) (*v1.Pod, bool) {
 	return withStatus(e), true
 }
 
+// PodByName returns a copy of the pod namespace/name with its status.
+func (s *Store) PodByName(namespace, name string) (*v1.Pod, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, e := range s.pods {
+		if e.pod.Namespace == namespace && e.pod.Name == name {
+			return withStatus(e), true
+		}
+	}
+	return nil, false
+}
+
 // Pods returns copies of all pods with their statuses, sorted by
 // namespace and name.
 func (s *Store) Pods() []*v1.Pod {

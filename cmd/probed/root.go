@@ -18,6 +18,8 @@ import (
 
 	"github.com/probed/probed/agent"
 	"github.com/probed/probed/agent/check"
+	"github.com/probed/probed/agent/statusview"
+	"github.com/probed/probed/agent/telemetry"
 	"github.com/probed/probed/examples"
 )
 
@@ -54,7 +56,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newRunCmd(stderr), newCheckCmd(stdout, stderr), &cobra.Command{
+	root.AddCommand(newRunCmd(stderr), newCheckCmd(stdout, stderr), newStatusCmd(stdout), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), "probed", version) },
@@ -87,6 +89,7 @@ func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 func newRunCmd(stderr io.Writer) *cobra.Command {
 	var opts agent.Options
 	var logs logFlags
+	var tel telemetry.Options
 	var runFor time.Duration
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -112,6 +115,20 @@ pods' statuses on --listen (GET /pods, /healthz, /metrics/probes, /metrics,
 				log.Info("no --manifests given: running the bundled examples", "dir", dir)
 				opts.ManifestDir = dir
 			}
+			tel.ServiceVersion = version
+			tp, err := telemetry.Setup(cmd.Context(), tel)
+			if err != nil {
+				return err
+			}
+			defer func() {
+				// Flush the spans of the last probes on exit.
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				if err := tp.Shutdown(ctx); err != nil {
+					log.Warn("flushing traces", "err", err)
+				}
+			}()
+			opts.TracerProvider = tp
 			a, err := agent.New(opts)
 			if err != nil {
 				return err
@@ -138,7 +155,33 @@ pods' statuses on --listen (GET /pods, /healthz, /metrics/probes, /metrics,
 	f.DurationVar(&opts.SyncFrequency, "sync-frequency", time.Minute, "interval of full pod status regenerations (as the kubelet's --sync-frequency)")
 	f.DurationVar(&opts.Rescan, "rescan-interval", 30*time.Second, "interval of full manifest-directory rescans (besides file events)")
 	f.DurationVar(&runFor, "for", 0, "stop after this long (0: run until SIGINT or SIGTERM)")
+	f.IntVar(&opts.History, "history", 10, "results kept per probe for GET /pods/{namespace}/{name}/probes")
+	f.StringVar(&tel.Exporter, "otel-traces-exporter", "", "traces exporter: none, console or otlp (default: $OTEL_TRACES_EXPORTER, else none)")
+	f.StringVar(&tel.Endpoint, "otel-endpoint", "", "OTLP endpoint, host:port (plaintext) or URL (default: $OTEL_EXPORTER_OTLP_ENDPOINT)")
+	f.StringVar(&tel.Protocol, "otel-protocol", "", "OTLP protocol: grpc or http/protobuf (default: $OTEL_EXPORTER_OTLP_PROTOCOL, else grpc)")
+	f.StringVar(&tel.Sampler, "otel-sampler", "", "traces sampler (default: $OTEL_TRACES_SAMPLER, else probed_default: every failed, errored or changed probe and a ratio of the rest)")
+	f.StringVar(&tel.SamplerArg, "otel-sampler-arg", "", "sampler ratio (default: $OTEL_TRACES_SAMPLER_ARG, else 0.01 for probed_default)")
+	f.StringVar(&tel.NodeName, "node-name", hostname(), "node name, for the k8s.node.name resource attribute")
 	logs.add(cmd)
+	return cmd
+}
+
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
+}
+
+func newStatusCmd(stdout io.Writer) *cobra.Command {
+	var server string
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Print the pods of a running probed like kubectl get pods (READY, STARTED, RESTARTS, last failure)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return statusview.Print(cmd.Context(), statusview.Options{Server: server}, stdout)
+		},
+	}
+	cmd.Flags().StringVar(&server, "server", "http://127.0.0.1:8089", "the agent's API")
 	return cmd
 }
 

@@ -1,0 +1,144 @@
+// Package statusview prints the pods of a running agent like `kubectl get
+// pods`: `probed status`. It reads GET /pods and, per pod, GET
+// /pods/{namespace}/{name}/probes for the last failure.
+package statusview
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/probed/probed/agent/history"
+)
+
+// Options configure Print.
+type Options struct {
+	// Server is the agent's API base URL, e.g. http://127.0.0.1:8089.
+	Server string
+	// Client; nil: a client with a 10 s timeout.
+	Client *http.Client
+	// Now for the AGE column; nil: time.Now.
+	Now func() time.Time
+}
+
+// Print writes the table: NAMESPACE NAME READY STARTED RESTARTS STATUS AGE
+// LAST FAILURE. READY and STARTED count containers (and sidecars) as
+// ready/total and started/total.
+func Print(ctx context.Context, opts Options, out io.Writer) error {
+	if opts.Client == nil {
+		opts.Client = &http.Client{Timeout: 10 * time.Second}
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	base := strings.TrimRight(opts.Server, "/")
+	var list v1.PodList
+	if err := getJSON(ctx, opts.Client, base+"/pods", &list); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAMESPACE\tNAME\tREADY\tSTARTED\tRESTARTS\tSTATUS\tAGE\tLAST FAILURE")
+	for i := range list.Items {
+		p := &list.Items[i]
+		var hist struct {
+			Probes []history.Probe `json:"probes"`
+		}
+		lastFailure := ""
+		if err := getJSON(ctx, opts.Client, fmt.Sprintf("%s/pods/%s/%s/probes", base, p.Namespace, p.Name), &hist); err == nil {
+			lastFailure = newestFailure(hist.Probes)
+		}
+		ready, started, total, restarts := 0, 0, 0, int32(0)
+		statuses := append([]v1.ContainerStatus{}, p.Status.ContainerStatuses...)
+		for j := range p.Status.InitContainerStatuses {
+			if isSidecar(p, p.Status.InitContainerStatuses[j].Name) {
+				statuses = append(statuses, p.Status.InitContainerStatuses[j])
+			}
+		}
+		for _, cs := range statuses {
+			total++
+			if cs.Ready {
+				ready++
+			}
+			if cs.Started != nil && *cs.Started {
+				started++
+			}
+			restarts += cs.RestartCount
+		}
+		age := "-"
+		if p.Status.StartTime != nil {
+			age = opts.Now().Sub(p.Status.StartTime.Time).Round(time.Second).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d/%d\t%d\t%s\t%s\t%s\n", p.Namespace, p.Name, ready, total, started, total, restarts,
+			phase(p), age, lastFailure)
+	}
+	return tw.Flush()
+}
+
+func isSidecar(p *v1.Pod, name string) bool {
+	for _, c := range p.Spec.InitContainers {
+		if c.Name == name {
+			return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
+		}
+	}
+	return false
+}
+
+// phase is the pod's phase, or NotReady/Running from its Ready condition.
+func phase(p *v1.Pod) string {
+	if p.Status.Phase != v1.PodRunning {
+		return string(p.Status.Phase)
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == v1.PodReady && c.Status != v1.ConditionTrue {
+			return "NotReady"
+		}
+	}
+	return "Running"
+}
+
+// newestFailure formats the most recent failed or errored probe run of a
+// pod: "<container> <type>: <message> (<age>)".
+func newestFailure(probes []history.Probe) string {
+	var best *history.Record
+	var who string
+	for i := range probes {
+		if f := probes[i].LastFailure; f != nil && (best == nil || f.Time.After(best.Time)) {
+			best = f
+			who = probes[i].Container + " " + probes[i].Type
+		}
+	}
+	if best == nil {
+		return ""
+	}
+	msg := best.Message
+	if msg == "" {
+		msg = best.Result
+	}
+	if len(msg) > 80 {
+		msg = msg[:80] + "…"
+	}
+	return fmt.Sprintf("%s: %s (%s)", who, strings.ReplaceAll(msg, "\n", " "), best.Time.UTC().Format(time.RFC3339))
+}
+
+func getJSON(ctx context.Context, c *http.Client, url string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return fmt.Errorf("cannot reach the agent: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(v)
+}
