@@ -33,6 +33,7 @@ import (
 	"github.com/probed/probed/agent/events"
 	"github.com/probed/probed/agent/history"
 	"github.com/probed/probed/agent/source"
+	"github.com/probed/probed/agent/state"
 	"github.com/probed/probed/agent/store"
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/manager/results"
@@ -66,6 +67,14 @@ type Options struct {
 	SyncFrequency time.Duration
 	// Rescan is the interval of full manifest-directory rescans; default 30 s.
 	Rescan time.Duration
+	// StateDir, when set, holds the pods' last statuses (written every
+	// StateInterval when they changed, and at shutdown) and is read back at
+	// start: container IDs, start times, restart counts, Started/Ready and
+	// conditions survive a restart of probed (M8, M9).
+	StateDir string
+	// StateInterval is the state write interval; default 1 s. A kill -9
+	// loses at most the changes of one interval.
+	StateInterval time.Duration
 	// History is the number of results kept per probe for
 	// GET /pods/{namespace}/{name}/probes; default 10.
 	History int
@@ -102,6 +111,8 @@ type Agent struct {
 	// every readdInterval.
 	stopping map[types.UID]time.Time
 	restart  sync.WaitGroup // OnRestart commands in flight
+
+	savedVersion uint64 // store version of the last state write (Run's goroutines only)
 }
 
 // New builds an agent: it checks the options, opens the listener and builds
@@ -121,6 +132,9 @@ func New(opts Options) (*Agent, error) {
 	}
 	if opts.SyncFrequency <= 0 {
 		opts.SyncFrequency = time.Minute
+	}
+	if opts.StateInterval <= 0 {
+		opts.StateInterval = time.Second
 	}
 	if opts.OnRestartTimeout <= 0 {
 		opts.OnRestartTimeout = time.Minute
@@ -172,6 +186,20 @@ func New(opts Options) (*Agent, error) {
 		return nil, err
 	}
 	a.store.SetProber(a.mgr)
+	if opts.StateDir != "" {
+		if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
+			_ = a.mgr.Close(context.Background())
+			_ = a.rt.Close(context.Background())
+			return nil, fmt.Errorf("--state-dir: %w", err)
+		}
+		saved, err := state.Load(opts.StateDir)
+		if err != nil {
+			a.log.Error("state not restored", "err", err)
+		} else if len(saved) > 0 {
+			a.store.Restore(saved)
+			a.log.Info("state restored", "dir", opts.StateDir, "pods", len(saved))
+		}
+	}
 	if a.ln, err = net.Listen("tcp", opts.Listen); err != nil {
 		_ = a.mgr.Close(context.Background())
 		_ = a.rt.Close(context.Background())
@@ -212,30 +240,39 @@ type PodHistory struct {
 	Probes    []history.Probe `json:"probes"`
 }
 
-// Run probes until ctx is done, then shuts down: it stops reading the
-// directory and serving, stops the probes and waits for restart commands.
+// Run probes until ctx is done, then shuts down gracefully: it stops
+// reading the directory and serving, lets the probes in flight finish
+// within their timeout (manager.Drain) and apply their results, writes the
+// state file, and waits for restart commands.
 func (a *Agent) Run(ctx context.Context) error {
 	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(a.ln) }()
 
-	runCtx, stop := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
+	// storeCtx ends after the manager has drained: the store consumes
+	// results until the last run has applied its own (R4).
+	storeCtx, stopStore := context.WithCancel(context.Background())
+	var storeWG sync.WaitGroup
+	storeWG.Add(1)
 	go func() {
-		defer wg.Done()
-		a.store.Run(runCtx, a.res[runtime.Liveness], a.res[runtime.Readiness], a.res[runtime.Startup])
+		defer storeWG.Done()
+		a.store.Run(storeCtx, a.res[runtime.Liveness], a.res[runtime.Readiness], a.res[runtime.Startup])
 	}()
 
 	snap := a.src.Scan()
 	a.sync(snap)
 	a.log.Info("probed running", "manifests", a.opts.ManifestDir, "files", snap.Files, "pods", len(snap.Pods),
-		"errors", len(snap.Errors), "listen", a.ln.Addr().String(), "allowHostExec", a.opts.AllowHostExec)
+		"errors", len(snap.Errors), "listen", a.ln.Addr().String(), "allowHostExec", a.opts.AllowHostExec,
+		"stateDir", a.opts.StateDir)
 
+	// inputCtx ends first at shutdown: no pod is added or resynced while
+	// the manager drains.
+	inputCtx, stopInput := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		_ = a.src.Watch(runCtx, a.sync)
+		_ = a.src.Watch(inputCtx, a.sync)
 	}()
 	go func() {
 		defer wg.Done()
@@ -243,9 +280,15 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer t.Stop()
 		readd := time.NewTicker(readdInterval)
 		defer readd.Stop()
+		var save <-chan time.Time
+		if a.opts.StateDir != "" {
+			st := time.NewTicker(a.opts.StateInterval)
+			defer st.Stop()
+			save = st.C
+		}
 		for {
 			select {
-			case <-runCtx.Done():
+			case <-inputCtx.Done():
 				return
 			case <-t.C:
 				// The kubelet's periodic pod sync: AddPod again for every
@@ -255,6 +298,8 @@ func (a *Agent) Run(ctx context.Context) error {
 				a.store.Resync()
 			case <-readd.C:
 				a.readdPending()
+			case <-save:
+				a.saveState(false)
 			}
 		}
 	}()
@@ -265,23 +310,63 @@ func (a *Agent) Run(ctx context.Context) error {
 	case err = <-serveErr:
 		err = fmt.Errorf("API server: %w", err)
 	}
-	a.log.Info("probed shutting down")
+	a.log.Info("probed shutting down: letting in-flight probes finish")
+	stopInput()
+	wg.Wait()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(shutdownCtx)
-	// The watcher stops first so no pod is added while the manager closes;
-	// the store keeps draining results until the manager is closed (R4).
-	closeErr := a.mgr.Close(shutdownCtx)
-	stop()
-	wg.Wait()
+	drainCtx, cancelDrain := context.WithTimeout(shutdownCtx, a.drainTimeout())
+	closeErr := manager.Drain(drainCtx, a.mgr)
+	cancelDrain()
+	stopStore()
+	storeWG.Wait()
 	if rerr := a.rt.Close(shutdownCtx); rerr != nil && closeErr == nil {
 		closeErr = rerr
 	}
+	a.saveState(true)
 	a.restart.Wait()
 	if err == nil {
 		err = closeErr
 	}
 	return err
+}
+
+// drainTimeout bounds the wait for in-flight probes at shutdown: the
+// longest probe timeout of the current pods plus a second.
+func (a *Agent) drainTimeout() time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	longest := int32(1)
+	for _, p := range a.current {
+		for _, cs := range [][]v1.Container{p.Pod.Spec.Containers, p.Pod.Spec.InitContainers} {
+			for i := range cs {
+				for _, pr := range []*v1.Probe{cs[i].LivenessProbe, cs[i].ReadinessProbe, cs[i].StartupProbe} {
+					if pr != nil && pr.TimeoutSeconds > longest {
+						longest = pr.TimeoutSeconds
+					}
+				}
+			}
+		}
+	}
+	return time.Duration(longest)*time.Second + time.Second
+}
+
+// saveState writes the state file when the store changed since the last
+// write (or always, when final).
+func (a *Agent) saveState(final bool) {
+	if a.opts.StateDir == "" {
+		return
+	}
+	pods, version := a.store.Export()
+	if !final && version == a.savedVersion {
+		return
+	}
+	if err := state.Save(a.opts.StateDir, pods, time.Now()); err != nil {
+		a.log.Error("saving state", "dir", a.opts.StateDir, "err", err)
+		return
+	}
+	a.savedVersion = version
 }
 
 // sync applies a snapshot of the directory: new pods are added, removed

@@ -73,6 +73,9 @@ type fakeExec struct {
 	result atomic.Int32 // runtime.Result
 	err    atomic.Pointer[error]
 	calls  atomic.Int64
+	// gate, when set, holds each probe until it is closed or the probe's
+	// context ends (then the probe errors with the context's error).
+	gate atomic.Pointer[chan struct{}]
 }
 
 func (f *fakeExec) set(r runtime.Result) { f.result.Store(int32(r)) }
@@ -86,8 +89,15 @@ func (f *fakeExec) setErr(err error) {
 }
 
 func (f *fakeExec) Prepare(*runtime.Spec) (runtime.Prober, error) {
-	return runtime.ProberFunc(func(context.Context, runtime.Target) (runtime.Outcome, error) {
+	return runtime.ProberFunc(func(ctx context.Context, _ runtime.Target) (runtime.Outcome, error) {
 		f.calls.Add(1)
+		if g := f.gate.Load(); g != nil {
+			select {
+			case <-*g:
+			case <-ctx.Done():
+				return runtime.Outcome{Result: runtime.Unknown}, ctx.Err()
+			}
+		}
 		if e := f.err.Load(); e != nil {
 			return runtime.Outcome{Result: runtime.Unknown}, *e
 		}

@@ -427,11 +427,32 @@ func (m *manager) workerCount() int {
 	return len(m.workers)
 }
 
-func (m *manager) Close(ctx context.Context) error {
+func (m *manager) Close(ctx context.Context) error { return m.shutdown(ctx, false) }
+
+// Drain stops a Manager built by New gracefully: no run starts any more,
+// the runs in flight finish (each within its probe's timeout, so bound ctx
+// by the longest timeout plus slack) and apply their results, and then the
+// manager closes as Close does; runs still going when ctx ends are
+// cancelled. For any other Manager it calls Close.
+func Drain(ctx context.Context, mgr Manager) error {
+	if m, ok := mgr.(*manager); ok {
+		return m.shutdown(ctx, true)
+	}
+	return mgr.Close(ctx)
+}
+
+// shutdown is Close (drain false: in-flight probes are cancelled at once)
+// and Drain (drain true: they may finish until ctx ends).
+func (m *manager) shutdown(ctx context.Context, drain bool) error {
 	if !m.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	m.cancel()
+	if !drain {
+		m.cancel()
+	}
+	stopCancel := context.AfterFunc(ctx, m.cancel) // cancel whatever still runs when ctx ends
+	defer stopCancel()
+	defer m.cancel()
 	schedDone := make(chan struct{})
 	go func() {
 		m.sched.Close()

@@ -443,3 +443,60 @@ func TestNewRequiresStatus(t *testing.T) {
 		t.Fatal("New without Status succeeded")
 	}
 }
+
+// Drain (issue #5, SIGTERM): no new run starts, the run in flight finishes
+// and its result is applied; Close instead cancels it (errored, discarded).
+func TestDrainLetsInFlightProbesFinish(t *testing.T) {
+	for _, drain := range []bool{true, false} {
+		t.Run(fmt.Sprint("drain=", drain), func(t *testing.T) {
+			e := newTestEnv(t)
+			gate := make(chan struct{})
+			e.exec.gate.Store(&gate)
+			e.status.set(testPodUID, runningStatus(fakeNow, true))
+			e.m.AddPod(context.Background(), testPod(probeOf(runtime.Readiness, execProbe())))
+			e.m.sched.Trigger(e.worker(testPodUID, testContainerName, runtime.Readiness).id)
+			deadline := time.Now().Add(10 * time.Second)
+			for e.exec.calls.Load() == 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("probe never started")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			done := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if drain {
+					done <- Drain(ctx, e.m)
+				} else {
+					done <- e.m.Close(ctx)
+				}
+			}()
+			if drain {
+				select {
+				case err := <-done:
+					t.Fatalf("Drain returned (%v) while a probe was in flight", err)
+				case <-time.After(50 * time.Millisecond):
+				}
+				e.m.AddPod(context.Background(), podWith("late", probeOf(runtime.Liveness, execProbe())))
+				close(gate)
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			r, ok := e.ready.Get(testContainerIDParsed)
+			if drain && (!ok || r != results.Success) {
+				t.Fatalf("after Drain the in-flight result = %v (found %v), want Success applied", r, ok)
+			}
+			if !drain && ok && r == results.Success {
+				t.Fatal("Close let the in-flight probe succeed; it must be cancelled")
+			}
+			if calls := e.exec.calls.Load(); calls != 1 {
+				t.Fatalf("probe calls = %d, want 1: nothing starts after Drain/Close", calls)
+			}
+			if !drain {
+				close(gate)
+			}
+		})
+	}
+}

@@ -117,12 +117,15 @@ func (w *worker) Run() {
 func (w *worker) exit() {
 	m := w.m
 	m.sched.Remove(w.id)
-	m.sched.Done(w.id)
 	if !w.containerID.IsEmpty() {
 		w.resultsManager.Remove(w.containerID)
 	}
 	m.removeWorker(w.key)
 	m.metrics.deleteSeries(w)
+	// Last: until Done the run counts as in flight (scheduler stats,
+	// Idle), so a caller that waits for the scheduler to be idle after a
+	// stop finds the worker's cache entry, map entry and series gone.
+	m.sched.Done(w.id)
 }
 
 // doProbeSafe runs doProbe, logging and swallowing a panic; the worker keeps

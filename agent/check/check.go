@@ -10,10 +10,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -48,11 +50,11 @@ type Options struct {
 
 // Row is one probe's line in the report.
 type Row struct {
-	Pod       string        // namespace/name
+	Pod       string // namespace/name
 	Container string
-	Probe     string        // liveness, readiness, startup
-	Handler   string        // http, tcp, exec, grpc (or a plugin kind)
-	Result    string        // success, warning, failure, error, not-run
+	Probe     string // liveness, readiness, startup
+	Handler   string // http, tcp, exec, grpc (or a plugin kind)
+	Result    string // success, warning, failure, error, not-run
 	Duration  time.Duration
 	Message   string
 }
@@ -64,6 +66,12 @@ type Row struct {
 func Run(ctx context.Context, opts Options, out, errOut io.Writer) int {
 	if opts.PodIP == "" {
 		opts.PodIP = "127.0.0.1"
+	}
+	// An IP, never a name: a name would be resolved (DNS) and probes sent
+	// wherever it points. The agent refuses the same (agent.New).
+	if net.ParseIP(opts.PodIP) == nil {
+		fmt.Fprintf(errOut, "--pod-ip %q is not an IP address\n", opts.PodIP)
+		return ExitBadInput
 	}
 	if opts.Parallel <= 0 {
 		opts.Parallel = 16
@@ -148,6 +156,10 @@ func Run(ctx context.Context, opts Options, out, errOut io.Writer) int {
 			c := &pod.Spec.InitContainers[j]
 			if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
 				visit(c)
+			} else if c.Name == opts.Container {
+				// A regular init container exists but has no probes (the
+				// API forbids them): "no probes found", not "no container".
+				matched = true
 			}
 		}
 	}
@@ -224,13 +236,20 @@ func probeOf(c *v1.Container, pt runtime.ProbeType) *v1.Probe {
 }
 
 // oneLine keeps the table readable: the first line of a message, at most
-// 200 characters.
+// 200 characters; " …" marks a cut. Trailing white space (the newline an
+// exec command's output usually ends with) is not a cut.
 func oneLine(s string) string {
+	s = strings.TrimRight(s, " \t\r\n")
 	if i := strings.IndexAny(s, "\r\n"); i >= 0 {
 		s = s[:i] + " …"
 	}
 	if len(s) > 200 {
-		s = s[:200] + "…"
+		// Cut at a rune boundary: never half a UTF-8 sequence.
+		i := 200
+		for i > 0 && !utf8.RuneStart(s[i]) {
+			i--
+		}
+		s = s[:i] + "…"
 	}
 	return s
 }

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -75,9 +76,12 @@ type Store struct {
 	podIP string
 	opts  Options
 
-	mu     sync.RWMutex
-	pods   map[types.UID]*entry
-	prober Prober
+	mu    sync.RWMutex
+	pods  map[types.UID]*entry
+	saved map[types.UID]*v1.PodStatus // from Restore, used by Put
+	// version counts changes, for the state writer.
+	version atomic.Uint64
+	prober  Prober
 }
 
 // New returns an empty Store.
@@ -91,7 +95,7 @@ func New(opts Options) *Store {
 	if opts.PodIP == "" {
 		opts.PodIP = "127.0.0.1"
 	}
-	return &Store{clock: opts.Clock, log: opts.Logger, podIP: opts.PodIP, opts: opts, pods: map[types.UID]*entry{}}
+	return &Store{clock: opts.Clock, log: opts.Logger, podIP: opts.PodIP, opts: opts, pods: map[types.UID]*entry{}, saved: map[types.UID]*v1.PodStatus{}}
 }
 
 // SetProber sets the manager whose UpdatePodStatus fills Started/Ready.
@@ -166,14 +170,26 @@ func withStatus(e *entry) *v1.Pod {
 // returns the pod as the store keeps it.
 func (s *Store) Put(pod *v1.Pod) *v1.Pod {
 	now := metav1.NewTime(s.clock.Now())
-	status := initialStatus(pod, now, s.podIP)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var status v1.PodStatus
+	if saved, ok := s.saved[pod.UID]; ok {
+		// The last status written before the agent stopped (--state-dir):
+		// container IDs, start times, restart counts, Started/Ready and
+		// conditions carry over (M8, M9). It is used once.
+		delete(s.saved, pod.UID)
+		status = *saved.DeepCopy()
+		status.ContainerStatuses = completeStatuses(pod.Spec.Containers, status.ContainerStatuses, now, false)
+		status.InitContainerStatuses = completeStatuses(pod.Spec.InitContainers, status.InitContainerStatuses, now, true)
+	} else {
+		status = initialStatus(pod, now, s.podIP)
+	}
 	pod = pod.DeepCopy()
 	pod.Status = v1.PodStatus{}
-	s.mu.Lock()
 	e := &entry{pod: pod, status: status}
 	s.pods[pod.UID] = e
+	s.version.Add(1)
 	s.regenerateLocked(e)
-	s.mu.Unlock()
 	return pod
 }
 
@@ -181,8 +197,46 @@ func (s *Store) Put(pod *v1.Pod) *v1.Pod {
 func (s *Store) Delete(uid types.UID) {
 	s.mu.Lock()
 	delete(s.pods, uid)
+	s.version.Add(1)
 	s.mu.Unlock()
 }
+
+// SavedPod is the persisted state of one pod (--state-dir).
+type SavedPod struct {
+	UID       types.UID    `json:"uid"`
+	Namespace string       `json:"namespace"`
+	Name      string       `json:"name"`
+	Status    v1.PodStatus `json:"status"`
+}
+
+// Export returns every pod's current status for persisting, and the
+// store's version at that moment.
+func (s *Store) Export() ([]SavedPod, uint64) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]SavedPod, 0, len(s.pods))
+	for uid, e := range s.pods {
+		out = append(out, SavedPod{UID: uid, Namespace: e.pod.Namespace, Name: e.pod.Name, Status: *e.status.DeepCopy()})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].UID < out[j].UID })
+	return out, s.version.Load()
+}
+
+// Restore hands the store statuses saved by an earlier run: a pod Put
+// later with the same UID starts from its saved status instead of a fresh
+// one. Call it before the first Put.
+func (s *Store) Restore(pods []SavedPod) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range pods {
+		st := pods[i].Status
+		s.saved[pods[i].UID] = &st
+	}
+}
+
+// Version counts the store's changes; it moves whenever a pod is added,
+// removed or its status changes.
+func (s *Store) Version() uint64 { return s.version.Load() }
 
 // Len returns the number of pods.
 func (s *Store) Len() int {
@@ -245,8 +299,24 @@ func (s *Store) apply(u results.Update, probe string) {
 	// the Started/Ready changes of the restart are logged against.
 	before := e.status.DeepCopy()
 	var restart *Restart
-	if u.Result == results.Failure && (probe == "liveness" || probe == "startup") {
+	switch {
+	case u.Result == results.Failure && (probe == "liveness" || probe == "startup"):
 		restart = s.restartLocked(e, u.ContainerID.String(), probe)
+	case probe == "readiness":
+		// K1: the kubelet's status manager applies a readiness result to
+		// the container and the pod's conditions at once
+		// (SetContainerReadiness), before the next status generation, whose
+		// M9 check reads the pod's Ready condition.
+		if cs, _ := findContainer(e, u.ContainerID.String()); cs != nil && cs.Ready != (u.Result == results.Success) {
+			cs.Ready = u.Result == results.Success
+			setConditions(e.pod, &e.status, metav1.NewTime(s.clock.Now()))
+		}
+	case probe == "startup":
+		// K1: SetContainerStartup.
+		if cs, _ := findContainer(e, u.ContainerID.String()); cs != nil {
+			started := u.Result == results.Success
+			cs.Started = &started
+		}
 	}
 	s.regenerateFromLocked(e, before)
 	s.mu.Unlock()
@@ -312,6 +382,16 @@ func (s *Store) regenerateLocked(e *entry) { s.regenerateFromLocked(e, &e.status
 // OnChange called) relative to before. Caller holds mu.
 func (s *Store) regenerateFromLocked(e *entry, before *v1.PodStatus) {
 	status := e.status.DeepCopy()
+	// Like the kubelet's generateAPIPodStatus, container statuses start
+	// from the runtime's view: not Ready until UpdatePodStatus says so
+	// (M7b leaves a not-started container's Ready at that false); Started
+	// carries over (M8).
+	for i := range status.ContainerStatuses {
+		status.ContainerStatuses[i].Ready = false
+	}
+	for i := range status.InitContainerStatuses {
+		status.InitContainerStatuses[i].Ready = false
+	}
 	if s.prober != nil {
 		// UpdatePodStatus reads the pod's last published Ready condition
 		// (M9) from pod.Status.
@@ -324,6 +404,9 @@ func (s *Store) regenerateFromLocked(e *entry, before *v1.PodStatus) {
 	setConditions(e.pod, status, now)
 	changed := logChanges(s.log, e.pod, before, status)
 	e.status = *status
+	if changed {
+		s.version.Add(1)
+	}
 	if changed && s.opts.OnChange != nil {
 		s.opts.OnChange(e.pod, status.DeepCopy())
 	}

@@ -155,6 +155,8 @@ pods' statuses on --listen (GET /pods, /healthz, /metrics/probes, /metrics,
 	f.DurationVar(&opts.SyncFrequency, "sync-frequency", time.Minute, "interval of full pod status regenerations (as the kubelet's --sync-frequency)")
 	f.DurationVar(&opts.Rescan, "rescan-interval", 30*time.Second, "interval of full manifest-directory rescans (besides file events)")
 	f.DurationVar(&runFor, "for", 0, "stop after this long (0: run until SIGINT or SIGTERM)")
+	f.StringVar(&opts.StateDir, "state-dir", "", "directory for the pods' last statuses, read back at start (off when empty)")
+	f.DurationVar(&opts.StateInterval, "state-interval", time.Second, "how often changed statuses are written to --state-dir")
 	f.IntVar(&opts.History, "history", 10, "results kept per probe for GET /pods/{namespace}/{name}/probes")
 	f.StringVar(&tel.Exporter, "otel-traces-exporter", "", "traces exporter: none, console or otlp (default: $OTEL_TRACES_EXPORTER, else none)")
 	f.StringVar(&tel.Endpoint, "otel-endpoint", "", "OTLP endpoint, host:port (plaintext) or URL (default: $OTEL_EXPORTER_OTLP_ENDPOINT)")
