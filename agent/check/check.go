@@ -36,6 +36,9 @@ const (
 type Options struct {
 	File      string
 	Container string // only this container ("" = all)
+	// Pod selects one pod: its name or namespace/name ("" = all). Workload
+	// templates are named after their workload.
+	Pod string
 	ProbeType string // only this probe type: liveness, readiness or startup ("" = all)
 	// PodIP is used for pods whose manifest has no status.podIP; default
 	// 127.0.0.1.
@@ -124,8 +127,13 @@ func Run(ctx context.Context, opts Options, out, errOut io.Writer) int {
 	var jobs []job
 	var rows []*Row
 	matched := false
+	podMatched := opts.Pod == ""
 	for i := range res.Entries {
 		pod := res.Entries[i].Pod
+		if opts.Pod != "" && opts.Pod != pod.Name && opts.Pod != pod.Namespace+"/"+pod.Name {
+			continue
+		}
+		podMatched = true
 		podIP := pod.Status.PodIP
 		if podIP == "" {
 			podIP = opts.PodIP
@@ -162,6 +170,10 @@ func Run(ctx context.Context, opts Options, out, errOut io.Writer) int {
 				matched = true
 			}
 		}
+	}
+	if !podMatched {
+		fmt.Fprintf(errOut, "%s: no pod named %q\n", opts.File, opts.Pod)
+		return ExitBadInput
 	}
 	if opts.Container != "" && !matched {
 		fmt.Fprintf(errOut, "%s: no container named %q\n", opts.File, opts.Container)

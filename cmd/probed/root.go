@@ -233,6 +233,7 @@ func newCheckCmd(stdout, stderr io.Writer) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVarP(&opts.File, "file", "f", "", "manifest file (Pods or workloads with pod templates)")
+	f.StringVar(&opts.Pod, "pod", "", "only probes of this pod (name or namespace/name; a workload's pod is named after it)")
 	f.StringVar(&opts.Container, "container", "", "only probes of this container")
 	f.StringVar(&opts.ProbeType, "probe", "", "only this probe type: liveness, readiness or startup")
 	f.StringVar(&opts.PodIP, "pod-ip", "127.0.0.1", "pod IP of pods whose manifest has no status.podIP")
