@@ -38,7 +38,7 @@ type Options struct {
 	Container string // only this container ("" = all)
 	// Pod selects one pod: its name or namespace/name ("" = all). Workload
 	// templates are named after their workload.
-	Pod string
+	Pod       string
 	ProbeType string // only this probe type: liveness, readiness or startup ("" = all)
 	// PodIP is used for pods whose manifest has no status.podIP; default
 	// 127.0.0.1.
