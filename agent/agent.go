@@ -75,6 +75,9 @@ type Options struct {
 	// StateInterval is the state write interval; default 1 s. A kill -9
 	// loses at most the changes of one interval.
 	StateInterval time.Duration
+	// NoPerPodLabels aggregates the prober metrics over pods (see
+	// manager.Options.NoPerPodLabels).
+	NoPerPodLabels bool
 	// History is the number of results kept per probe for
 	// GET /pods/{namespace}/{name}/probes; default 10.
 	History int
@@ -179,6 +182,7 @@ func New(opts Options) (*Agent, error) {
 		RuntimeMetricsRegisterer: a.reg,
 		Logger:                   opts.Logger,
 		Observer:                 a.hist,
+		NoPerPodLabels:           opts.NoPerPodLabels,
 		TracerProvider:           opts.TracerProvider,
 	})
 	if err != nil {

@@ -125,6 +125,12 @@ type Options struct {
 	// scheduler lag, backlog, skipped runs, pool busy and capacity, probes
 	// by handler and result (docs/operations.md).
 	RuntimeMetricsRegisterer prometheus.Registerer
+	// NoPerPodLabels leaves the container, pod, namespace and pod_uid labels
+	// of prober_probe_total and prober_probe_duration_seconds empty: one
+	// series per probe type and result instead of per worker, for very dense
+	// nodes (docs/operations.md gives the series counts). The label names
+	// stay, so queries keep working.
+	NoPerPodLabels bool
 	// Logger receives the manager's logs; nil: slog.Default().
 	Logger *slog.Logger
 	// Observer, when set, sees every executed run.
@@ -198,7 +204,7 @@ func New(opts Options) (Manager, error) {
 		}
 		m.results[i] = rm
 	}
-	metrics, err := newProberMetrics(opts.MetricsRegisterer)
+	metrics, err := newProberMetrics(opts.MetricsRegisterer, opts.NoPerPodLabels)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -498,5 +499,53 @@ func TestDrainLetsInFlightProbesFinish(t *testing.T) {
 				close(gate)
 			}
 		})
+	}
+}
+
+// Issue #6: with NoPerPodLabels the prober metrics keep their names and
+// label names but aggregate over pods: one series per probe type and
+// result, shared by every worker, left in place when pods go.
+func TestNoPerPodLabelsAggregates(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	e := newTestEnv(t, func(o *Options) { o.MetricsRegisterer = reg; o.NoPerPodLabels = true })
+	for _, uid := range []types.UID{"a", "b", "c"} {
+		st := runningStatus(fakeNow, true)
+		e.status.set(uid, st)
+		p := podWith(uid, probeOf(runtime.Readiness, execProbe()))
+		p.Spec.Containers[0].Name = testContainerName
+		e.m.AddPod(context.Background(), p)
+		e.runOnce(e.worker(uid, testContainerName, runtime.Readiness))
+	}
+	count := func() (series int, total float64) {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != MetricProbeTotal {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				series++
+				total += m.GetCounter().GetValue()
+				for _, l := range m.GetLabel() {
+					switch l.GetName() {
+					case "container", "pod", "namespace", "pod_uid":
+						if l.GetValue() != "" {
+							t.Fatalf("label %s=%q, want empty", l.GetName(), l.GetValue())
+						}
+					}
+				}
+			}
+		}
+		return
+	}
+	if s, n := count(); s != 1 || n != 3 {
+		t.Fatalf("prober_probe_total: %d series, total %v; want 1 series counting 3 runs", s, n)
+	}
+	e.m.CleanupPods(nil)
+	e.waitWorkerCount(0)
+	if s, n := count(); s != 1 || n != 3 {
+		t.Fatalf("after the pods went: %d series, total %v; want the aggregated series kept", s, n)
 	}
 }

@@ -26,14 +26,19 @@ const (
 var resultLabels = [3]string{resultSuccessful, resultFailed, resultUnknown}
 
 type proberMetrics struct {
-	reg      prometheus.Registerer
-	total    *prometheus.CounterVec
-	duration *prometheus.HistogramVec
+	// aggregate drops the per-pod label values (container, pod, namespace,
+	// pod_uid are empty): one series per probe type and result, shared by
+	// every worker and never deleted.
+	aggregate bool
+	reg       prometheus.Registerer
+	total     *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
 }
 
-func newProberMetrics(reg prometheus.Registerer) (*proberMetrics, error) {
+func newProberMetrics(reg prometheus.Registerer, aggregate bool) (*proberMetrics, error) {
 	pm := &proberMetrics{
-		reg: reg,
+		aggregate: aggregate,
+		reg:       reg,
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Subsystem: "prober",
 			Name:      "probe_total",
@@ -85,19 +90,33 @@ func (pm *proberMetrics) observe(w *worker, r results.Result, d time.Duration) {
 		idx = 1
 	}
 	if w.series[idx] == nil {
-		w.series[idx] = pm.total.WithLabelValues(w.key.probeType.String(), resultLabels[idx], w.container.Name, w.pod.Name, w.pod.Namespace, string(w.pod.UID))
+		container, pod, ns, uid := pm.podLabels(w)
+		w.series[idx] = pm.total.WithLabelValues(w.key.probeType.String(), resultLabels[idx], container, pod, ns, uid)
 	}
 	w.series[idx].Inc()
 	if r != results.Failure {
 		if w.dur == nil {
-			w.dur = pm.duration.WithLabelValues(w.key.probeType.String(), w.container.Name, w.pod.Name, w.pod.Namespace)
+			container, pod, ns, _ := pm.podLabels(w)
+			w.dur = pm.duration.WithLabelValues(w.key.probeType.String(), container, pod, ns)
 		}
 		w.dur.Observe(d.Seconds())
 	}
 }
 
-// deleteSeries removes the worker's series (X4, W4).
+// podLabels returns the per-pod label values, or empty ones in aggregate mode.
+func (pm *proberMetrics) podLabels(w *worker) (container, pod, namespace, uid string) {
+	if pm.aggregate {
+		return "", "", "", ""
+	}
+	return w.container.Name, w.pod.Name, w.pod.Namespace, string(w.pod.UID)
+}
+
+// deleteSeries removes the worker's series (X4, W4). Aggregated series are
+// shared and stay.
 func (pm *proberMetrics) deleteSeries(w *worker) {
+	if pm.aggregate {
+		return
+	}
 	for i := range resultLabels {
 		pm.total.DeleteLabelValues(w.key.probeType.String(), resultLabels[i], w.container.Name, w.pod.Name, w.pod.Namespace, string(w.pod.UID))
 	}

@@ -157,6 +157,7 @@ pods' statuses on --listen (GET /pods, /healthz, /metrics/probes, /metrics,
 	f.DurationVar(&runFor, "for", 0, "stop after this long (0: run until SIGINT or SIGTERM)")
 	f.StringVar(&opts.StateDir, "state-dir", "", "directory for the pods' last statuses, read back at start (off when empty)")
 	f.DurationVar(&opts.StateInterval, "state-interval", time.Second, "how often changed statuses are written to --state-dir")
+	f.BoolVar(&opts.NoPerPodLabels, "no-per-pod-metric-labels", false, "leave the container, pod, namespace and pod_uid labels of prober_probe_* empty: one series per probe type and result, for very dense nodes")
 	f.IntVar(&opts.History, "history", 10, "results kept per probe for GET /pods/{namespace}/{name}/probes")
 	f.StringVar(&tel.Exporter, "otel-traces-exporter", "", "traces exporter: none, console or otlp (default: $OTEL_TRACES_EXPORTER, else none)")
 	f.StringVar(&tel.Endpoint, "otel-endpoint", "", "OTLP endpoint, host:port (plaintext) or URL (default: $OTEL_EXPORTER_OTLP_ENDPOINT)")
