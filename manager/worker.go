@@ -276,8 +276,9 @@ func (w *worker) probe(ctx context.Context, start time.Time, status *v1.PodStatu
 	// W11
 	if (result == results.Failure && w.resultRun < w.spec.FailureThreshold) ||
 		(result == results.Success && w.resultRun < w.spec.SuccessThreshold) {
-		endSpan(span, w, rep, result, false, false)
-		w.observe(start, duration, rep, w.cached())
+		cached := w.cached()
+		endSpan(span, w, rep, cached, false, false)
+		w.observe(start, duration, rep, cached)
 		return
 	}
 	changed := false
