@@ -32,6 +32,7 @@ import (
 	"github.com/probed/probed/agent/api"
 	"github.com/probed/probed/agent/events"
 	"github.com/probed/probed/agent/history"
+	"github.com/probed/probed/agent/manifest"
 	"github.com/probed/probed/agent/source"
 	"github.com/probed/probed/agent/state"
 	"github.com/probed/probed/agent/store"
@@ -39,6 +40,7 @@ import (
 	"github.com/probed/probed/manager/results"
 	probeexec "github.com/probed/probed/plugins/exec"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/pluginhost"
 )
 
 // Options configure the agent. Durations are time.Duration values; the CLI
@@ -84,21 +86,27 @@ type Options struct {
 	// TracerProvider receives one span per executed probe; nil: the
 	// global provider (a no-op unless one was set, see agent/telemetry).
 	TracerProvider trace.TracerProvider
+	// PluginDir and PluginConfig select the probe plugins to start
+	// (docs/plugins.md); both empty: no plugins.
+	PluginDir, PluginConfig string
+	// Version is probed's version, told to plugins.
+	Version string
 	// Logger; nil: slog.Default().
 	Logger *slog.Logger
 }
 
 // Agent runs probes for the pods of a manifest directory.
 type Agent struct {
-	opts   Options
-	log    *slog.Logger
-	events *events.Recorder
-	hist   *history.History
-	rt     *runtime.Runtime
-	mgr    manager.Manager
-	store  *store.Store
-	src    *source.Source
-	res    [3]results.Manager
+	opts    Options
+	log     *slog.Logger
+	events  *events.Recorder
+	hist    *history.History
+	rt      *runtime.Runtime
+	mgr     manager.Manager
+	store   *store.Store
+	src     *source.Source
+	plugins *pluginhost.Host
+	res     [3]results.Manager
 
 	probeReg *prometheus.Registry
 	reg      *prometheus.Registry
@@ -146,8 +154,14 @@ func New(opts Options) (*Agent, error) {
 		opts.Logger = slog.Default()
 	}
 	a := &Agent{opts: opts, log: opts.Logger, current: map[types.UID]*source.Pod{}, stopping: map[types.UID]time.Time{}}
-	var err error
-	if a.src, err = source.New(source.Options{Dir: opts.ManifestDir, Logger: opts.Logger, Rescan: opts.Rescan}); err != nil {
+	// undo releases what New built so far when a later step fails.
+	var undo []func(context.Context) error
+	fail := func(err error) (*Agent, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for i := len(undo) - 1; i >= 0; i-- {
+			_ = undo[i](ctx)
+		}
 		return nil, err
 	}
 	a.events = events.New(1000, opts.Logger, nil)
@@ -157,16 +171,37 @@ func New(opts Options) (*Agent, error) {
 	a.reg = prometheus.NewRegistry()
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	if a.rt, err = runtime.New(runtime.Options{PoolSize: opts.PoolSize, ExecPoolSize: opts.ExecPoolSize, Recorder: a.events, Logger: opts.Logger}); err != nil {
-		return nil, err
+	// Plugins first: the manifests' custom probe kinds are validated
+	// against the kinds they serve. Without --plugin-dir/--plugin-config
+	// the host is empty and every custom kind is a load error.
+	var err error
+	a.plugins, err = pluginhost.New(context.Background(), pluginhost.Options{
+		Dir: opts.PluginDir, ConfigFile: opts.PluginConfig, Logger: opts.Logger,
+		MetricsRegisterer: a.reg, HostVersion: opts.Version, TracerProvider: opts.TracerProvider,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("plugins: %w", err)
 	}
+	undo = append(undo, a.plugins.Close)
+	if a.src, err = source.New(source.Options{Dir: opts.ManifestDir, Logger: opts.Logger, Rescan: opts.Rescan,
+		Manifest: manifest.Options{KnownPluginKind: a.plugins.HasKind}}); err != nil {
+		return fail(err)
+	}
+
+	if a.rt, err = runtime.New(runtime.Options{PoolSize: opts.PoolSize, ExecPoolSize: opts.ExecPoolSize, Recorder: a.events, Logger: opts.Logger}); err != nil {
+		return fail(err)
+	}
+	undo = append(undo, a.rt.Close)
 	var runner manager.ExecRunner = probeexec.DisabledRunner{}
 	if opts.AllowHostExec {
 		runner = &probeexec.LocalRunner{}
 	}
 	if err := manager.RegisterBuiltins(a.rt, runner); err != nil {
-		_ = a.rt.Close(context.Background())
-		return nil, err
+		return fail(err)
+	}
+	// After the built-ins: a plugin that serves a built-in kind replaces it.
+	if err := a.plugins.Register(a.rt); err != nil {
+		return fail(fmt.Errorf("plugins: %w", err))
 	}
 	for i := range a.res {
 		a.res[i] = results.NewManager()
@@ -186,15 +221,13 @@ func New(opts Options) (*Agent, error) {
 		TracerProvider:           opts.TracerProvider,
 	})
 	if err != nil {
-		_ = a.rt.Close(context.Background())
-		return nil, err
+		return fail(err)
 	}
+	undo = append(undo, a.mgr.Close)
 	a.store.SetProber(a.mgr)
 	if opts.StateDir != "" {
 		if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
-			_ = a.mgr.Close(context.Background())
-			_ = a.rt.Close(context.Background())
-			return nil, fmt.Errorf("--state-dir: %w", err)
+			return fail(fmt.Errorf("--state-dir: %w", err))
 		}
 		saved, err := state.Load(opts.StateDir)
 		if err != nil {
@@ -205,9 +238,7 @@ func New(opts Options) (*Agent, error) {
 		}
 	}
 	if a.ln, err = net.Listen("tcp", opts.Listen); err != nil {
-		_ = a.mgr.Close(context.Background())
-		_ = a.rt.Close(context.Background())
-		return nil, fmt.Errorf("--listen %s: %w", opts.Listen, err)
+		return fail(fmt.Errorf("--listen %s: %w", opts.Listen, err))
 	}
 	return a, nil
 }
@@ -224,7 +255,7 @@ func (a *Agent) Handler() http.Handler {
 		Events:       a.events,
 		Debug: func() any {
 			st, _ := manager.StatsOf(a.mgr)
-			return st
+			return map[string]any{"scheduler": st, "plugins": a.plugins.Status()}
 		},
 		History: func(namespace, name string) (any, bool) {
 			pod, ok := a.store.PodByName(namespace, name)
@@ -327,6 +358,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	storeWG.Wait()
 	if rerr := a.rt.Close(shutdownCtx); rerr != nil && closeErr == nil {
 		closeErr = rerr
+	}
+	if perr := a.plugins.Close(shutdownCtx); perr != nil && closeErr == nil {
+		closeErr = perr
 	}
 	a.saveState(true)
 	a.restart.Wait()

@@ -56,7 +56,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newRunCmd(stderr), newCheckCmd(stdout, stderr), newStatusCmd(stdout), &cobra.Command{
+	root.AddCommand(newRunCmd(stderr), newCheckCmd(stdout, stderr), newStatusCmd(stdout), newPluginCmd(stdout, stderr), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), "probed", version) },
@@ -129,6 +129,7 @@ pods' statuses on --listen (GET /pods, /healthz, /metrics/probes, /metrics,
 				}
 			}()
 			opts.TracerProvider = tp
+			opts.Version = version
 			a, err := agent.New(opts)
 			if err != nil {
 				return err
@@ -155,6 +156,8 @@ pods' statuses on --listen (GET /pods, /healthz, /metrics/probes, /metrics,
 	f.DurationVar(&opts.SyncFrequency, "sync-frequency", time.Minute, "interval of full pod status regenerations (as the kubelet's --sync-frequency)")
 	f.DurationVar(&opts.Rescan, "rescan-interval", 30*time.Second, "interval of full manifest-directory rescans (besides file events)")
 	f.DurationVar(&runFor, "for", 0, "stop after this long (0: run until SIGINT or SIGTERM)")
+	f.StringVar(&opts.PluginDir, "plugin-dir", "", "directory of probe plugins: every executable file in it is started as a plugin (docs/plugins.md)")
+	f.StringVar(&opts.PluginConfig, "plugin-config", "", "probe plugin configuration file, YAML or JSON: paths, sha256 pins, in-flight caps, parameter schemas (docs/plugins.md)")
 	f.StringVar(&opts.StateDir, "state-dir", "", "directory for the pods' last statuses, read back at start (off when empty)")
 	f.DurationVar(&opts.StateInterval, "state-interval", time.Second, "how often changed statuses are written to --state-dir")
 	f.BoolVar(&opts.NoPerPodLabels, "no-per-pod-metric-labels", false, "leave the container, pod, namespace and pod_uid labels of prober_probe_* empty: one series per probe type and result, for very dense nodes")

@@ -22,7 +22,7 @@ import (
 //	  path: probed-plugin-http-match   # relative: to the plugin directory, else to this file's directory;
 //	                                   # default: <plugin directory>/<name>
 //	  args: []                         # optional command-line arguments
-//	  env: {GODEBUG: "..."}            # optional extra environment variables
+//	  env: {GODEBUG: "..."}            # optional: environment variables (win over the agent's)
 //	  sha256: 9f86d0...                # optional: hex SHA-256 the binary must have (checked before every start)
 //	  maxInFlight: 32                  # optional: most probes in flight in this plugin (default: the plugin's
 //	                                   # own preference, else Options.DefaultMaxInFlight)
@@ -46,8 +46,8 @@ type PluginConfig struct {
 	Path string `json:"path,omitempty"`
 	// Args are passed to the binary.
 	Args []string `json:"args,omitempty"`
-	// Env adds environment variables to the plugin's (which otherwise
-	// inherits the agent's).
+	// Env sets environment variables of the plugin, which otherwise
+	// inherits the agent's; these win over the agent's.
 	Env map[string]string `json:"env,omitempty"`
 	// SHA256 pins the binary: the hex SHA-256 it must have. The host checks
 	// it before every start (go-plugin SecureConfig) and refuses a binary

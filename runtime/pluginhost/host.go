@@ -281,19 +281,29 @@ func (h *Host) Register(rt *runtime.Runtime) error {
 	return nil
 }
 
-// PluginStatus describes one plugin, for diagnostics.
+// PluginStatus describes one plugin, for diagnostics (e.g. a debug
+// endpoint).
 type PluginStatus struct {
-	Name        string   `json:"name"`
-	Path        string   `json:"path"`
-	Version     string   `json:"version,omitempty"`
-	Kinds       []string `json:"kinds"`
-	Running     bool     `json:"running"`
-	PID         int      `json:"pid,omitempty"`
-	Restarts    int64    `json:"restarts"`
-	InFlight    int      `json:"inFlight"`
-	MaxInFlight int      `json:"maxInFlight"`
-	Pinned      bool     `json:"pinned"`
-	LastError   string   `json:"lastError,omitempty"`
+	// Name and Path are the configured name and the binary's absolute path.
+	Name string `json:"name"`
+	Path string `json:"path"`
+	// Version is the version the plugin reports.
+	Version string `json:"version,omitempty"`
+	// Kinds are the probe kinds it serves.
+	Kinds []string `json:"kinds"`
+	// Running: a process serves now, with process ID PID.
+	Running bool `json:"running"`
+	PID     int  `json:"pid,omitempty"`
+	// Restarts counts restart attempts since New.
+	Restarts int64 `json:"restarts"`
+	// InFlight probes now, out of at most MaxInFlight.
+	InFlight    int `json:"inFlight"`
+	MaxInFlight int `json:"maxInFlight"`
+	// Pinned: the binary's SHA-256 is checked before every start.
+	Pinned bool `json:"pinned"`
+	// LastError is the last start failure or exit, cleared by a successful
+	// restart.
+	LastError string `json:"lastError,omitempty"`
 }
 
 // Status describes every plugin, sorted by name.

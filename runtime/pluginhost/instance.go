@@ -98,12 +98,15 @@ func (in *instance) closing() bool {
 // result goes to first), restarts the plugin whenever it dies, and kills
 // it when the host closes.
 //
-// The goroutine keeps its OS thread locked for its whole life: plugin
-// processes are started from that thread, and on Linux they get SIGKILL
-// (Pdeathsig) when it ends, which is never before the agent's process ends
-// or the supervisor returns (golang/go#27505).
+// The goroutine keeps its OS thread locked while it runs, so the plugin
+// processes are all started from that one thread; on Linux they get
+// SIGKILL (Pdeathsig) when that thread ends (golang/go#27505). It unlocks
+// the thread when it returns, after killing its plugin, instead of letting
+// Go destroy the thread: that would also signal unrelated children started
+// from the same thread earlier. So the thread ends only with the agent.
 func (in *instance) supervise(first chan<- error) {
 	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
 	defer close(in.done)
 	p, err := in.start(true)
 	if err != nil {
@@ -153,6 +156,9 @@ func (in *instance) supervise(first chan<- error) {
 				break
 			}
 			in.setErr(err)
+			if in.closing() {
+				return
+			}
 			in.log.Error("plugin restart failed", "attempt", failures, "next", in.h.opts.Restart.delay(failures).String(), "err", err)
 		}
 		in.live.Store(p)
@@ -167,7 +173,9 @@ func (in *instance) supervise(first chan<- error) {
 func (in *instance) start(first bool) (*proc, error) {
 	opts := &in.h.opts
 	cmd := exec.Command(in.cfg.Path, in.cfg.Args...)
-	cmd.Env = append(cmd.Env, pluginproto.EnvLogLevel+"="+logLevel(in.log))
+	// The agent's environment, then ours (later entries win; go-plugin
+	// adds its handshake variables last).
+	cmd.Env = append(os.Environ(), pluginproto.EnvLogLevel+"="+logLevel(in.log))
 	for k, v := range in.cfg.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
@@ -191,6 +199,7 @@ func (in *instance) start(first bool) (*proc, error) {
 		Cmd:              cmd,
 		SecureConfig:     secure,
 		AutoMTLS:         true,
+		SkipHostEnv:      true, // cmd.Env has it already
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		Logger:           hl,
 		StartTimeout:     opts.StartTimeout,
@@ -207,7 +216,10 @@ func (in *instance) start(first bool) (*proc, error) {
 	}
 	rpc, err := client.Client()
 	if err != nil {
-		return fail(in.explainStart(err, stderrTail.String()))
+		// Kill first: it waits until go-plugin has read all of the
+		// plugin's stderr, whose tail goes into the error.
+		in.kill(client, 0)
+		return nil, in.explainStart(err, stderrTail.String())
 	}
 	raw, err := rpc.Dispense(pluginproto.PluginKey)
 	if err != nil {

@@ -43,10 +43,25 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
+	// Race-built plugins would otherwise sleep 1 s at exit.
+	os.Setenv("GORACE", "atexit_sleep_ms=0")
 	goleak.VerifyTestMain(m, goleak.IgnoreCurrent(), goleak.Cleanup(func(code int) {
 		os.RemoveAll(dir)
 		os.Exit(code)
 	}))
+}
+
+// privatePlugin links the test plugin into a directory of the test's own,
+// for checks of the processes running from it. (A hard link, not a copy:
+// writing an executable while other tests fork can make exec fail with
+// ETXTBSY, golang/go#22315.)
+func privatePlugin(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "testplugin")
+	if err := os.Link(testPlugin(), path); err != nil {
+		t.Skipf("cannot link the test plugin: %v", err)
+	}
+	return path
 }
 
 // logBuffer collects logs for assertions.

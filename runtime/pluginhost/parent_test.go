@@ -69,6 +69,7 @@ func runParent(mode string) {
 // do not outlive it (no orphans), both through the host's Pdeathsig and,
 // for a plugin started without it, through the SDK's parent watch.
 func TestPluginExitsWhenAgentDies(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"host", "bare"} {
 		t.Run(mode, func(t *testing.T) {
 			cmd := exec.Command(os.Args[0], "-test.run=^$")

@@ -6,8 +6,8 @@ import (
 )
 
 // setParentDeathSignal makes the kernel send the plugin SIGKILL when the
-// thread that started it ends (Pdeathsig): the supervisor's locked thread,
-// which lives until the supervisor returns or the agent dies. Together with
+// thread that started it ends (Pdeathsig): the supervisor's thread, which
+// lives as long as the agent's process. Together with
 // the SDK's parent watch it leaves no orphan when the agent is killed.
 func setParentDeathSignal(cmd *exec.Cmd) {
 	if cmd.SysProcAttr == nil {
