@@ -121,15 +121,17 @@ func (sh *shard[T]) runFeeder(lane int) {
 		due := e.due
 		sh.mu.Unlock()
 
+		s.dispatched.Add(1)
+		err := s.opts.Dispatch(id, task)
 		if s.opts.ObserveLag != nil {
+			// After Dispatch: the wait for a free pool slot is lag too.
 			lag := time.Duration(int64(s.clock.Since(s.start)) - due)
 			if lag < 0 {
 				lag = 0
 			}
 			s.opts.ObserveLag(lane, lag)
 		}
-		s.dispatched.Add(1)
-		if err := s.opts.Dispatch(id, task); err != nil {
+		if err != nil {
 			sh.done(id)
 		}
 	}

@@ -42,7 +42,9 @@ const DefaultWaitDelay = 250 * time.Millisecond
 // outlives the run. A process that left the group (setsid) and keeps the
 // output pipes open is not waited for longer than WaitDelay. Grandchildren
 // become orphans when their parent dies and are reaped by PID 1 (or the
-// nearest subreaper), as in a container.
+// nearest subreaper), as in a container; when that is this process (probed
+// as PID 1 of its container, or a subreaper), the runner reaps the killed
+// group's members itself, so none is left a zombie.
 //
 // Errors (mapped by the handler, E3):
 //   - exit status ≠ 0 → *CodeExitError (killed by a foreign signal:
@@ -128,6 +130,7 @@ func (r *LocalRunner) RunInContainer(ctx context.Context, _ string, cmd []string
 	// reaches what the command left behind.
 	killGroup(pid)
 	waitErr := c.Wait() // reaps the leader
+	reapGroup(pid, r.waitDelay())
 
 	r.drain(&readers, outR, errR)
 	out := append(stdout.buf, stderr.buf...)
@@ -147,10 +150,7 @@ func (r *LocalRunner) RunInContainer(ctx context.Context, _ string, cmd []string
 // drain waits up to WaitDelay for both readers to reach EOF, then closes the
 // read ends, which ends the readers, and waits for them.
 func (r *LocalRunner) drain(readers *sync.WaitGroup, pipes ...*os.File) {
-	delay := r.WaitDelay
-	if delay <= 0 {
-		delay = DefaultWaitDelay
-	}
+	delay := r.waitDelay()
 	done := make(chan struct{})
 	go func() {
 		readers.Wait()
@@ -164,6 +164,42 @@ func (r *LocalRunner) drain(readers *sync.WaitGroup, pipes ...*os.File) {
 	}
 	closeAll(pipes...)
 	<-done
+}
+
+func (r *LocalRunner) waitDelay() time.Duration {
+	if r.WaitDelay <= 0 {
+		return DefaultWaitDelay
+	}
+	return r.WaitDelay
+}
+
+// reapGroup reaps the processes of the killed group pgid that have become
+// children of this process. The command's own children are re-parented when
+// it dies: to PID 1 or the nearest child subreaper. When that is probed
+// itself (PID 1 of a container without an init, or a subreaper), nobody
+// else would ever reap them, and every timed-out run would leave its
+// killed grandchildren as zombies (BR-02: no <defunct> entries may build
+// up). Otherwise none of them is our child and wait4 fails at once with
+// ECHILD. Only members of pgid are waited for, so other commands' children
+// are never taken from their os/exec.Cmd. The group was SIGKILLed, so its
+// members die promptly; within bounds the wait anyway.
+func reapGroup(pgid int, within time.Duration) {
+	deadline := time.Now().Add(within)
+	for {
+		var ws unix.WaitStatus
+		reaped, err := unix.Wait4(-pgid, &ws, unix.WNOHANG, nil)
+		switch {
+		case err == unix.EINTR || err == nil && reaped > 0:
+			continue
+		case err != nil:
+			return // ECHILD: no child of ours left in the group
+		}
+		// Children of ours in the group, none of them dead yet.
+		if time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // endError is the error for a run ended by ctx.
