@@ -38,6 +38,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	sigsjson "sigs.k8s.io/json"
 
+	"github.com/probed/probed/internal/suggest"
 	"github.com/probed/probed/runtime"
 )
 
@@ -331,59 +332,10 @@ var (
 // likely misspells.
 func unknownField(path *field.Path, key string, known []string) *field.Error {
 	detail := "unknown field"
-	if s := suggest(key, known); s != "" {
+	if s := suggest.Closest(key, known); s != "" {
 		detail += fmt.Sprintf(" (did you mean %q?)", s)
 	}
 	return field.Invalid(path, key, detail)
-}
-
-// suggest returns the known name that key differs from only by case, or else
-// by the fewest edits (at most one for keys of up to four characters, two for
-// longer ones), or "".
-func suggest(key string, known []string) string {
-	limit := 3
-	if len(key) <= 4 {
-		limit = 2
-	}
-	best, bestD := "", limit
-	for _, k := range known {
-		if strings.EqualFold(k, key) {
-			return k
-		}
-		if d := editDistance(strings.ToLower(k), strings.ToLower(key), bestD); d < bestD {
-			best, bestD = k, d
-		}
-	}
-	return best
-}
-
-// editDistance is the Levenshtein distance of a and b, or max when it is at
-// least max.
-func editDistance(a, b string, max int) int {
-	if d := len(a) - len(b); d >= max || -d >= max {
-		return max
-	}
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			c := prev[j-1]
-			if a[i-1] != b[j-1] {
-				c++
-			}
-			c = min(c, prev[j]+1, cur[j-1]+1)
-			cur[j] = c
-		}
-		prev, cur = cur, prev
-	}
-	if prev[len(b)] >= max {
-		return max
-	}
-	return prev[len(b)]
 }
 
 // object is a decoded JSON object: its keys in document order and values.
