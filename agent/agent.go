@@ -496,6 +496,11 @@ func (a *Agent) readdPending() {
 		}
 		if now.After(until) {
 			delete(a.stopping, uid)
+			if _, ok := a.current[uid]; !ok {
+				// A run in flight when the pod was removed may have
+				// recorded after the removal's Forget.
+				a.hist.Forget(uid)
+			}
 		}
 	}
 }

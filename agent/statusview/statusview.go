@@ -121,8 +121,10 @@ func newestFailure(probes []history.Probe) string {
 	if msg == "" {
 		msg = best.Result
 	}
-	if len(msg) > 80 {
-		msg = msg[:80] + "…"
+	// Cut at 80 characters, not bytes: a cut inside a multi-byte
+	// character would print invalid UTF-8.
+	if r := []rune(msg); len(r) > 80 {
+		msg = string(r[:80]) + "…"
 	}
 	return fmt.Sprintf("%s: %s (%s)", who, strings.ReplaceAll(msg, "\n", " "), best.Time.UTC().Format(time.RFC3339))
 }

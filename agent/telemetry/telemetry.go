@@ -185,7 +185,8 @@ func buildSampler(name, arg string) (s sdktrace.Sampler, ratio float64, filter b
 	needRatio := name == "traceidratio" || name == "parentbased_traceidratio" || name == "probed_default"
 	if arg != "" && needRatio {
 		ratio, err = strconv.ParseFloat(arg, 64)
-		if err != nil || ratio < 0 || ratio > 1 {
+		// !(in range), not (out of range): NaN compares false both ways.
+		if err != nil || !(ratio >= 0 && ratio <= 1) {
 			return nil, 0, false, fmt.Errorf("sampler argument %q: want a ratio in [0, 1]", arg)
 		}
 	} else if needRatio && name != "probed_default" {
@@ -248,7 +249,13 @@ func (k *keepInteresting) keep(s sdktrace.ReadOnlySpan) bool {
 			}
 		}
 	}
+	// The SDK's TraceIDRatioBased decision: ratio 1 keeps every trace, and
+	// the bound is compared as an integer (as a float64, the trace IDs
+	// near the top of the range rounded up to 2^63 and were dropped).
+	if k.ratio >= 1 {
+		return true
+	}
 	id := s.SpanContext().TraceID()
 	x := binary.BigEndian.Uint64(id[8:16]) >> 1
-	return float64(x) < k.ratio*float64(uint64(1)<<63)
+	return x < uint64(k.ratio*(1<<63))
 }

@@ -189,6 +189,9 @@ func New(ctx context.Context, opts Options) (*Host, error) {
 	if h.metrics, err = newMetrics(opts.MetricsRegisterer, h); err != nil {
 		return nil, err
 	}
+	for _, in := range h.plugins {
+		h.metrics.declare(in.cfg.Name)
+	}
 	// Start all at once; each supervisor reports its first start.
 	results := make([]chan error, len(h.plugins))
 	for i, in := range h.plugins {

@@ -37,6 +37,14 @@ func newMetrics(reg prometheus.Registerer, h *Host) (*metrics, error) {
 	return m, nil
 }
 
+// declare creates the plugin's restart counter at 0, so the series exists
+// from the start rather than from the first restart.
+func (m *metrics) declare(plugin string) {
+	if m != nil {
+		m.restarts.WithLabelValues(plugin)
+	}
+}
+
 func (m *metrics) restarted(plugin string) {
 	if m != nil {
 		m.restarts.WithLabelValues(plugin).Inc()

@@ -12,9 +12,10 @@
 //	file    Success when the file "file" holds "ok", else Failure
 //	print   writes to stdout and stderr, then Success
 //
-// Details echo what the plugin received. With $TESTPLUGIN_STDOUT set, the
-// plugin prints it to stdout before the handshake (a bug plugins must not
-// have).
+// Details echo what the plugin received. With the parameter "tracefile",
+// every call appends "<trace id> <span id> <trace flags>" of the incoming
+// trace context to that file. With $TESTPLUGIN_STDOUT set, the plugin
+// prints it to stdout before the handshake (a bug plugins must not have).
 package main
 
 import (
@@ -93,6 +94,15 @@ func probe(ctx context.Context, spec *runtime.Spec, t runtime.Target) (runtime.O
 	}
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		d["trace_id"] = sc.TraceID().String()
+	}
+	if f := prm["tracefile"]; f != "" {
+		// One line per call: the trace context the plugin received.
+		sc := trace.SpanContextFromContext(ctx)
+		line := fmt.Sprintf("%s %s %s\n", sc.TraceID(), sc.SpanID(), sc.TraceFlags())
+		if fh, err := os.OpenFile(f, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+			_, _ = fh.WriteString(line)
+			_ = fh.Close()
+		}
 	}
 	for k, v := range prm {
 		d["param."+k] = v

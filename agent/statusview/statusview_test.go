@@ -1,0 +1,238 @@
+package statusview_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"go.uber.org/goleak"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/probed/probed/agent/history"
+	"github.com/probed/probed/agent/statusview"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreCurrent()) }
+
+var now = time.Date(2026, 11, 29, 12, 5, 0, 0, time.UTC)
+
+func ptr[T any](v T) *T { return &v }
+
+// agentStub serves /pods and /pods/{ns}/{name}/probes like the agent.
+type agentStub struct {
+	srv   *httptest.Server
+	mu    sync.Mutex
+	gets  []string
+	pods  []v1.Pod
+	hists map[string][]history.Probe // ns/name → probes; absent: 404
+}
+
+func newAgentStub(t *testing.T, pods []v1.Pod, hists map[string][]history.Probe) *agentStub {
+	t.Helper()
+	a := &agentStub{pods: pods, hists: hists}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /pods", func(w http.ResponseWriter, r *http.Request) {
+		a.log(r)
+		_ = json.NewEncoder(w).Encode(v1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}, Items: a.pods})
+	})
+	mux.HandleFunc("GET /pods/{namespace}/{name}/probes", func(w http.ResponseWriter, r *http.Request) {
+		a.log(r)
+		key := r.PathValue("namespace") + "/" + r.PathValue("name")
+		probes, ok := a.hists[key]
+		if !ok {
+			http.Error(w, "pod not found", http.StatusNotFound)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"namespace": r.PathValue("namespace"), "name": r.PathValue("name"), "probes": probes})
+	})
+	a.srv = httptest.NewServer(mux)
+	t.Cleanup(a.srv.Close)
+	return a
+}
+
+func (a *agentStub) log(r *http.Request) {
+	a.mu.Lock()
+	a.gets = append(a.gets, r.URL.Path)
+	a.mu.Unlock()
+}
+
+// print runs Print against the stub and parses the table into rows of
+// cells by the header's column offsets.
+func print(t *testing.T, server string) (header []string, rows []map[string]string, out string) {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := statusview.Print(context.Background(), statusview.Options{Server: server, Now: func() time.Time { return now }}, &buf); err != nil {
+		t.Fatalf("Print: %v", err)
+	}
+	out = buf.String()
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	header = strings.Fields(strings.Replace(lines[0], "LAST FAILURE", "LAST_FAILURE", 1))
+	var offs []int
+	from := 0
+	for _, col := range header {
+		i := strings.Index(lines[0][from:], strings.Replace(col, "_", " ", 1))
+		if i < 0 {
+			t.Fatalf("header %q: no column %s", lines[0], col)
+		}
+		offs = append(offs, from+i)
+		from += i + len(col)
+	}
+	for _, l := range lines[1:] {
+		row := map[string]string{}
+		for i, col := range header {
+			if offs[i] >= len(l) {
+				row[col] = ""
+				continue
+			}
+			end := len(l)
+			if i+1 < len(offs) && offs[i+1] < end {
+				end = offs[i+1]
+			}
+			if i == len(header)-1 {
+				end = len(l)
+			}
+			row[col] = strings.TrimSpace(l[offs[i]:end])
+		}
+		rows = append(rows, row)
+	}
+	return header, rows, out
+}
+
+func status(name string, ready, started bool, restarts int32) v1.ContainerStatus {
+	cs := v1.ContainerStatus{Name: name, Ready: ready, RestartCount: restarts}
+	if started {
+		cs.Started = ptr(true)
+	} else {
+		cs.Started = ptr(false)
+	}
+	return cs
+}
+
+func readyCondition(s v1.ConditionStatus) []v1.PodCondition {
+	return []v1.PodCondition{{Type: v1.PodScheduled, Status: v1.ConditionTrue}, {Type: v1.PodReady, Status: s}}
+}
+
+// TestPrintTable: one row per pod, in the API's order: READY and STARTED
+// count containers and sidecars (restartable init containers, not plain
+// init containers), RESTARTS sums them, STATUS is the phase or NotReady
+// for a running pod that is not Ready, AGE comes from the start time, and
+// LAST FAILURE is the newest failed or errored run over the pod's probes.
+func TestPrintTable(t *testing.T) {
+	start := metav1.NewTime(now.Add(-90 * time.Second))
+	pods := []v1.Pod{
+		{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "crashy"},
+			Status: v1.PodStatus{Phase: v1.PodRunning, StartTime: &start, Conditions: readyCondition(v1.ConditionTrue),
+				ContainerStatuses: []v1.ContainerStatus{status("app", true, true, 2)}},
+		},
+		{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web"},
+			Spec: v1.PodSpec{InitContainers: []v1.Container{
+				{Name: "setup"},
+				{Name: "proxy", RestartPolicy: ptr(v1.ContainerRestartPolicyAlways)},
+			}},
+			Status: v1.PodStatus{Phase: v1.PodRunning, StartTime: &start, Conditions: readyCondition(v1.ConditionFalse),
+				InitContainerStatuses: []v1.ContainerStatus{status("setup", false, false, 7), status("proxy", true, true, 1)},
+				ContainerStatuses:     []v1.ContainerStatus{status("app", false, true, 3), status("cache", true, false, 0)}},
+		},
+		{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "pending"},
+			Status:     v1.PodStatus{Phase: v1.PodPending, ContainerStatuses: []v1.ContainerStatus{{Name: "c"}}},
+		},
+	}
+	older := history.Record{Time: time.Date(2026, 11, 29, 12, 2, 0, 0, time.UTC), Result: "failure", Message: "HTTP probe failed with statuscode: 503"}
+	newer := history.Record{Time: time.Date(2026, 11, 29, 12, 3, 44, 0, time.UTC), Result: "failure", Message: "HTTP probe failed with statuscode: 404"}
+	errored := history.Record{Time: now.Add(-10 * time.Second), Result: "errored"}
+	hists := map[string][]history.Probe{
+		"demo/crashy": {
+			{Container: "app", Type: "readiness", Handler: "http", LastFailure: &older},
+			{Container: "app", Type: "liveness", Handler: "http", LastFailure: &newer},
+			{Container: "app", Type: "startup", Handler: "http"},
+		},
+		"demo/web": {{Container: "cache", Type: "liveness", Handler: "redis", LastFailure: &errored}},
+		// other/pending: 404, no history.
+	}
+	stub := newAgentStub(t, pods, hists)
+	header, rows, out := print(t, stub.srv.URL+"/") // a trailing slash is fine
+	if want := []string{"NAMESPACE", "NAME", "READY", "STARTED", "RESTARTS", "STATUS", "AGE", "LAST_FAILURE"}; !reflect.DeepEqual(header, want) {
+		t.Fatalf("header %v, want %v", header, want)
+	}
+	want := []map[string]string{
+		{"NAMESPACE": "demo", "NAME": "crashy", "READY": "1/1", "STARTED": "1/1", "RESTARTS": "2", "STATUS": "Running", "AGE": "1m30s",
+			"LAST_FAILURE": "app liveness: HTTP probe failed with statuscode: 404 (2026-11-29T12:03:44Z)"},
+		{"NAMESPACE": "demo", "NAME": "web", "READY": "2/3", "STARTED": "2/3", "RESTARTS": "4", "STATUS": "NotReady", "AGE": "1m30s",
+			"LAST_FAILURE": "cache liveness: errored (2026-11-29T12:04:50Z)"},
+		{"NAMESPACE": "other", "NAME": "pending", "READY": "0/1", "STARTED": "0/1", "RESTARTS": "0", "STATUS": "Pending", "AGE": "-", "LAST_FAILURE": ""},
+	}
+	if !reflect.DeepEqual(rows, want) {
+		t.Errorf("table:\n%s\nrows %v\nwant %v", out, rows, want)
+	}
+	stub.mu.Lock()
+	defer stub.mu.Unlock()
+	if wantGets := []string{"/pods", "/pods/demo/crashy/probes", "/pods/demo/web/probes", "/pods/other/pending/probes"}; !reflect.DeepEqual(stub.gets, wantGets) {
+		t.Errorf("requests %v, want %v", stub.gets, wantGets)
+	}
+}
+
+// TestPrintLastFailureMessage: a long message is cut at 80 characters
+// (whole characters) with an ellipsis; line breaks become spaces.
+func TestPrintLastFailureMessage(t *testing.T) {
+	// 80 characters, then more; the 80th byte is inside an "é".
+	long := "a" + strings.Repeat("é", 79) + "xyz and more"
+	at := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	pods := []v1.Pod{
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "a"}, Status: v1.PodStatus{Phase: v1.PodRunning}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "b"}, Status: v1.PodStatus{Phase: v1.PodRunning}},
+	}
+	hists := map[string][]history.Probe{
+		"n/a": {{Container: "c", Type: "readiness", LastFailure: &history.Record{Time: at, Result: "failure", Message: long}}},
+		"n/b": {{Container: "c", Type: "exec", LastFailure: &history.Record{Time: at, Result: "failure", Message: "line one\nline two"}}},
+	}
+	_, rows, out := print(t, newAgentStub(t, pods, hists).srv.URL)
+	if want := "c readiness: a" + strings.Repeat("é", 79) + "… (2026-11-29T12:00:00Z)"; rows[0]["LAST_FAILURE"] != want {
+		t.Errorf("long message: %q, want %q", rows[0]["LAST_FAILURE"], want)
+	}
+	if want := "c exec: line one line two (2026-11-29T12:00:00Z)"; rows[1]["LAST_FAILURE"] != want {
+		t.Errorf("multi-line message: %q, want %q", rows[1]["LAST_FAILURE"], want)
+	}
+	if !utf8.ValidString(out) {
+		t.Errorf("output is not valid UTF-8:\n%q", out)
+	}
+}
+
+// TestPrintNoPods prints the header alone.
+func TestPrintNoPods(t *testing.T) {
+	_, rows, out := print(t, newAgentStub(t, nil, nil).srv.URL)
+	if len(rows) != 0 || !strings.HasPrefix(out, "NAMESPACE") {
+		t.Errorf("no pods: %q", out)
+	}
+}
+
+// TestPrintErrors: an agent that cannot be reached or answers /pods with
+// an error is an error that says so.
+func TestPrintErrors(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	base := srv.URL
+	var buf bytes.Buffer
+	err := statusview.Print(context.Background(), statusview.Options{Server: base}, &buf)
+	if err == nil || !strings.Contains(err.Error(), "404") {
+		t.Errorf("/pods 404: err %v, want the status", err)
+	}
+	srv.Close()
+	err = statusview.Print(context.Background(), statusview.Options{Server: base}, &buf)
+	if err == nil || !strings.Contains(err.Error(), "cannot reach the agent") {
+		t.Errorf("closed server: err %v, want \"cannot reach the agent\"", err)
+	}
+	if buf.Len() != 0 {
+		t.Errorf("printed %q on errors", buf.String())
+	}
+}
