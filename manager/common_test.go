@@ -106,7 +106,7 @@ func (f *fakeExec) Prepare(*runtime.Spec) (runtime.Prober, error) {
 }
 
 type testEnv struct {
-	t      *testing.T
+	t      testing.TB
 	m      *manager
 	clk    *testingclock.FakeClock
 	status *fakeStatus
@@ -127,7 +127,7 @@ func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard
 // exec handler (tests of real handlers live with the handlers and in the
 // agent's tests). A goroutine drains the results managers'
 // updates (as the kubelet's sync loop does) until cleanup.
-func newTestEnv(t *testing.T, mutate ...func(*Options)) *testEnv {
+func newTestEnv(t testing.TB, mutate ...func(*Options)) *testEnv {
 	t.Helper()
 	env := &testEnv{
 		t:       t,

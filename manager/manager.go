@@ -171,7 +171,7 @@ type manager struct {
 	runs   sync.WaitGroup // dispatched runs of this manager
 
 	mu      sync.RWMutex
-	workers map[probeKey]*worker
+	workers workerSet
 }
 
 // New returns a Manager. It fails when Options.Status is nil or the
@@ -196,7 +196,7 @@ func New(opts Options) (Manager, error) {
 		log:      opts.Logger,
 		observer: opts.Observer,
 		tracer:   opts.TracerProvider.Tracer("github.com/probed/probed/manager"),
-		workers:  map[probeKey]*worker{},
+		workers:  newWorkerSet(),
 	}
 	for i, rm := range []results.Manager{opts.Liveness, opts.Readiness, opts.Startup} {
 		if rm == nil {
@@ -309,7 +309,7 @@ func (m *manager) AddPod(ctx context.Context, pod *v1.Pod) {
 				continue
 			}
 			key.probeType = pt
-			if _, ok := m.workers[key]; ok {
+			if _, ok := m.workers.get(key); ok {
 				// v1.37+ (PR #138930): go on with the next container.
 				m.log.Debug(pt.String()+" probe already exists for container", "pod", klogPod(pod), "containerName", c.Name)
 				return true
@@ -321,7 +321,7 @@ func (m *manager) AddPod(ctx context.Context, pod *v1.Pod) {
 	for i := range custom {
 		cp := &custom[i]
 		key := probeKey{podUID: pod.UID, containerName: cp.container.Name, probeType: cp.probeType}
-		if _, ok := m.workers[key]; ok {
+		if _, ok := m.workers.get(key); ok {
 			continue
 		}
 		m.startWorker(key, pod, cp.container, cp.probe, cp.plugin.Name, cp.plugin)
@@ -353,7 +353,7 @@ func (m *manager) startWorker(key probeKey, pod *v1.Pod, c *v1.Container, probe 
 		return // closed
 	}
 	w.id = id
-	m.workers[key] = w
+	m.workers.put(key, w)
 	m.sched.Schedule(id, m.sched.Spread(h, period))
 }
 
@@ -377,7 +377,7 @@ func (m *manager) StopLivenessAndStartup(pod *v1.Pod) {
 		key.containerName = c.Name
 		for _, pt := range [...]runtime.ProbeType{runtime.Liveness, runtime.Startup} {
 			key.probeType = pt
-			if w, ok := m.workers[key]; ok {
+			if w, ok := m.workers.get(key); ok {
 				w.stop()
 			}
 		}
@@ -393,7 +393,7 @@ func (m *manager) RemovePod(pod *v1.Pod) {
 		key.containerName = c.Name
 		for _, pt := range [...]runtime.ProbeType{runtime.Readiness, runtime.Liveness, runtime.Startup} {
 			key.probeType = pt
-			if w, ok := m.workers[key]; ok {
+			if w, ok := m.workers.get(key); ok {
 				w.stop()
 			}
 		}
@@ -404,9 +404,11 @@ func (m *manager) RemovePod(pod *v1.Pod) {
 func (m *manager) CleanupPods(desiredPods map[types.UID]sets.Empty) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	for key, w := range m.workers {
-		if _, ok := desiredPods[key.podUID]; !ok {
-			w.stop()
+	for uid, ws := range m.workers.pods {
+		if _, ok := desiredPods[uid]; !ok {
+			for _, w := range ws {
+				w.stop()
+			}
 		}
 	}
 }
@@ -415,14 +417,14 @@ func (m *manager) CleanupPods(desiredPods map[types.UID]sets.Empty) {
 func (m *manager) getWorker(uid types.UID, container string, t runtime.ProbeType) (*worker, bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	w, ok := m.workers[probeKey{uid, container, t}]
+	w, ok := m.workers.get(probeKey{uid, container, t})
 	return w, ok
 }
 
 // removeWorker deletes the map entry of a key (W4, by key, unconditionally).
 func (m *manager) removeWorker(key probeKey) {
 	m.mu.Lock()
-	delete(m.workers, key)
+	m.workers.remove(key)
 	m.mu.Unlock()
 }
 
@@ -430,7 +432,7 @@ func (m *manager) removeWorker(key probeKey) {
 func (m *manager) workerCount() int {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	return len(m.workers)
+	return m.workers.len()
 }
 
 func (m *manager) Close(ctx context.Context) error { return m.shutdown(ctx, false) }
@@ -488,10 +490,7 @@ func (m *manager) shutdown(ctx context.Context, drain bool) error {
 		}
 	}
 	m.mu.Lock()
-	for key, w := range m.workers {
-		m.metrics.deleteSeries(w)
-		delete(m.workers, key)
-	}
+	m.workers.clear(m.metrics.deleteSeries)
 	m.mu.Unlock()
 	m.metrics.unregister()
 	if m.rtm != nil {

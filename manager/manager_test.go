@@ -33,21 +33,19 @@ func (e *testEnv) expectWorkers(want ...probeKey) {
 	e.t.Helper()
 	e.m.mu.RLock()
 	defer e.m.mu.RUnlock()
-	if len(e.m.workers) != len(want) {
-		e.t.Fatalf("workers = %d (%v), want %d (%v)", len(e.m.workers), keysOf(e.m.workers), len(want), want)
+	if e.m.workers.len() != len(want) {
+		e.t.Fatalf("workers = %d (%v), want %d (%v)", e.m.workers.len(), keysOf(&e.m.workers), len(want), want)
 	}
 	for _, k := range want {
-		if _, ok := e.m.workers[k]; !ok {
-			e.t.Fatalf("missing worker %v; have %v", k, keysOf(e.m.workers))
+		if _, ok := e.m.workers.get(k); !ok {
+			e.t.Fatalf("missing worker %v; have %v", k, keysOf(&e.m.workers))
 		}
 	}
 }
 
-func keysOf(m map[probeKey]*worker) []probeKey {
-	out := make([]probeKey, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
+func keysOf(s *workerSet) []probeKey {
+	var out []probeKey
+	s.each(func(w *worker) { out = append(out, w.key()) })
 	return out
 }
 
@@ -293,7 +291,8 @@ func TestPM7_UpdatePodStatusWithInitContainers(t *testing.T) {
 				// test plants a startup worker for the first one.
 				key := probeKey{testPodUID, "not_started", runtime.Startup}
 				e.m.mu.Lock()
-				e.m.workers[key] = &worker{}
+				planted := &worker{rs: runtime.Spec{ProbeType: runtime.Startup, Pod: pod, Container: &pod.Spec.InitContainers[0]}}
+				e.m.workers.put(key, planted)
 				e.m.mu.Unlock()
 				defer e.m.removeWorker(key)
 			}

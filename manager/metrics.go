@@ -89,17 +89,21 @@ func (pm *proberMetrics) observe(w *worker, r results.Result, d time.Duration) {
 	case results.Failure:
 		idx = 1
 	}
-	if w.series[idx] == nil {
-		container, pod, ns, uid := pm.podLabels(w)
-		w.series[idx] = pm.total.WithLabelValues(w.key.probeType.String(), resultLabels[idx], container, pod, ns, uid)
+	if w.series == nil {
+		w.series = &workerSeries{}
 	}
-	w.series[idx].Inc()
+	ws := w.series
+	if ws.total[idx] == nil {
+		container, pod, ns, uid := pm.podLabels(w)
+		ws.total[idx] = pm.total.WithLabelValues(w.rs.ProbeType.String(), resultLabels[idx], container, pod, ns, uid)
+	}
+	ws.total[idx].Inc()
 	if r != results.Failure {
-		if w.dur == nil {
+		if ws.dur == nil {
 			container, pod, ns, _ := pm.podLabels(w)
-			w.dur = pm.duration.WithLabelValues(w.key.probeType.String(), container, pod, ns)
+			ws.dur = pm.duration.WithLabelValues(w.rs.ProbeType.String(), container, pod, ns)
 		}
-		w.dur.Observe(d.Seconds())
+		ws.dur.Observe(d.Seconds())
 	}
 }
 
@@ -108,17 +112,17 @@ func (pm *proberMetrics) podLabels(w *worker) (container, pod, namespace, uid st
 	if pm.aggregate {
 		return "", "", "", ""
 	}
-	return w.container.Name, w.pod.Name, w.pod.Namespace, string(w.pod.UID)
+	return w.rs.Container.Name, w.rs.Pod.Name, w.rs.Pod.Namespace, string(w.rs.Pod.UID)
 }
 
 // deleteSeries removes the worker's series (X4, W4). Aggregated series are
 // shared and stay.
 func (pm *proberMetrics) deleteSeries(w *worker) {
-	if pm.aggregate {
+	if pm.aggregate || w.series == nil {
 		return
 	}
 	for i := range resultLabels {
-		pm.total.DeleteLabelValues(w.key.probeType.String(), resultLabels[i], w.container.Name, w.pod.Name, w.pod.Namespace, string(w.pod.UID))
+		pm.total.DeleteLabelValues(w.rs.ProbeType.String(), resultLabels[i], w.rs.Container.Name, w.rs.Pod.Name, w.rs.Pod.Namespace, string(w.rs.Pod.UID))
 	}
-	pm.duration.DeleteLabelValues(w.key.probeType.String(), w.container.Name, w.pod.Name, w.pod.Namespace)
+	pm.duration.DeleteLabelValues(w.rs.ProbeType.String(), w.rs.Container.Name, w.rs.Pod.Name, w.rs.Pod.Namespace)
 }

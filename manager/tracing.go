@@ -42,18 +42,18 @@ const (
 // startSpan starts the span of one executed probe. With tracing off (the
 // default no-op provider) it costs one interface call.
 func (m *manager) startSpan(ctx context.Context, w *worker, podIP string) (context.Context, trace.Span) {
-	ctx, span := m.tracer.Start(ctx, spanNames[w.key.probeType],
+	ctx, span := m.tracer.Start(ctx, spanNames[w.rs.ProbeType],
 		trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(
-			attrPodUID.String(string(w.pod.UID)),
-			attrPodName.String(w.pod.Name),
-			attrNamespace.String(w.pod.Namespace),
-			attrContainerName.String(w.container.Name),
-			attrProbeType.String(w.key.probeType.Lower()),
-			attrHandler.String(w.prepared.Spec.Kind),
+			attrPodUID.String(string(w.rs.Pod.UID)),
+			attrPodName.String(w.rs.Pod.Name),
+			attrNamespace.String(w.rs.Pod.Namespace),
+			attrContainerName.String(w.rs.Container.Name),
+			attrProbeType.String(w.rs.ProbeType.Lower()),
+			attrHandler.String(w.rs.Kind),
 		))
 	if span.IsRecording() {
-		span.SetAttributes(targetAttributes(w.prepared.Spec, podIP)...)
+		span.SetAttributes(targetAttributes(&w.rs, podIP)...)
 	}
 	return ctx, span
 }
@@ -144,7 +144,7 @@ func endSpan(span trace.Span, w *worker, rep runtime.Report, cached results.Resu
 			span.SetStatus(codes.Error, "probe "+rep.Outcome.Result.String())
 		}
 	}
-	switch w.prepared.Spec.Kind {
+	switch w.rs.Kind {
 	case runtime.KindHTTP:
 		if rep.Outcome.StatusCode != 0 {
 			attrs = append(attrs, attrStatusCode.Int(rep.Outcome.StatusCode))

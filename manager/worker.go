@@ -19,54 +19,72 @@ import (
 // goroutine: the scheduler dispatches its Run to the pool whenever it is due,
 // never more than one at a time, so the mutable fields below are only
 // touched by one run at a time (the scheduler's lock orders the runs).
+//
+// It is one allocation of about 200 bytes: the probe's runtime spec and its
+// prepared handler are embedded, and everything derivable (the key, the
+// initial value, the results manager) is derived.
 type worker struct {
-	m   *manager
-	key probeKey
-	id  scheduler.ID
+	m  *manager
+	id scheduler.ID
 
-	// Snapshots taken at creation (M2: spec changes are ignored).
-	pod       *v1.Pod
-	container *v1.Container
-	spec      *v1.Probe
-	prepared  *runtime.Prepared
+	// rs holds the snapshots taken at creation (M2: spec changes are
+	// ignored): rs.Pod, rs.Container, rs.Probe, and the probe type.
+	rs       runtime.Spec
+	prepared runtime.Prepared
 
-	initialValue    results.Result
-	resultsManager  results.Manager
 	restartableInit bool // W7
 	lane            uint8
+	onHold          bool  // W13
+	lastResult      int8  // W10: a results.Result; zero value Success (W12)
+	resultRun       int32 // W10
 
 	stopped atomic.Bool // W14: stop was signalled
 	ran     atomic.Bool // the scheduler has dispatched the worker at least once
 
 	// Run state (W5–W13).
 	containerID results.ContainerID
-	lastResult  results.Result // zero value Success (W12)
-	resultRun   int32
-	onHold      bool
 
-	// Metric series handles, created on first use (X1, X2).
-	series [3]prometheus.Counter // by result label: successful, failed, unknown
-	dur    prometheus.Observer
+	// Metric series handles, created on the first executed run (X1, X2).
+	series *workerSeries
+}
+
+// workerSeries are a worker's prober_probe_* series handles.
+type workerSeries struct {
+	total [3]prometheus.Counter // by result label: successful, failed, unknown
+	dur   prometheus.Observer
+}
+
+// key returns the worker's key (spec §2).
+func (w *worker) key() probeKey {
+	return probeKey{podUID: w.rs.Pod.UID, containerName: w.rs.Container.Name, probeType: w.rs.ProbeType}
+}
+
+// resultsManager returns the results manager of the worker's probe type.
+func (w *worker) resultsManager() results.Manager { return w.m.results[w.rs.ProbeType] }
+
+// initialValue is W1: readiness Failure, liveness Success, startup Unknown.
+func (w *worker) initialValue() results.Result {
+	switch w.rs.ProbeType {
+	case runtime.Readiness:
+		return results.Failure
+	case runtime.Startup:
+		return results.Unknown
+	}
+	return results.Success
 }
 
 func newWorker(m *manager, key probeKey, pod *v1.Pod, c *v1.Container, probe *v1.Probe, kind string, plugin *runtime.PluginAction) *worker {
 	w := &worker{
-		m:              m,
-		key:            key,
-		pod:            pod,
-		container:      c,
-		spec:           probe,
-		resultsManager: m.results[key.probeType],
-		lane:           uint8(runtime.LaneOf(kind)),
-	}
-	// W1 initial values.
-	switch key.probeType {
-	case runtime.Readiness:
-		w.initialValue = results.Failure
-	case runtime.Liveness:
-		w.initialValue = results.Success
-	case runtime.Startup:
-		w.initialValue = results.Unknown
+		m: m,
+		rs: runtime.Spec{
+			Kind:      kind,
+			ProbeType: key.probeType,
+			Pod:       pod,
+			Container: c,
+			Probe:     probe,
+			Plugin:    plugin,
+		},
+		lane: uint8(runtime.LaneOf(kind)),
 	}
 	// W7: a restartable init container is named in spec.initContainers and
 	// has restartPolicy Always.
@@ -76,14 +94,7 @@ func newWorker(m *manager, key probeKey, pod *v1.Pod, c *v1.Container, probe *v1
 			break
 		}
 	}
-	w.prepared = m.rt.Prepare(&runtime.Spec{
-		Kind:      kind,
-		ProbeType: key.probeType,
-		Pod:       pod,
-		Container: c,
-		Probe:     probe,
-		Plugin:    plugin,
-	})
+	m.rt.PrepareInto(&w.prepared, &w.rs)
 	return w
 }
 
@@ -118,9 +129,9 @@ func (w *worker) exit() {
 	m := w.m
 	m.sched.Remove(w.id)
 	if !w.containerID.IsEmpty() {
-		w.resultsManager.Remove(w.containerID)
+		w.resultsManager().Remove(w.containerID)
 	}
-	m.removeWorker(w.key)
+	m.removeWorker(w.key())
 	m.metrics.deleteSeries(w)
 	// Last: until Done the run counts as in flight (scheduler stats,
 	// Idle), so a caller that waits for the scheduler to be idle after a
@@ -133,7 +144,7 @@ func (w *worker) exit() {
 func (w *worker) doProbeSafe(ctx context.Context) (keepGoing bool) {
 	defer func() {
 		if r := recover(); r != nil {
-			w.m.log.Error("probe worker panicked", "panic", fmt.Sprint(r), "pod", klogPod(w.pod), "containerName", w.container.Name, "probeType", w.key.probeType.String())
+			w.m.log.Error("probe worker panicked", "panic", fmt.Sprint(r), "pod", klogPod(w.rs.Pod), "containerName", w.rs.Container.Name, "probeType", w.rs.ProbeType.String())
 			keepGoing = true
 		}
 	}()
@@ -147,38 +158,38 @@ func (w *worker) doProbe(ctx context.Context) bool {
 	start := m.clock.Now()
 
 	// W5.1
-	status, ok := m.status.GetPodStatus(w.pod.UID)
+	status, ok := m.status.GetPodStatus(w.rs.Pod.UID)
 	if !ok {
-		m.log.Debug("No status for pod", "pod", klogPod(w.pod))
+		m.log.Debug("No status for pod", "pod", klogPod(w.rs.Pod))
 		return true
 	}
 	// W5.2
 	if status.Phase == v1.PodFailed || status.Phase == v1.PodSucceeded {
-		m.log.Debug("Pod is terminated, exiting probe worker", "pod", klogPod(w.pod), "phase", status.Phase)
+		m.log.Debug("Pod is terminated, exiting probe worker", "pod", klogPod(w.rs.Pod), "phase", status.Phase)
 		return false
 	}
 	// W5.3
-	c, ok := findStatus(status.ContainerStatuses, w.container.Name)
+	c, ok := findStatus(status.ContainerStatuses, w.rs.Container.Name)
 	if !ok || c.ContainerID == "" {
-		c, ok = findStatus(status.InitContainerStatuses, w.container.Name)
+		c, ok = findStatus(status.InitContainerStatuses, w.rs.Container.Name)
 		if !ok || c.ContainerID == "" {
-			m.log.Debug("Probe target container not found", "pod", klogPod(w.pod), "containerName", w.container.Name)
+			m.log.Debug("Probe target container not found", "pod", klogPod(w.rs.Pod), "containerName", w.rs.Container.Name)
 			return true
 		}
 	}
 	// W5.4, W6: a new container ID.
 	if w.containerID.String() != c.ContainerID {
 		if !w.containerID.IsEmpty() {
-			w.resultsManager.Remove(w.containerID)
+			w.resultsManager().Remove(w.containerID)
 		}
 		w.containerID = results.ParseContainerID(c.ContainerID)
 		isRestart := c.State.Running != nil && !c.State.Running.StartedAt.IsZero() &&
 			c.State.Running.StartedAt.Time.Before(m.start.Add(-kubeletRestartWindow))
-		if w.restartableInit && w.key.probeType == runtime.Startup && c.Started != nil && *c.Started {
-			w.resultsManager.Set(w.containerID, results.Success, w.pod) // PR #137146
+		if w.restartableInit && w.rs.ProbeType == runtime.Startup && c.Started != nil && *c.Started {
+			w.resultsManager().Set(w.containerID, results.Success, w.rs.Pod) // PR #137146
 		}
 		if !isRestart {
-			w.resultsManager.Set(w.containerID, w.initialValue, w.pod)
+			w.resultsManager().Set(w.containerID, w.initialValue(), w.rs.Pod)
 		}
 		w.onHold = false
 		// BR-13: thresholds count per container instance, so the new
@@ -192,36 +203,36 @@ func (w *worker) doProbe(ctx context.Context) bool {
 	}
 	// W5.6, W8: not running.
 	if c.State.Running == nil {
-		m.log.Debug("Non-running container probed", "pod", klogPod(w.pod), "containerName", w.container.Name)
+		m.log.Debug("Non-running container probed", "pod", klogPod(w.rs.Pod), "containerName", w.rs.Container.Name)
 		if !w.containerID.IsEmpty() {
-			w.resultsManager.Set(w.containerID, results.Failure, w.pod)
+			w.resultsManager().Set(w.containerID, results.Failure, w.rs.Pod)
 		}
 		if c.State.Terminated == nil {
 			return true // waiting (W8a)
 		}
-		return containerShouldRestart(w.container, &w.pod.Spec, c.State.Terminated.ExitCode) // W8b
+		return containerShouldRestart(w.rs.Container, &w.rs.Pod.Spec, c.State.Terminated.ExitCode) // W8b
 	}
 	// W5.7, W9: deletion shortcut for liveness and startup.
-	if w.pod.DeletionTimestamp != nil && (w.key.probeType == runtime.Liveness || w.key.probeType == runtime.Startup) {
-		m.log.Debug("Pod deletion requested, setting probe result to success", "pod", klogPod(w.pod), "containerName", w.container.Name, "probeType", w.key.probeType.String())
-		if w.key.probeType == runtime.Startup {
-			m.log.Info("Pod deletion requested before container has fully started", "pod", klogPod(w.pod), "containerName", w.container.Name)
+	if w.rs.Pod.DeletionTimestamp != nil && (w.rs.ProbeType == runtime.Liveness || w.rs.ProbeType == runtime.Startup) {
+		m.log.Debug("Pod deletion requested, setting probe result to success", "pod", klogPod(w.rs.Pod), "containerName", w.rs.Container.Name, "probeType", w.rs.ProbeType.String())
+		if w.rs.ProbeType == runtime.Startup {
+			m.log.Info("Pod deletion requested before container has fully started", "pod", klogPod(w.rs.Pod), "containerName", w.rs.Container.Name)
 		}
-		w.resultsManager.Set(w.containerID, results.Success, w.pod)
+		w.resultsManager().Set(w.containerID, results.Success, w.rs.Pod)
 		return false
 	}
 	// W5.8: initial delay from the running container's StartedAt, whole
 	// seconds. probed then wakes the worker when the delay ends instead of
 	// up to a period later (BR-11; the kubelet waits for its next tick).
 	elapsed := start.Sub(c.State.Running.StartedAt.Time)
-	if int32(elapsed/time.Second) < w.spec.InitialDelaySeconds {
-		remaining := time.Duration(w.spec.InitialDelaySeconds)*time.Second - elapsed
-		m.sched.Schedule(w.id, remaining+m.sched.Spread(keyHash(w.key), w.period()))
+	if int32(elapsed/time.Second) < w.rs.Probe.InitialDelaySeconds {
+		remaining := time.Duration(w.rs.Probe.InitialDelaySeconds)*time.Second - elapsed
+		m.sched.Schedule(w.id, remaining+m.sched.Spread(keyHash(w.key()), w.period()))
 		return true
 	}
 	// W5.9: startup gating.
 	started := c.Started != nil && *c.Started
-	if started == (w.key.probeType == runtime.Startup) {
+	if started == (w.rs.ProbeType == runtime.Startup) {
 		return true
 	}
 	// W5.10: run the probe; an errored probe is discarded.
@@ -232,10 +243,10 @@ func (w *worker) doProbe(ctx context.Context) bool {
 // period returns the probe's period (a non-positive one counts as the API
 // default of 10 s).
 func (w *worker) period() time.Duration {
-	if w.spec.PeriodSeconds <= 0 {
+	if w.rs.Probe.PeriodSeconds <= 0 {
 		return 10 * time.Second
 	}
-	return time.Duration(w.spec.PeriodSeconds) * time.Second
+	return time.Duration(w.rs.Probe.PeriodSeconds) * time.Second
 }
 
 // kubeletRestartWindow: a container started more than this before the
@@ -247,13 +258,13 @@ func (w *worker) probe(ctx context.Context, start time.Time, status *v1.PodStatu
 	m := w.m
 	var span trace.Span
 	ctx, span = m.startSpan(ctx, w, status.PodIP)
-	rep := m.rt.Run(ctx, w.prepared, runtime.Target{PodIP: status.PodIP, ContainerID: c.ContainerID})
+	rep := m.rt.Run(ctx, &w.prepared, runtime.Target{PodIP: status.PodIP, ContainerID: c.ContainerID})
 	duration := m.clock.Since(start)
 	if m.rtm != nil {
-		m.rtm.countProbe(w.prepared.Spec.Kind, w.key.probeType, rep)
+		m.rtm.countProbe(w.rs.Kind, w.rs.ProbeType, rep)
 	}
 	if rep.Err != nil || ctx.Err() != nil {
-		m.log.Debug("Probe errored", "pod", klogPod(w.pod), "containerName", w.container.Name, "probeType", w.key.probeType.String(), "err", rep.Err)
+		m.log.Debug("Probe errored", "pod", klogPod(w.rs.Pod), "containerName", w.rs.Container.Name, "probeType", w.rs.ProbeType.String(), "err", rep.Err)
 		endSpan(span, w, rep, results.Unknown, false, false)
 		w.observe(start, duration, rep, results.Unknown)
 		return
@@ -267,15 +278,15 @@ func (w *worker) probe(ctx context.Context, start time.Time, status *v1.PodStatu
 	m.metrics.observe(w, result, duration)
 
 	// W10
-	if w.lastResult == result {
+	if results.Result(w.lastResult) == result {
 		w.resultRun++
 	} else {
-		w.lastResult = result
+		w.lastResult = int8(result)
 		w.resultRun = 1
 	}
 	// W11
-	if (result == results.Failure && w.resultRun < w.spec.FailureThreshold) ||
-		(result == results.Success && w.resultRun < w.spec.SuccessThreshold) {
+	if (result == results.Failure && w.resultRun < w.rs.Probe.FailureThreshold) ||
+		(result == results.Success && w.resultRun < w.rs.Probe.SuccessThreshold) {
 		cached := w.cached()
 		endSpan(span, w, rep, cached, false, false)
 		w.observe(start, duration, rep, cached)
@@ -283,12 +294,12 @@ func (w *worker) probe(ctx context.Context, start time.Time, status *v1.PodStatu
 	}
 	changed := false
 	if span.IsRecording() {
-		prev, ok := w.resultsManager.Get(w.containerID)
+		prev, ok := w.resultsManager().Get(w.containerID)
 		changed = !ok || prev != result
 	}
-	w.resultsManager.Set(w.containerID, result, w.pod)
+	w.resultsManager().Set(w.containerID, result, w.rs.Pod)
 	// W13
-	if (w.key.probeType == runtime.Liveness && result == results.Failure) || w.key.probeType == runtime.Startup {
+	if (w.rs.ProbeType == runtime.Liveness && result == results.Failure) || w.rs.ProbeType == runtime.Startup {
 		w.onHold = true
 		w.resultRun = 0
 	}
@@ -298,7 +309,7 @@ func (w *worker) probe(ctx context.Context, start time.Time, status *v1.PodStatu
 
 // cached returns the worker's current cached result.
 func (w *worker) cached() results.Result {
-	r, ok := w.resultsManager.Get(w.containerID)
+	r, ok := w.resultsManager().Get(w.containerID)
 	if !ok {
 		return results.Unknown
 	}
@@ -311,13 +322,13 @@ func (w *worker) observe(start time.Time, d time.Duration, rep runtime.Report, c
 		return
 	}
 	rec := RunRecord{
-		PodUID:        w.pod.UID,
-		Namespace:     w.pod.Namespace,
-		PodName:       w.pod.Name,
-		ContainerName: w.container.Name,
+		PodUID:        w.rs.Pod.UID,
+		Namespace:     w.rs.Pod.Namespace,
+		PodName:       w.rs.Pod.Name,
+		ContainerName: w.rs.Container.Name,
 		ContainerID:   w.containerID.String(),
-		ProbeType:     w.key.probeType,
-		Kind:          w.prepared.Spec.Kind,
+		ProbeType:     w.rs.ProbeType,
+		Kind:          w.rs.Kind,
 		Start:         start,
 		Duration:      d,
 		Result:        rep.Outcome.Result,

@@ -190,26 +190,20 @@ func (r *Runtime) Stats() [NumLanes]PoolStats {
 	return out
 }
 
-// Prepared is a probe bound to its handler, built once per worker.
+// Prepared is a probe bound to its handler, built once per worker. It is
+// small and may be embedded by value (PrepareInto). A Prepared is used by
+// one Run at a time (a worker never overlaps its runs).
 type Prepared struct {
-	Spec  *Spec
-	rt    *Runtime
-	bound atomic.Pointer[binding]
-	ref   *v1.ObjectReference
-}
-
-// binding is what a Prepared runs: a prober, or the preparation error
-// returned by every run (P5).
-type binding struct {
+	Spec   *Spec
 	prober Prober
-	err    error
-	// unresolved: no handler served the kind when the binding was made;
-	// the next Run looks the kind up again.
+	err    error // preparation error, returned by every run (P5)
+	// unresolved: no handler served the kind when the probe was prepared;
+	// every Run looks the kind up again.
 	unresolved bool
 }
 
 // Err returns the preparation error, if any.
-func (p *Prepared) Err() error { return p.bound.Load().err }
+func (p *Prepared) Err() error { return p.err }
 
 // Prepare binds spec to the handler of spec.Kind. It never fails: a
 // missing handler (P4: "missing probe handler for <pod>:<container>"), an
@@ -221,40 +215,37 @@ func (p *Prepared) Err() error { return p.bound.Load().err }
 // registered for it (e.g. a plugin that started late) the probe is prepared
 // with it and runs normally from then on.
 func (r *Runtime) Prepare(spec *Spec) *Prepared {
-	p := &Prepared{Spec: spec, rt: r, ref: containerRef(spec)}
-	p.bound.Store(r.bind(spec))
+	p := &Prepared{}
+	r.PrepareInto(p, spec)
 	return p
 }
 
-// bind resolves the handler of spec.Kind and prepares spec with it.
-func (r *Runtime) bind(spec *Spec) *binding {
+// PrepareInto is Prepare into a Prepared the caller owns (a worker embeds
+// it, saving an allocation per probe). spec must outlive p.
+func (r *Runtime) PrepareInto(p *Prepared, spec *Spec) {
+	*p = Prepared{Spec: spec}
+	p.bind(r)
+}
+
+// bind resolves the handler of the spec's kind and prepares the spec with it.
+func (p *Prepared) bind(r *Runtime) {
+	spec := p.Spec
+	p.prober, p.err, p.unresolved = nil, nil, false
 	if spec.Kind == "" {
-		return &binding{err: fmt.Errorf("missing probe handler for %s:%s", podName(spec), containerName(spec))}
+		p.err = fmt.Errorf("missing probe handler for %s:%s", podName(spec), containerName(spec))
+		return
 	}
 	r.mu.RLock()
 	h, ok := r.handlers[spec.Kind]
 	r.mu.RUnlock()
 	if !ok {
-		return &binding{err: fmt.Errorf("no handler serves probe kind %q", spec.Kind), unresolved: true}
+		p.err, p.unresolved = fmt.Errorf("no handler serves probe kind %q", spec.Kind), true
+		return
 	}
-	pr, err := h.Prepare(spec)
-	if err != nil {
-		return &binding{err: err}
+	p.prober, p.err = h.Prepare(spec)
+	if p.err != nil {
+		p.prober = nil
 	}
-	return &binding{prober: pr}
-}
-
-// current returns the binding to run, re-resolving an unresolved kind.
-func (p *Prepared) current() *binding {
-	b := p.bound.Load()
-	if !b.unresolved || !p.rt.HasKind(p.Spec.Kind) {
-		return b
-	}
-	nb := p.rt.bind(p.Spec)
-	if p.bound.CompareAndSwap(b, nb) {
-		return nb
-	}
-	return p.bound.Load()
 }
 
 // Report is the outcome of one run.
@@ -272,14 +263,17 @@ type Report struct {
 // per attempt.
 func (r *Runtime) Run(ctx context.Context, p *Prepared, t Target) Report {
 	var rep Report
-	if b := p.current(); b.err != nil {
-		rep = Report{Outcome: Outcome{Result: Unknown, ExitCode: -1}, Err: b.err, Attempts: MaxAttempts}
+	if p.unresolved && r.HasKind(p.Spec.Kind) {
+		p.bind(r)
+	}
+	if p.err != nil {
+		rep = Report{Outcome: Outcome{Result: Unknown, ExitCode: -1}, Err: p.err, Attempts: MaxAttempts}
 	} else {
 		timeout := p.Spec.Timeout()
 		for attempt := 1; attempt <= MaxAttempts; attempt++ {
 			t.Attempt = attempt
 			actx, cancel := context.WithTimeout(ctx, timeout)
-			out, err := b.prober.Probe(actx, t)
+			out, err := p.prober.Probe(actx, t)
 			cancel()
 			rep = Report{Outcome: out, Err: err, Attempts: attempt}
 			if err == nil || ctx.Err() != nil {
@@ -293,17 +287,21 @@ func (r *Runtime) Run(ctx context.Context, p *Prepared, t Target) Report {
 
 // recordEvent emits the kubelet's probe events (P5, P6, K4).
 func (r *Runtime) recordEvent(p *Prepared, rep Report) {
-	if r.recorder == nil || p.ref == nil {
+	if r.recorder == nil || p.Spec.Pod == nil {
 		return
 	}
+	if rep.Err == nil && rep.Outcome.Result != Warning && rep.Outcome.Result != Failure {
+		return
+	}
+	ref := containerRef(p.Spec) // built per event: events are rare, probes many
 	typ := p.Spec.ProbeType.String()
 	switch {
 	case rep.Err != nil:
-		r.recorder.Eventf(p.ref, v1.EventTypeWarning, ReasonUnhealthy, "%s probe errored and resulted in %s state: %s", typ, rep.Outcome.Result, rep.Err)
+		r.recorder.Eventf(ref, v1.EventTypeWarning, ReasonUnhealthy, "%s probe errored and resulted in %s state: %s", typ, rep.Outcome.Result, rep.Err)
 	case rep.Outcome.Result == Warning:
-		r.recorder.Eventf(p.ref, v1.EventTypeWarning, ReasonProbeWarning, "%s probe warning: %s", typ, rep.Outcome.Output)
+		r.recorder.Eventf(ref, v1.EventTypeWarning, ReasonProbeWarning, "%s probe warning: %s", typ, rep.Outcome.Output)
 	case rep.Outcome.Result == Failure:
-		r.recorder.Eventf(p.ref, v1.EventTypeWarning, ReasonUnhealthy, "%s probe failed: %s", typ, rep.Outcome.Output)
+		r.recorder.Eventf(ref, v1.EventTypeWarning, ReasonUnhealthy, "%s probe failed: %s", typ, rep.Outcome.Output)
 	}
 }
 

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"math"
 	"sync"
 	"time"
 
@@ -23,11 +24,11 @@ const nilIdx int32 = -1
 // entry is one slab slot. It holds no pointers, so the GC never scans the
 // slab; the owner's task lives in the parallel tasks slice.
 type entry struct {
-	wprev, wnext int32 // wheel slot list (or the free list, via wnext)
-	rprev, rnext int32 // ready list
-	deadline     int64 // tick at which the entry is next due
-	period       int64 // ticks
-	due          int64 // ns since start at which the queued run became due
+	wprev, wnext int32  // wheel slot list (or the free list, via wnext)
+	rprev, rnext int32  // ready list
+	deadline     int64  // tick at which the entry is next due
+	due          int64  // ns since start at which the queued run became due
+	period       uint32 // ticks (at most 2^32 ticks: 497 days at 10 ms)
 	gen          uint32
 	flags        uint8
 	lane         uint8
@@ -189,11 +190,12 @@ func (sh *shard[T]) fire(i int32) {
 		e.due = int64(time.Duration(nominal) * sh.s.tick)
 		sh.pushReady(i)
 	}
-	next := nominal + e.period
+	period := int64(e.period)
+	next := nominal + period
 	if next <= sh.cur {
-		missed := (sh.cur-next)/e.period + 1
+		missed := (sh.cur-next)/period + 1
 		sh.s.skipped.Add(uint64(missed))
-		next += missed * e.period
+		next += missed * period
 	}
 	e.deadline = next
 	sh.linkWheel(i)
@@ -216,7 +218,7 @@ func (sh *shard[T]) add(lane int, period int64, task T) ID {
 	e.wprev, e.wnext, e.rprev, e.rnext = nilIdx, nilIdx, nilIdx, nilIdx
 	e.flags = fUsed
 	e.lane = uint8(lane)
-	e.period = period
+	e.period = uint32(min(period, math.MaxUint32))
 	sh.tasks[i] = task
 	sh.live++
 	return makeID(sh.idx, e.gen, i)

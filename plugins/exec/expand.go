@@ -24,6 +24,15 @@ func ExpandCommand(cmd []string, env []v1.EnvVar) []string {
 	if cmd == nil {
 		return nil
 	}
+	needs := false
+	for _, arg := range cmd {
+		needs = needs || strings.IndexByte(arg, '$') >= 0
+	}
+	if !needs {
+		// Nothing to expand: share the spec's slice (it is never written;
+		// a worker's spec is an immutable snapshot).
+		return cmd
+	}
 	vars := make(map[string]string, len(env))
 	for i := range env {
 		// A valueFrom variable has an empty Value: it expands to "".

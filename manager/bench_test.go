@@ -1,0 +1,66 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	goruntime "runtime"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// benchPods returns n pods of one container with readiness and liveness
+// exec probes, and their running statuses in e.
+func benchPods(e *testEnv, n int) []*v1.Pod {
+	pods := make([]*v1.Pod, n)
+	for i := range pods {
+		c := v1.Container{Name: "c", ReadinessProbe: execProbe(), LivenessProbe: execProbe()}
+		pods[i] = podWith(types.UID(fmt.Sprintf("%08d-0000-0000-0000-000000000000", i)), c)
+		e.status.set(pods[i].UID, runningStatus(fakeNow, true))
+	}
+	return pods
+}
+
+// BenchmarkRegisteredProbeBytes reports the heap a registered probe costs:
+// the worker, its index entry, its scheduler slot and its prepared handler,
+// without the pod objects (DESIGN: a few hundred bytes at most; issue #3
+// target: ≤ 300 B).
+func BenchmarkRegisteredProbeBytes(b *testing.B) {
+	const n = 20000
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		e := newTestEnv(b)
+		pods := benchPods(e, n)
+		goruntime.GC()
+		var before, after goruntime.MemStats
+		goruntime.ReadMemStats(&before)
+		b.StartTimer()
+		for _, p := range pods {
+			e.m.AddPod(context.Background(), p)
+		}
+		b.StopTimer()
+		goruntime.GC()
+		goruntime.ReadMemStats(&after)
+		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/(2*n), "B/probe")
+	}
+}
+
+// BenchmarkAddRemovePod measures registering and unregistering one pod
+// with two probes (AddPod, RemovePod and the workers' exit).
+func BenchmarkAddRemovePod(b *testing.B) {
+	e := newTestEnv(b)
+	pods := benchPods(e, 1024)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		p := pods[i%len(pods)]
+		e.m.AddPod(context.Background(), p)
+		e.m.RemovePod(p)
+		if i%len(pods) == len(pods)-1 {
+			b.StopTimer()
+			e.waitWorkerCount(0)
+			b.StartTimer()
+		}
+	}
+}
