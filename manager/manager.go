@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -164,6 +165,9 @@ type manager struct {
 	log      *slog.Logger
 	observer Observer
 	tracer   trace.Tracer
+	// unsetTP is the global provider while none was set when New ran:
+	// spans start only once otel.SetTracerProvider replaced it.
+	unsetTP trace.TracerProvider
 
 	ctx    context.Context // cancelled by Close: in-flight probes end
 	cancel context.CancelFunc
@@ -186,8 +190,10 @@ func New(opts Options) (Manager, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	var defaultGlobal trace.TracerProvider
 	if opts.TracerProvider == nil {
 		opts.TracerProvider = otel.GetTracerProvider()
+		defaultGlobal = unsetGlobal()
 	}
 	m := &manager{
 		clock:    opts.Clock,
@@ -195,7 +201,8 @@ func New(opts Options) (Manager, error) {
 		status:   opts.Status,
 		log:      opts.Logger,
 		observer: opts.Observer,
-		tracer:   opts.TracerProvider.Tracer("github.com/probed/probed/manager"),
+		tracer:   tracerOf(opts.TracerProvider),
+		unsetTP:  defaultGlobal,
 		workers:  newWorkerSet(),
 	}
 	for i, rm := range []results.Manager{opts.Liveness, opts.Readiness, opts.Startup} {
@@ -251,6 +258,26 @@ func New(opts Options) (Manager, error) {
 		return nil, fmt.Errorf("manager: %w", err)
 	}
 	return m, nil
+}
+
+// tracerOf returns the manager's tracer, or nil for the no-op provider
+// (tracing off: no span is started at all).
+func tracerOf(tp trace.TracerProvider) trace.Tracer {
+	if _, ok := tp.(noop.TracerProvider); ok {
+		return nil
+	}
+	return tp.Tracer("github.com/probed/probed/manager")
+}
+
+// unsetGlobal returns the global tracer provider when no provider has been
+// set yet (OpenTelemetry's delegating default, which only forwards once one
+// is set), else nil.
+func unsetGlobal() trace.TracerProvider {
+	tp := otel.GetTracerProvider()
+	if fmt.Sprintf("%T", tp) == "*global.tracerProvider" {
+		return tp
+	}
+	return nil
 }
 
 // Scheduler returns the manager's scheduler, for its statistics.

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -39,24 +40,30 @@ const (
 	attrExitCode      = attribute.Key("process.exit.code")
 )
 
-// startSpan starts the span of one executed probe. With tracing off (the
-// default no-op provider) it costs one interface call.
+// startSpan starts the span of one executed probe. With the no-op provider
+// given explicitly it does nothing; with any other provider attributes are
+// built only when the span records, so tracing off costs one interface call.
 func (m *manager) startSpan(ctx context.Context, w *worker, podIP string) (context.Context, trace.Span) {
-	ctx, span := m.tracer.Start(ctx, spanNames[w.rs.ProbeType],
-		trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithAttributes(
+	if m.tracer == nil || (m.unsetTP != nil && otel.GetTracerProvider() == m.unsetTP) {
+		return ctx, noopSpan
+	}
+	ctx, span := m.tracer.Start(ctx, spanNames[w.rs.ProbeType], trace.WithSpanKind(trace.SpanKindInternal))
+	if span.IsRecording() {
+		span.SetAttributes(
 			attrPodUID.String(string(w.rs.Pod.UID)),
 			attrPodName.String(w.rs.Pod.Name),
 			attrNamespace.String(w.rs.Pod.Namespace),
 			attrContainerName.String(w.rs.Container.Name),
 			attrProbeType.String(w.rs.ProbeType.Lower()),
 			attrHandler.String(w.rs.Kind),
-		))
-	if span.IsRecording() {
+		)
 		span.SetAttributes(targetAttributes(&w.rs, podIP)...)
 	}
 	return ctx, span
 }
+
+// noopSpan is the span of runs when tracing is off.
+var noopSpan = trace.SpanFromContext(context.Background())
 
 // targetAttributes describes what the probe talks to, by semantic
 // convention: server.address/port for network probes, url.full (query
