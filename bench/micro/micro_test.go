@@ -1,0 +1,315 @@
+// Package micro holds go-test micro-benchmarks of probed's hot paths:
+// the scheduler's Add/Remove and fire path, the pool dispatch, the memory
+// of a registered probe, and the manager's cost per executed run. They use
+// a fake clock, so they measure CPU and memory, not timing.
+//
+//	cd bench && go test -run '^$' -bench . -benchmem ./micro
+package micro
+
+import (
+	"context"
+	"log/slog"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/probed/probed/manager"
+	"github.com/probed/probed/manager/results"
+	"github.com/probed/probed/plugins/exec"
+	probedruntime "github.com/probed/probed/runtime"
+	"github.com/probed/probed/scheduler"
+)
+
+const tick = 10 * time.Millisecond
+
+func heapAfterGC() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// BenchmarkSchedulerAddRemove: Add, Schedule and Remove of one entry in a
+// scheduler that already holds 100k entries.
+func BenchmarkSchedulerAddRemove(b *testing.B) {
+	clk := testingclock.NewFakeClock(time.Unix(1_000_000, 0))
+	s, err := scheduler.New(scheduler.Options[int]{Clock: clk, Dispatch: func(scheduler.ID, int) error { return nil }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	for i := 0; i < 100000; i++ {
+		id, _ := s.Add(uint64(i)*0x9e3779b97f4a7c15, 0, time.Second, i)
+		s.Schedule(id, s.Spread(uint64(i), time.Second))
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		key := uint64(i) * 0x9e3779b97f4a7c15
+		id, _ := s.Add(key, 0, time.Second, i)
+		s.Schedule(id, s.Spread(key, time.Second))
+		s.Remove(id)
+	}
+}
+
+// BenchmarkSchedulerMemory reports the heap per registered entry.
+func BenchmarkSchedulerMemory(b *testing.B) {
+	for _, n := range []int{10000, 1000000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			for it := 0; it < b.N; it++ {
+				clk := testingclock.NewFakeClock(time.Unix(1_000_000, 0))
+				before := heapAfterGC()
+				s, _ := scheduler.New(scheduler.Options[*int]{Clock: clk, Dispatch: func(scheduler.ID, *int) error { return nil }})
+				x := new(int)
+				for i := 0; i < n; i++ {
+					id, _ := s.Add(uint64(i)*0x9e3779b97f4a7c15, 0, time.Minute, x)
+					s.Schedule(id, s.Spread(uint64(i), time.Minute))
+				}
+				after := heapAfterGC()
+				b.ReportMetric(float64(after-before)/float64(n), "B/entry")
+				s.Close()
+			}
+		})
+	}
+}
+
+// BenchmarkSchedulerFire: the fire path (wheel → ready list → feeder →
+// Dispatch → Done) for 100k entries with a 1 s period; one op is one run.
+func BenchmarkSchedulerFire(b *testing.B) {
+	const n = 100000
+	clk := testingclock.NewFakeClock(time.Unix(1_000_000, 0))
+	var s *scheduler.Scheduler[int]
+	var runs atomic.Int64
+	s, err := scheduler.New(scheduler.Options[int]{Clock: clk, Dispatch: func(id scheduler.ID, _ int) error {
+		runs.Add(1)
+		s.Done(id)
+		return nil
+	}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	for i := 0; i < n; i++ {
+		id, _ := s.Add(uint64(i)*0x9e3779b97f4a7c15, 0, time.Second, i)
+		s.Schedule(id, s.Spread(uint64(i)*0x9e3779b97f4a7c15, time.Second))
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	var want int64
+	for want < int64(b.N) {
+		want += n
+		clk.Step(time.Second)
+		for runs.Load() < want {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(runs.Load()), "ns/run")
+}
+
+type task struct{ wg *sync.WaitGroup }
+
+func (t task) Run() { t.wg.Done() }
+
+// BenchmarkRuntimeSubmit: one trivial task through the runtime's pool
+// (the dispatch cost every probe run pays).
+func BenchmarkRuntimeSubmit(b *testing.B) {
+	for _, lane := range []int{probedruntime.LaneNetwork, probedruntime.LaneExec} {
+		b.Run([]string{"network", "exec"}[lane], func(b *testing.B) {
+			rt, err := probedruntime.New(probedruntime.Options{Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer rt.Close(context.Background())
+			var wg sync.WaitGroup
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				wg.Add(1)
+				if err := rt.Submit(lane, task{&wg}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			wg.Wait()
+		})
+	}
+}
+
+// ---- manager ----
+
+type statusMap map[types.UID]v1.PodStatus
+
+func (m statusMap) GetPodStatus(uid types.UID) (v1.PodStatus, bool) {
+	st, ok := m[uid]
+	return st, ok
+}
+
+type instantRunner struct{}
+
+func (instantRunner) RunInContainer(context.Context, string, []string, time.Duration) ([]byte, error) {
+	return nil, nil
+}
+
+type countObserver struct{ n atomic.Int64 }
+
+func (o *countObserver) ProbeRan(manager.RunRecord) { o.n.Add(1) }
+
+func makePods(n int, start time.Time) ([]*v1.Pod, statusMap) {
+	pods := make([]*v1.Pod, n)
+	sm := statusMap{}
+	started := true
+	for i := range pods {
+		probe := func(kind string) *v1.Probe {
+			return &v1.Probe{
+				ProbeHandler:   v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"probe", kind}}},
+				TimeoutSeconds: 1, PeriodSeconds: 1, SuccessThreshold: 1, FailureThreshold: 3,
+			}
+		}
+		pods[i] = &v1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "pod-" + strconv.Itoa(i), Namespace: "bench", UID: types.UID("uid-" + strconv.Itoa(i))},
+			Spec: v1.PodSpec{Containers: []v1.Container{{
+				Name: "c", ReadinessProbe: probe("r"), LivenessProbe: probe("l"),
+			}}},
+		}
+		sm[pods[i].UID] = v1.PodStatus{
+			Phase: v1.PodRunning, PodIP: "127.0.0.1",
+			ContainerStatuses: []v1.ContainerStatus{{
+				Name: "c", ContainerID: "bench://" + strconv.Itoa(i), Started: &started,
+				State: v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: metav1.NewTime(start.Add(-time.Hour))}},
+			}},
+		}
+	}
+	return pods, sm
+}
+
+type fixture struct {
+	clk  *testingclock.FakeClock
+	mgr  manager.Manager
+	obs  *countObserver
+	pods []*v1.Pod
+	stop chan struct{}
+}
+
+func newFixture(tb testing.TB, n int) *fixture {
+	clk := testingclock.NewFakeClock(time.Unix(1_000_000, 0))
+	pods, sm := makePods(n, clk.Now())
+	logger := slog.New(slog.DiscardHandler)
+	rt, err := probedruntime.New(probedruntime.Options{Logger: logger})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := rt.Register(probedruntime.KindExec, exec.New(instantRunner{})); err != nil {
+		tb.Fatal(err)
+	}
+	obs := &countObserver{}
+	stop := make(chan struct{})
+	rms := []results.Manager{results.NewManager(), results.NewManager(), results.NewManager()}
+	for _, rm := range rms {
+		// Results managers block on a full 20-slot channel (R4): drain.
+		go func(ch <-chan results.Update) {
+			for {
+				select {
+				case <-ch:
+				case <-stop:
+					return
+				}
+			}
+		}(rm.Updates())
+	}
+	mgr, err := manager.New(manager.Options{Status: sm, Clock: clk, Runtime: rt, Logger: logger, Observer: obs,
+		Liveness: rms[0], Readiness: rms[1], Startup: rms[2]})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &fixture{clk: clk, mgr: mgr, obs: obs, pods: pods, stop: stop}
+}
+
+func (f *fixture) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = f.mgr.Close(ctx)
+	close(f.stop)
+}
+
+// stepPeriod steps the fake clock by one period plus a tick and waits until
+// want runs have been observed.
+func (f *fixture) runUntil(want int64) {
+	f.clk.Step(time.Second + tick)
+	deadline := time.Now().Add(60 * time.Second)
+	for f.obs.n.Load() < want && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+// BenchmarkManagerMemoryPerProbe reports the heap a registered probe adds
+// (AddPod, no run yet: "registered") and after its first run ("after first
+// run": the kubelet-compatible metric series and the results entry exist
+// then). Pods and statuses are in the baseline.
+func BenchmarkManagerMemoryPerProbe(b *testing.B) {
+	for _, n := range []int{10000, 100000} {
+		b.Run(strconv.Itoa(2*n), func(b *testing.B) {
+			for it := 0; it < b.N; it++ {
+				f := newFixture(b, n)
+				before := heapAfterGC()
+				for _, p := range f.pods {
+					f.mgr.AddPod(context.Background(), p)
+				}
+				registered := heapAfterGC()
+				f.runUntil(int64(2 * n))
+				ran := heapAfterGC()
+				b.ReportMetric(float64(registered-before)/float64(2*n), "B/registered-probe")
+				b.ReportMetric(float64(ran-before)/float64(2*n), "B/probe-after-first-run")
+				f.close()
+			}
+		})
+	}
+}
+
+// BenchmarkManagerAddRemovePod: AddPod and RemovePod of one pod (two
+// probes) in a manager holding 10k pods.
+func BenchmarkManagerAddRemovePod(b *testing.B) {
+	f := newFixture(b, 10000)
+	defer f.close()
+	for _, p := range f.pods {
+		f.mgr.AddPod(context.Background(), p)
+	}
+	extra, _ := makePods(1, f.clk.Now())
+	pod := extra[0]
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		pod.UID = types.UID("extra-" + strconv.Itoa(i))
+		f.mgr.AddPod(context.Background(), pod)
+		f.mgr.RemovePod(pod)
+	}
+}
+
+// BenchmarkManagerRun: the cost of one executed probe run end to end
+// (scheduler, pool, doProbe, handler, results, metrics, no-op span) with the
+// instant exec handler, 20k probes stepping one period at a time.
+func BenchmarkManagerRun(b *testing.B) {
+	const pods = 10000
+	f := newFixture(b, pods)
+	defer f.close()
+	for _, p := range f.pods {
+		f.mgr.AddPod(context.Background(), p)
+	}
+	f.runUntil(2 * pods) // first runs: series and results created
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := f.obs.n.Load()
+	for f.obs.n.Load()-start < int64(b.N) {
+		f.runUntil(f.obs.n.Load() + 2*pods)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(f.obs.n.Load()-start), "ns/run")
+}
