@@ -501,3 +501,51 @@ func TestPeriodLongerThanWheel(t *testing.T) {
 	clk.Step(tick)
 	r.waitTotal(t, 2)
 }
+
+// A run that is still queued (the pool is full) when its next tick comes
+// serves that tick too: after the pool frees up it runs once, not twice
+// (an extra run would add load exactly when the node cannot keep up).
+func TestQueuedRunServesMissedTicks(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Unix(0, 0))
+	release := make(chan struct{})
+	var runs sync.Map // task → count
+	var s *Scheduler[int]
+	s, err := New(Options[int]{Clock: clk, Shards: 1, Dispatch: func(id ID, task int) error {
+		if task == 0 {
+			<-release // the pool is "full": the feeder is stuck here
+		}
+		v, _ := runs.LoadOrStore(task, new(atomic.Int64))
+		v.(*atomic.Int64).Add(1)
+		s.Done(id)
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	blocker, _ := s.Add(1, 0, time.Hour, 0)
+	s.Trigger(blocker)
+	queued, _ := s.Add(2, 0, time.Second, 1)
+	s.Schedule(queued, 0)
+	for i := 0; i < 5; i++ {
+		clk.Step(time.Second)
+	}
+	close(release)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if v, ok := runs.Load(1); ok && v.(*atomic.Int64).Load() >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the queued entry never ran")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	settle(t, s, func() int { return 0 })
+	if v, _ := runs.Load(1); v.(*atomic.Int64).Load() != 1 {
+		t.Fatalf("queued entry ran %d times after the pool freed up, want 1", v.(*atomic.Int64).Load())
+	}
+	if sk := s.Stats().Skipped; sk < 4 {
+		t.Fatalf("skipped = %d, want the missed ticks counted", sk)
+	}
+}

@@ -183,10 +183,16 @@ func (sh *shard[T]) sweep(target int64) {
 func (sh *shard[T]) fire(i int32) {
 	e := &sh.entries[i]
 	nominal := e.deadline
-	if e.flags&(fQueued|fRunning) != 0 {
+	switch {
+	case e.flags&fRunning != 0:
+		// A tick while the run is in flight: dropped, and one follow-up
+		// runs as soon as the run ends (BR-10).
 		e.flags |= fPending
 		sh.s.skipped.Add(1)
-	} else {
+	case e.flags&fQueued != 0:
+		// Still waiting for the pool: that queued run serves this tick too.
+		sh.s.skipped.Add(1)
+	default:
 		e.due = int64(time.Duration(nominal) * sh.s.tick)
 		sh.pushReady(i)
 	}

@@ -27,7 +27,9 @@ var resolver atomic.Pointer[net.Resolver]
 // New returns a dialer for one probe attempt: timeout bounds the connect,
 // and every socket it opens closes with SO_LINGER {on, 0}.
 func New(timeout time.Duration) *net.Dialer {
-	return &net.Dialer{Timeout: timeout, Control: lingerZero, Resolver: resolver.Load()}
+	// KeepAlive -1: a probe connection lives for one request; TCP
+	// keep-alive would cost three setsockopt calls per probe for nothing.
+	return &net.Dialer{Timeout: timeout, KeepAlive: -1, Control: lingerZero, Resolver: resolver.Load()}
 }
 
 // NoDNSForTests makes every name lookup of probe dialers fail at once
