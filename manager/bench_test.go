@@ -8,6 +8,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/probed/probed/scheduler"
 )
 
 // benchPods returns n pods of one container with readiness and liveness
@@ -17,7 +19,10 @@ func benchPods(e *testEnv, n int) []*v1.Pod {
 	for i := range pods {
 		c := v1.Container{Name: "c", ReadinessProbe: execProbe(), LivenessProbe: execProbe()}
 		pods[i] = podWith(types.UID(fmt.Sprintf("%08d-0000-0000-0000-000000000000", i)), c)
-		e.status.set(pods[i].UID, runningStatus(fakeNow, true))
+		st := runningStatus(fakeNow, true)
+		st.ContainerStatuses[0].Name = "c"
+		st.ContainerStatuses[0].ContainerID = "test://" + string(pods[i].UID)
+		e.status.set(pods[i].UID, st)
 	}
 	return pods
 }
@@ -43,6 +48,19 @@ func BenchmarkRegisteredProbeBytes(b *testing.B) {
 		goruntime.GC()
 		goruntime.ReadMemStats(&after)
 		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/(2*n), "B/probe")
+		// After one executed run each: the prober metrics' counts exist.
+		e.m.mu.RLock()
+		var ids []scheduler.ID
+		e.m.workers.each(func(w *worker) { ids = append(ids, w.id) })
+		e.m.mu.RUnlock()
+		for _, id := range ids {
+			e.m.sched.Trigger(id)
+		}
+		e.idle()
+		goruntime.GC()
+		goruntime.ReadMemStats(&after)
+		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/(2*n), "B/probe-after-run")
+		b.ReportMetric(float64(e.exec.calls.Load())/(2*n), "runs/probe")
 	}
 }
 

@@ -121,5 +121,5 @@ func TestChurn(t *testing.T) {
 
 // testutilCount counts the series of the prober metrics.
 func testutilCount(pm *proberMetrics) int {
-	return testutil.CollectAndCount(pm.total) + testutil.CollectAndCount(pm.duration)
+	return testutil.CollectAndCount(pm)
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -157,6 +158,8 @@ func newTestEnv(t testing.TB, mutate ...func(*Options)) *testEnv {
 		Runtime:   rt,
 		Logger:    quietLogger(),
 		Shards:    1,
+		// A registry, so the prober metrics are counted (X1–X4).
+		MetricsRegisterer: prometheus.NewRegistry(),
 	}
 	for _, f := range mutate {
 		f(&opts)

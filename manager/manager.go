@@ -211,7 +211,7 @@ func New(opts Options) (Manager, error) {
 		}
 		m.results[i] = rm
 	}
-	metrics, err := newProberMetrics(opts.MetricsRegisterer, opts.NoPerPodLabels)
+	metrics, err := newProberMetrics(opts.MetricsRegisterer, opts.NoPerPodLabels, m)
 	if err != nil {
 		return nil, err
 	}
@@ -448,9 +448,13 @@ func (m *manager) getWorker(uid types.UID, container string, t runtime.ProbeType
 	return w, ok
 }
 
-// removeWorker deletes the map entry of a key (W4, by key, unconditionally).
+// removeWorker deletes the entry of a key (W4, by key, unconditionally)
+// and, with it, the worker's metric series (X4).
 func (m *manager) removeWorker(key probeKey) {
 	m.mu.Lock()
+	if w, ok := m.workers.get(key); ok {
+		m.metrics.deleteSeries(w)
+	}
 	m.workers.remove(key)
 	m.mu.Unlock()
 }

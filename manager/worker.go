@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 	v1 "k8s.io/api/core/v1"
 
@@ -46,12 +45,6 @@ type worker struct {
 
 	// Metric series handles, created on the first executed run (X1, X2).
 	series *workerSeries
-}
-
-// workerSeries are a worker's prober_probe_* series handles.
-type workerSeries struct {
-	total [3]prometheus.Counter // by result label: successful, failed, unknown
-	dur   prometheus.Observer
 }
 
 // key returns the worker's key (spec §2).
@@ -132,7 +125,6 @@ func (w *worker) exit() {
 		w.resultsManager().Remove(w.containerID)
 	}
 	m.removeWorker(w.key())
-	m.metrics.deleteSeries(w)
 	// Last: until Done the run counts as in flight (scheduler stats,
 	// Idle), so a caller that waits for the scheduler to be idle after a
 	// stop finds the worker's cache entry, map entry and series gone.
