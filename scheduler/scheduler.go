@@ -117,7 +117,7 @@ type Scheduler[T any] struct {
 	once   sync.Once
 }
 
-// New starts a Scheduler: one ticker goroutine and Lanes feeder goroutines
+// New starts a Scheduler: one ticker goroutine, and Lanes feeder goroutines
 // per shard, all stopped by Close. The tickers exist when New returns, so a
 // fake clock may be stepped right away.
 func New[T any](opts Options[T]) (*Scheduler[T], error) {
@@ -162,15 +162,37 @@ func New[T any](opts Options[T]) (*Scheduler[T], error) {
 	for i := 0; i < opts.Shards; i++ {
 		s.shards = append(s.shards, newShard(s, i, slots))
 	}
+	// One ticker drives every shard: the wheel's idle cost is one wakeup
+	// per tick, whatever the number of shards.
+	ticker := s.clock.NewTicker(s.tick)
+	s.wg.Add(1)
+	go s.runTicker(ticker)
 	for _, sh := range s.shards {
-		ticker := s.clock.NewTicker(s.tick)
-		s.wg.Add(1 + opts.Lanes)
-		go sh.runTicker(ticker)
+		s.wg.Add(opts.Lanes)
 		for lane := 0; lane < opts.Lanes; lane++ {
 			go sh.runFeeder(lane)
 		}
 	}
 	return s, nil
+}
+
+// runTicker advances every shard's wheel on every tick until Close.
+func (s *Scheduler[T]) runTicker(t clock.Ticker) {
+	defer s.wg.Done()
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C():
+			target := s.tickAt(s.clock.Now())
+			for _, sh := range s.shards {
+				sh.mu.Lock()
+				sh.advance(target)
+				sh.mu.Unlock()
+			}
+		}
+	}
 }
 
 // Add registers task in lane (0 ≤ lane < Lanes) with the given period

@@ -4,8 +4,6 @@ import (
 	"math"
 	"sync"
 	"time"
-
-	"k8s.io/utils/clock"
 )
 
 // Entry flags.
@@ -74,23 +72,6 @@ func newShard[T any](s *Scheduler[T], idx, nslots int) *shard[T] {
 		sh.signal[i] = make(chan struct{}, 1)
 	}
 	return sh
-}
-
-// runTicker advances the wheel on every tick until Close.
-func (sh *shard[T]) runTicker(t clock.Ticker) {
-	defer sh.s.wg.Done()
-	defer t.Stop()
-	for {
-		select {
-		case <-sh.s.stop:
-			return
-		case <-t.C():
-			now := sh.s.clock.Now()
-			sh.mu.Lock()
-			sh.advance(sh.s.tickAt(now))
-			sh.mu.Unlock()
-		}
-	}
 }
 
 // runFeeder hands ready entries of one lane to Dispatch until Close.
