@@ -431,11 +431,9 @@ func (m *manager) RemovePod(pod *v1.Pod) {
 func (m *manager) CleanupPods(desiredPods map[types.UID]sets.Empty) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	for uid, ws := range m.workers.pods {
+	for uid := range m.workers.pods {
 		if _, ok := desiredPods[uid]; !ok {
-			for _, w := range ws {
-				w.stop()
-			}
+			m.workers.pod(uid, (*worker).stop)
 		}
 	}
 }

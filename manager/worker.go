@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -23,8 +24,9 @@ import (
 // prepared handler are embedded, and everything derivable (the key, the
 // initial value, the results manager) is derived.
 type worker struct {
-	m  *manager
-	id scheduler.ID
+	m    *manager
+	id   scheduler.ID
+	next *worker // the pod's next worker (workerSet)
 
 	// rs holds the snapshots taken at creation (M2: spec changes are
 	// ignored): rs.Pod, rs.Container, rs.Probe, and the probe type.
@@ -40,8 +42,9 @@ type worker struct {
 	stopped atomic.Bool // W14: stop was signalled
 	ran     atomic.Bool // the scheduler has dispatched the worker at least once
 
-	// Run state (W5–W13).
-	containerID results.ContainerID
+	// Run state (W5–W13): the container ID as the status gives it
+	// ("containerd://abc"); containerID parses it.
+	cid string
 
 	// Metric series handles, created on the first executed run (X1, X2).
 	series *workerSeries
@@ -50,6 +53,18 @@ type worker struct {
 // key returns the worker's key (spec §2).
 func (w *worker) key() probeKey {
 	return probeKey{podUID: w.rs.Pod.UID, containerName: w.rs.Container.Name, probeType: w.rs.ProbeType}
+}
+
+// containerID parses cid like results.ParseContainerID ("type://id",
+// surrounding quotes ignored; anything else is the empty ID) without
+// allocating.
+func (w *worker) containerID() results.ContainerID {
+	s := strings.Trim(w.cid, "\"")
+	typ, id, ok := strings.Cut(s, "://")
+	if !ok || strings.Contains(id, "://") {
+		return results.ContainerID{}
+	}
+	return results.ContainerID{Type: typ, ID: id}
 }
 
 // resultsManager returns the results manager of the worker's probe type.
@@ -121,8 +136,8 @@ func (w *worker) Run() {
 func (w *worker) exit() {
 	m := w.m
 	m.sched.Remove(w.id)
-	if !w.containerID.IsEmpty() {
-		w.resultsManager().Remove(w.containerID)
+	if !w.containerID().IsEmpty() {
+		w.resultsManager().Remove(w.containerID())
 	}
 	m.removeWorker(w.key())
 	// Last: until Done the run counts as in flight (scheduler stats,
@@ -170,18 +185,18 @@ func (w *worker) doProbe(ctx context.Context) bool {
 		}
 	}
 	// W5.4, W6: a new container ID.
-	if w.containerID.String() != c.ContainerID {
-		if !w.containerID.IsEmpty() {
-			w.resultsManager().Remove(w.containerID)
+	if w.cid != c.ContainerID {
+		if old := w.containerID(); !old.IsEmpty() {
+			w.resultsManager().Remove(old)
 		}
-		w.containerID = results.ParseContainerID(c.ContainerID)
+		w.cid = c.ContainerID
 		isRestart := c.State.Running != nil && !c.State.Running.StartedAt.IsZero() &&
 			c.State.Running.StartedAt.Time.Before(m.start.Add(-kubeletRestartWindow))
 		if w.restartableInit && w.rs.ProbeType == runtime.Startup && c.Started != nil && *c.Started {
-			w.resultsManager().Set(w.containerID, results.Success, w.rs.Pod) // PR #137146
+			w.resultsManager().Set(w.containerID(), results.Success, w.rs.Pod) // PR #137146
 		}
 		if !isRestart {
-			w.resultsManager().Set(w.containerID, w.initialValue(), w.rs.Pod)
+			w.resultsManager().Set(w.containerID(), w.initialValue(), w.rs.Pod)
 		}
 		w.onHold = false
 		// BR-13: thresholds count per container instance, so the new
@@ -196,8 +211,8 @@ func (w *worker) doProbe(ctx context.Context) bool {
 	// W5.6, W8: not running.
 	if c.State.Running == nil {
 		m.log.Debug("Non-running container probed", "pod", klogPod(w.rs.Pod), "containerName", w.rs.Container.Name)
-		if !w.containerID.IsEmpty() {
-			w.resultsManager().Set(w.containerID, results.Failure, w.rs.Pod)
+		if !w.containerID().IsEmpty() {
+			w.resultsManager().Set(w.containerID(), results.Failure, w.rs.Pod)
 		}
 		if c.State.Terminated == nil {
 			return true // waiting (W8a)
@@ -210,7 +225,7 @@ func (w *worker) doProbe(ctx context.Context) bool {
 		if w.rs.ProbeType == runtime.Startup {
 			m.log.Info("Pod deletion requested before container has fully started", "pod", klogPod(w.rs.Pod), "containerName", w.rs.Container.Name)
 		}
-		w.resultsManager().Set(w.containerID, results.Success, w.rs.Pod)
+		w.resultsManager().Set(w.containerID(), results.Success, w.rs.Pod)
 		return false
 	}
 	// W5.8: initial delay from the running container's StartedAt, whole
@@ -286,10 +301,10 @@ func (w *worker) probe(ctx context.Context, start time.Time, status *v1.PodStatu
 	}
 	changed := false
 	if span.IsRecording() {
-		prev, ok := w.resultsManager().Get(w.containerID)
+		prev, ok := w.resultsManager().Get(w.containerID())
 		changed = !ok || prev != result
 	}
-	w.resultsManager().Set(w.containerID, result, w.rs.Pod)
+	w.resultsManager().Set(w.containerID(), result, w.rs.Pod)
 	// W13
 	if (w.rs.ProbeType == runtime.Liveness && result == results.Failure) || w.rs.ProbeType == runtime.Startup {
 		w.onHold = true
@@ -301,7 +316,7 @@ func (w *worker) probe(ctx context.Context, start time.Time, status *v1.PodStatu
 
 // cached returns the worker's current cached result.
 func (w *worker) cached() results.Result {
-	r, ok := w.resultsManager().Get(w.containerID)
+	r, ok := w.resultsManager().Get(w.containerID())
 	if !ok {
 		return results.Unknown
 	}
@@ -318,7 +333,7 @@ func (w *worker) observe(start time.Time, d time.Duration, rep runtime.Report, c
 		Namespace:     w.rs.Pod.Namespace,
 		PodName:       w.rs.Pod.Name,
 		ContainerName: w.rs.Container.Name,
-		ContainerID:   w.containerID.String(),
+		ContainerID:   w.cid,
 		ProbeType:     w.rs.ProbeType,
 		Kind:          w.rs.Kind,
 		Start:         start,

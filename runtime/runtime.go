@@ -194,16 +194,30 @@ func (r *Runtime) Stats() [NumLanes]PoolStats {
 // small and may be embedded by value (PrepareInto). A Prepared is used by
 // one Run at a time (a worker never overlaps its runs).
 type Prepared struct {
-	Spec   *Spec
+	Spec *Spec
+	// prober is the handler's prober, or a preparationError whose every
+	// attempt fails with the preparation error (P5).
 	prober Prober
-	err    error // preparation error, returned by every run (P5)
 	// unresolved: no handler served the kind when the probe was prepared;
 	// every Run looks the kind up again.
 	unresolved bool
 }
 
+// preparationError is the prober of a probe that could not be prepared:
+// every attempt returns the error (retried per P2, then discarded, P5).
+type preparationError struct{ err error }
+
+func (e *preparationError) Probe(context.Context, Target) (Outcome, error) {
+	return Outcome{Result: Unknown, ExitCode: -1}, e.err
+}
+
 // Err returns the preparation error, if any.
-func (p *Prepared) Err() error { return p.err }
+func (p *Prepared) Err() error {
+	if pe, ok := p.prober.(*preparationError); ok {
+		return pe.err
+	}
+	return nil
+}
 
 // Prepare binds spec to the handler of spec.Kind. It never fails: a
 // missing handler (P4: "missing probe handler for <pod>:<container>"), an
@@ -230,22 +244,23 @@ func (r *Runtime) PrepareInto(p *Prepared, spec *Spec) {
 // bind resolves the handler of the spec's kind and prepares the spec with it.
 func (p *Prepared) bind(r *Runtime) {
 	spec := p.Spec
-	p.prober, p.err, p.unresolved = nil, nil, false
+	p.unresolved = false
 	if spec.Kind == "" {
-		p.err = fmt.Errorf("missing probe handler for %s:%s", podName(spec), containerName(spec))
+		p.prober = &preparationError{fmt.Errorf("missing probe handler for %s:%s", podName(spec), containerName(spec))}
 		return
 	}
 	r.mu.RLock()
 	h, ok := r.handlers[spec.Kind]
 	r.mu.RUnlock()
 	if !ok {
-		p.err, p.unresolved = fmt.Errorf("no handler serves probe kind %q", spec.Kind), true
+		p.prober, p.unresolved = &preparationError{fmt.Errorf("no handler serves probe kind %q", spec.Kind)}, true
 		return
 	}
-	p.prober, p.err = h.Prepare(spec)
-	if p.err != nil {
-		p.prober = nil
+	pr, err := h.Prepare(spec)
+	if err != nil {
+		pr = &preparationError{err}
 	}
+	p.prober = pr
 }
 
 // Report is the outcome of one run.
@@ -266,8 +281,10 @@ func (r *Runtime) Run(ctx context.Context, p *Prepared, t Target) Report {
 	if p.unresolved && r.HasKind(p.Spec.Kind) {
 		p.bind(r)
 	}
-	if p.err != nil {
-		rep = Report{Outcome: Outcome{Result: Unknown, ExitCode: -1}, Err: p.err, Attempts: MaxAttempts}
+	if pe, ok := p.prober.(*preparationError); ok {
+		// Every attempt would fail the same way: the run is errored
+		// without calling anything (P2's retries would change nothing).
+		rep = Report{Outcome: Outcome{Result: Unknown, ExitCode: -1}, Err: pe.err, Attempts: MaxAttempts}
 	} else {
 		timeout := p.Spec.Timeout()
 		for attempt := 1; attempt <= MaxAttempts; attempt++ {

@@ -25,7 +25,7 @@ type entry struct {
 	wprev, wnext int32  // wheel slot list (or the free list, via wnext)
 	rprev, rnext int32  // ready list
 	deadline     int64  // tick at which the entry is next due
-	due          int64  // ns since start at which the queued run became due
+	due          uint32 // µs since start (mod 2^32) at which the queued run became due
 	period       uint32 // ticks (at most 2^32 ticks: 497 days at 10 ms)
 	gen          uint32
 	flags        uint8
@@ -107,7 +107,8 @@ func (sh *shard[T]) runFeeder(lane int) {
 		err := s.opts.Dispatch(id, task)
 		if s.opts.ObserveLag != nil {
 			// After Dispatch: the wait for a free pool slot is lag too.
-			lag := time.Duration(int64(s.clock.Since(s.start)) - due)
+			// Modular µs arithmetic: right for any lag under 71 minutes.
+			lag := time.Duration(int32(microsSince(s.clock.Since(s.start))-due)) * time.Microsecond
 			if lag < 0 {
 				lag = 0
 			}
@@ -174,7 +175,7 @@ func (sh *shard[T]) fire(i int32) {
 		// Still waiting for the pool: that queued run serves this tick too.
 		sh.s.skipped.Add(1)
 	default:
-		e.due = int64(time.Duration(nominal) * sh.s.tick)
+		e.due = microsSince(time.Duration(nominal) * sh.s.tick)
 		sh.pushReady(i)
 	}
 	period := int64(e.period)
@@ -187,6 +188,9 @@ func (sh *shard[T]) fire(i int32) {
 	e.deadline = next
 	sh.linkWheel(i)
 }
+
+// microsSince is d in microseconds, modulo 2^32 (the entry's due field).
+func microsSince(d time.Duration) uint32 { return uint32(d / time.Microsecond) }
 
 func (sh *shard[T]) add(lane int, period int64, task T) ID {
 	sh.mu.Lock()
@@ -309,7 +313,7 @@ func (sh *shard[T]) trigger(id ID) {
 	if e.flags&fQueued != 0 {
 		return
 	}
-	e.due = int64(now.Sub(sh.s.start))
+	e.due = microsSince(now.Sub(sh.s.start))
 	sh.pushReady(i)
 }
 
@@ -340,7 +344,7 @@ func (sh *shard[T]) done(id ID) {
 	default:
 		return
 	}
-	e.due = int64(now.Sub(sh.s.start))
+	e.due = microsSince(now.Sub(sh.s.start))
 	sh.pushReady(i)
 }
 

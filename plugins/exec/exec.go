@@ -47,17 +47,33 @@ func (h *handler) Prepare(spec *runtime.Spec) (runtime.Prober, error) {
 	if spec.Container != nil {
 		env = spec.Container.Env
 	}
-	return &prober{
-		runner:  h.runner,
-		cmd:     ExpandCommand(spec.Probe.Exec.Command, env),
-		timeout: spec.Timeout(),
-	}, nil
+	p := &prober{h: h, probe: spec.Probe}
+	if cmd := ExpandCommand(spec.Probe.Exec.Command, env); &cmd[0] != &spec.Probe.Exec.Command[0] {
+		p.expanded = &cmd
+	}
+	return p, nil
 }
 
+// prober is 24 bytes: the spec's probe is an immutable snapshot, so the
+// command and timeout are read from it; only an expanded command is kept.
 type prober struct {
-	runner  Runner
-	cmd     []string
-	timeout time.Duration
+	h        *handler
+	probe    *v1.Probe
+	expanded *[]string // the command after $(VAR) expansion; nil: as written
+}
+
+func (p *prober) cmd() []string {
+	if p.expanded != nil {
+		return *p.expanded
+	}
+	return p.probe.Exec.Command
+}
+
+func (p *prober) timeout() time.Duration {
+	if p.probe.TimeoutSeconds <= 0 {
+		return time.Second
+	}
+	return time.Duration(p.probe.TimeoutSeconds) * time.Second
 }
 
 // Probe runs the command once in t.ContainerID and returns the E3 verdict:
@@ -72,7 +88,8 @@ type prober struct {
 //
 // The output is capped at runtime.MaxOutputBytes (10 KiB, E2).
 func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, error) {
-	out, err := p.runner.RunInContainer(ctx, t.ContainerID, p.cmd, p.timeout)
+	cmd, timeout := p.cmd(), p.timeout()
+	out, err := p.h.runner.RunInContainer(ctx, t.ContainerID, cmd, timeout)
 	return p.verdict(out, err)
 }
 
@@ -97,7 +114,7 @@ func (p *prober) verdict(out []byte, err error) (runtime.Outcome, error) {
 		return runtime.Outcome{Result: runtime.Failure, Output: timeoutErr.Error(), ExitCode: -1}, nil
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		te := &TimeoutError{Cmd: p.cmd, Timeout: p.timeout}
+		te := &TimeoutError{Cmd: p.cmd(), Timeout: p.timeout()}
 		return runtime.Outcome{Result: runtime.Failure, Output: te.Error(), ExitCode: -1}, nil
 	}
 	return runtime.Outcome{Result: runtime.Unknown, ExitCode: -1}, err

@@ -43,7 +43,11 @@ type Result struct {
 	BaselineRSSBytes  int64   `json:"baseline_rss_bytes"`
 	BaselineHeapBytes int64   `json:"baseline_heap_bytes"`
 	MemPerProbeBytes  float64 `json:"mem_per_probe_bytes"` // (heap+stack) added by AddPod and warm-up, per probe
-	RSSPerProbeBytes  float64 `json:"rss_per_probe_bytes"`
+	// RegisteredBytesPerProbe is (heap+stack) added by AddPod alone, per
+	// probe: what registering a probe costs before it has run (no results
+	// cache entries, no metric series yet).
+	RegisteredBytesPerProbe float64 `json:"registered_bytes_per_probe"`
+	RSSPerProbeBytes        float64 `json:"rss_per_probe_bytes"`
 
 	// The measuring window.
 	CPUSeconds              float64 `json:"cpu_seconds"`
@@ -236,6 +240,9 @@ func runMain(args []string) error {
 		}
 	}
 	res.AddPodSeconds = time.Since(t0).Seconds()
+	if reg := sysstat.Snapshot(); im != nil {
+		res.RegisteredBytesPerProbe = float64(reg.HeapAlloc+reg.StackInuse-base.HeapAlloc-base.StackInuse) / float64(nWorkers)
+	}
 	time.Sleep(*warmup)
 
 	mem := sysstat.Snapshot()
