@@ -112,14 +112,10 @@ func Setup(ctx context.Context, opts Options) (*Provider, error) {
 		return nil, fmt.Errorf("traces exporter %s: %w", exporter, err)
 	}
 
-	sampler, ratio, filter, err := buildSampler(samplerName, samplerArg)
+	sampling, err := SamplingFor(samplerName, samplerArg, exp)
 	if err != nil {
 		_ = exp.Shutdown(ctx)
 		return nil, err
-	}
-	var proc sdktrace.SpanProcessor = sdktrace.NewBatchSpanProcessor(exp)
-	if filter {
-		proc = &keepInteresting{next: proc, ratio: ratio}
 	}
 
 	attrs := []attribute.KeyValue{attribute.String("service.name", "probed")}
@@ -143,9 +139,26 @@ func Setup(ctx context.Context, opts Options) (*Provider, error) {
 		_ = exp.Shutdown(ctx)
 		return nil, fmt.Errorf("telemetry resource: %w", err)
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler), sdktrace.WithSpanProcessor(proc), sdktrace.WithResource(res))
+	tp := sdktrace.NewTracerProvider(append(sampling, sdktrace.WithResource(res))...)
 	otel.SetTracerProvider(tp)
 	return &Provider{TracerProvider: tp, Shutdown: tp.Shutdown}, nil
+}
+
+// SamplingFor returns the tracer-provider options of a sampler name (as in
+// OTEL_TRACES_SAMPLER, "" meaning probed_default) and argument, exporting to
+// exp through a batch span processor — and, for probed_default, through
+// the filter that keeps failed, errored and changed probes and a ratio of
+// the rest.
+func SamplingFor(name, arg string, exp sdktrace.SpanExporter) ([]sdktrace.TracerProviderOption, error) {
+	sampler, ratio, filter, err := buildSampler(strings.ToLower(name), arg)
+	if err != nil {
+		return nil, err
+	}
+	var proc sdktrace.SpanProcessor = sdktrace.NewBatchSpanProcessor(exp)
+	if filter {
+		proc = &keepInteresting{next: proc, ratio: ratio}
+	}
+	return []sdktrace.TracerProviderOption{sdktrace.WithSampler(sampler), sdktrace.WithSpanProcessor(proc)}, nil
 }
 
 func otlpExporter(ctx context.Context, protocol, endpoint string) (sdktrace.SpanExporter, error) {
