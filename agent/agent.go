@@ -62,8 +62,9 @@ type Options struct {
 	OnRestart string
 	// OnRestartTimeout bounds each OnRestart command; default 1 min.
 	OnRestartTimeout time.Duration
-	// PoolSize and ExecPoolSize size the probe pools (defaults 1024, 64).
-	PoolSize, ExecPoolSize int
+	// PoolSize, SlowPoolSize and ExecPoolSize size the probe pools
+	// (defaults 256, 1024, 64; see runtime.Options).
+	PoolSize, SlowPoolSize, ExecPoolSize int
 	// SyncFrequency is the interval of full status regenerations (the
 	// kubelet's --sync-frequency); default 1 min.
 	SyncFrequency time.Duration
@@ -188,7 +189,7 @@ func New(opts Options) (*Agent, error) {
 		return fail(err)
 	}
 
-	if a.rt, err = runtime.New(runtime.Options{PoolSize: opts.PoolSize, ExecPoolSize: opts.ExecPoolSize, Recorder: a.events, Logger: opts.Logger}); err != nil {
+	if a.rt, err = runtime.New(runtime.Options{PoolSize: opts.PoolSize, SlowPoolSize: opts.SlowPoolSize, ExecPoolSize: opts.ExecPoolSize, Recorder: a.events, Logger: opts.Logger}); err != nil {
 		return fail(err)
 	}
 	undo = append(undo, a.rt.Close)

@@ -77,6 +77,9 @@ type fakeExec struct {
 	// gate, when set, holds each probe until it is closed or the probe's
 	// context ends (then the probe errors with the context's error).
 	gate atomic.Pointer[chan struct{}]
+	// during, when set, runs inside every probe (e.g. to move a fake clock
+	// as a slow target would).
+	during atomic.Pointer[func()]
 }
 
 func (f *fakeExec) set(r runtime.Result) { f.result.Store(int32(r)) }
@@ -92,6 +95,9 @@ func (f *fakeExec) setErr(err error) {
 func (f *fakeExec) Prepare(*runtime.Spec) (runtime.Prober, error) {
 	return runtime.ProberFunc(func(ctx context.Context, _ runtime.Target) (runtime.Outcome, error) {
 		f.calls.Add(1)
+		if d := f.during.Load(); d != nil {
+			(*d)()
+		}
 		if g := f.gate.Load(); g != nil {
 			select {
 			case <-*g:

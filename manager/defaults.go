@@ -39,6 +39,7 @@ func RegisterBuiltins(rt *runtime.Runtime, runner ExecRunner) error {
 func newDefaultRuntime(opts Options) (*runtime.Runtime, error) {
 	rt, err := runtime.New(runtime.Options{
 		PoolSize:     opts.PoolSize,
+		SlowPoolSize: opts.SlowPoolSize,
 		ExecPoolSize: opts.ExecPoolSize,
 		Recorder:     opts.Recorder,
 		Logger:       opts.Logger,

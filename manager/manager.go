@@ -110,8 +110,9 @@ type Options struct {
 	// tcp, exec (ExecRunner) and grpc handlers, sized by PoolSize and
 	// ExecPoolSize, closed by Close. A given runtime is not closed by Close.
 	Runtime *runtime.Runtime
-	// PoolSize and ExecPoolSize size the default runtime's pools.
-	PoolSize, ExecPoolSize int
+	// PoolSize, SlowPoolSize and ExecPoolSize size the default runtime's
+	// pools (see runtime.Options).
+	PoolSize, SlowPoolSize, ExecPoolSize int
 	// ExecRunner runs exec probes for the default runtime; nil: the command
 	// runs on this host (plugins/exec LocalRunner).
 	ExecRunner ExecRunner

@@ -10,7 +10,7 @@ import (
 )
 
 // laneNames label the runtime's pool lanes.
-var laneNames = [runtime.NumLanes]string{runtime.LaneNetwork: "network", runtime.LaneExec: "exec"}
+var laneNames = [runtime.NumLanes]string{runtime.LaneNetwork: "network", runtime.LaneExec: "exec", runtime.LaneSlow: "slow"}
 
 // runtimeMetrics are probed's own metrics of the scheduler and pools,
 // registered when Options.RuntimeMetricsRegisterer is set (served on the

@@ -265,8 +265,16 @@ func (w *worker) probe(ctx context.Context, start time.Time, status *v1.PodStatu
 	m := w.m
 	var span trace.Span
 	ctx, span = m.startSpan(ctx, w, status.PodIP)
+	runStart := m.clock.Now()
 	rep := m.rt.Run(ctx, &w.prepared, runtime.Target{PodIP: status.PodIP, ContainerID: c.ContainerID})
 	duration := m.clock.Since(start)
+	// A network probe that ran for half its timeout or more takes the slow
+	// lane next time, so hung targets never hold the healthy probes' slots;
+	// it comes back once it is fast again.
+	if lane := runtime.NextLane(int(w.lane), m.clock.Since(runStart), w.rs.Timeout()); lane != int(w.lane) {
+		w.lane = uint8(lane)
+		m.sched.SetLane(w.id, lane)
+	}
 	if m.rtm != nil {
 		m.rtm.countProbe(w.rs.Kind, w.rs.ProbeType, rep)
 	}

@@ -584,3 +584,55 @@ func TestW5_PanicRecovered(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// Slow lane (DESIGN: a handful of hung targets must not delay the healthy
+// ones): a network probe whose run took half its timeout or more runs in
+// the slow lane next; back in the network lane once a run is fast again.
+// Exec probes keep their lane.
+func TestSlowLane(t *testing.T) {
+	e := newTestEnv(t)
+	if err := e.m.rt.Register(runtime.KindTCP, e.exec); err != nil {
+		t.Fatal(err)
+	}
+	p := execProbe()
+	p.Exec = nil
+	p.TCPSocket = &v1.TCPSocketAction{Port: intstrInt(1)}
+	e.status.set(testPodUID, runningStatus(fakeNow, true))
+	e.m.AddPod(context.Background(), testPod(probeOf(runtime.Liveness, p)))
+	w := e.worker(testPodUID, testContainerName, runtime.Liveness)
+	laneOf := func() int { return int(w.lane) }
+	if laneOf() != runtime.LaneNetwork {
+		t.Fatalf("lane = %d, want network", laneOf())
+	}
+	slow := func() { e.clk.Step(600 * time.Millisecond) } // half the 1 s timeout or more
+	e.exec.during.Store(&slow)
+	e.runOnce(w)
+	if laneOf() != runtime.LaneSlow {
+		t.Fatalf("after a 600 ms run lane = %d, want slow (%d)", laneOf(), runtime.LaneSlow)
+	}
+	if n := e.m.rt.Stats()[runtime.LaneSlow].Workers; n != 0 {
+		t.Fatalf("slow pool has %d workers before any slow-lane run", n)
+	}
+	e.runOnce(w)
+	if e.m.rt.Stats()[runtime.LaneSlow].Workers == 0 {
+		t.Fatal("the slow-lane run did not go to the slow pool")
+	}
+	fast := func() { e.clk.Step(100 * time.Millisecond) }
+	e.exec.during.Store(&fast)
+	e.runOnce(w)
+	if laneOf() != runtime.LaneNetwork {
+		t.Fatalf("after a 100 ms run lane = %d, want network again", laneOf())
+	}
+
+	// Exec probes stay in the exec lane however slow.
+	e2 := newTestEnv(t)
+	slow2 := func() { e2.clk.Step(600 * time.Millisecond) }
+	e2.exec.during.Store(&slow2)
+	e2.status.set(testPodUID, runningStatus(fakeNow, true))
+	e2.m.AddPod(context.Background(), testPod(probeOf(runtime.Liveness, execProbe())))
+	w2 := e2.worker(testPodUID, testContainerName, runtime.Liveness)
+	e2.runOnce(w2)
+	if int(w2.lane) != runtime.LaneExec {
+		t.Fatalf("exec probe lane = %d, want exec", w2.lane)
+	}
+}

@@ -39,7 +39,11 @@ type Recorder interface {
 const (
 	LaneNetwork = 0 // http, tcp, grpc and plugin kinds
 	LaneExec    = 1 // exec probes (a process per run)
-	NumLanes    = 2
+	// LaneSlow takes network probes whose last run was slow (half its
+	// timeout or more): hung targets wait out their timeouts here and never
+	// hold the slots the healthy probes need.
+	LaneSlow = 2
+	NumLanes = 3
 )
 
 // Task is one unit of work run on a pool: a worker's probe run.
@@ -47,9 +51,16 @@ type Task interface{ Run() }
 
 // Options configure a Runtime.
 type Options struct {
-	// PoolSize bounds the probes of the network lane running at once;
-	// default 1024. Size it by rate × timeout (docs/operations.md).
+	// PoolSize bounds the network probes running at once; default 256.
+	// Healthy network probes take milliseconds, so this is rate × latency
+	// with a wide margin; a small pool keeps a CPU stall from putting
+	// hundreds of probes in flight at once, each timing out while it waits
+	// for a core.
 	PoolSize int
+	// SlowPoolSize bounds the slow lane: network probes that took half
+	// their timeout or more, each holding a slot up to its timeout; default
+	// 1024. Size it by the rate of slow probes × their timeout.
+	SlowPoolSize int
 	// ExecPoolSize bounds exec probes running at once; default 64.
 	ExecPoolSize int
 	// Recorder receives probe events; nil drops them.
@@ -75,7 +86,10 @@ type Runtime struct {
 // New creates a Runtime with no handlers and starts its pools.
 func New(opts Options) (*Runtime, error) {
 	if opts.PoolSize <= 0 {
-		opts.PoolSize = 1024
+		opts.PoolSize = 256
+	}
+	if opts.SlowPoolSize <= 0 {
+		opts.SlowPoolSize = 1024
 	}
 	if opts.ExecPoolSize <= 0 {
 		opts.ExecPoolSize = 64
@@ -84,7 +98,7 @@ func New(opts Options) (*Runtime, error) {
 		opts.Logger = slog.Default()
 	}
 	r := &Runtime{log: opts.Logger, recorder: opts.Recorder, handlers: map[string]Handler{}}
-	sizes := [NumLanes]int{LaneNetwork: opts.PoolSize, LaneExec: opts.ExecPoolSize}
+	sizes := [NumLanes]int{LaneNetwork: opts.PoolSize, LaneExec: opts.ExecPoolSize, LaneSlow: opts.SlowPoolSize}
 	for lane, size := range sizes {
 		lane := lane
 		p, err := ants.NewPoolWithFuncGeneric(size, func(t Task) {
@@ -146,12 +160,27 @@ func (r *Runtime) Kinds() []string {
 	return out
 }
 
-// LaneOf returns the pool lane for a kind: exec probes run in their own lane.
+// LaneOf returns the pool lane for a kind: exec probes run in their own
+// lane, every other kind starts in the network lane.
 func LaneOf(kind string) int {
 	if kind == KindExec {
 		return LaneExec
 	}
 	return LaneNetwork
+}
+
+// NextLane returns the lane for a probe's next run given its lane now, how
+// long its last run took and its timeout: a network probe that took half
+// its timeout or more moves to the slow lane; a slow-lane probe that took
+// under a quarter of it moves back. Exec probes stay in their lane.
+func NextLane(lane int, took, timeout time.Duration) int {
+	switch {
+	case lane == LaneNetwork && took >= timeout/2:
+		return LaneSlow
+	case lane == LaneSlow && took < timeout/4:
+		return LaneNetwork
+	}
+	return lane
 }
 
 // Submit runs t on the pool of lane, blocking while that pool is full. It

@@ -238,6 +238,17 @@ func (s *Scheduler[T]) Trigger(id ID) {
 	}
 }
 
+// SetLane moves the entry to another lane for its next runs (0 ≤ lane <
+// Lanes). A run already queued keeps its place; an unknown ID is ignored.
+func (s *Scheduler[T]) SetLane(id ID, lane int) {
+	if lane < 0 || lane >= s.opts.Lanes {
+		return
+	}
+	if sh := s.shardOf(id); sh != nil {
+		sh.setLane(id, uint8(lane))
+	}
+}
+
 // Done reports that the run dispatched for id has ended. A tick missed while
 // it ran, or a trigger received, starts the next run right away (BR-10).
 func (s *Scheduler[T]) Done(id ID) {

@@ -317,6 +317,20 @@ func (sh *shard[T]) trigger(id ID) {
 	sh.pushReady(i)
 }
 
+func (sh *shard[T]) setLane(id ID, lane uint8) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := sh.lookup(id)
+	if i == nilIdx {
+		return
+	}
+	e := &sh.entries[i]
+	if e.flags&fQueued != 0 {
+		return // its ready list is e.lane's: move it on a later run
+	}
+	e.lane = lane
+}
+
 func (sh *shard[T]) done(id ID) {
 	now := sh.s.clock.Now()
 	sh.mu.Lock()
