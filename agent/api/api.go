@@ -6,6 +6,7 @@ package api
 import (
 	"encoding/json"
 	"net/http"
+	"regexp"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -13,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/probed/probed/agent/events"
+	"github.com/probed/probed/manager/customprobe"
 )
 
 // PodLister lists the pods with their current statuses.
@@ -106,6 +108,33 @@ const Redacted = "(redacted)"
 // httpHeaders value (Authorization, cookies, API keys ...) is redacted.
 var plainHeaders = map[string]bool{"Host": true, "Accept": true, "User-Agent": true, "Content-Type": true}
 
+// secretParam matches plugin parameter names whose values /pods hides.
+var secretParam = regexp.MustCompile(`(?i)pass|secret|token|key|auth|cred`)
+
+// redactPluginParams hides the values of secret-looking parameters in the
+// probed.io/probes annotation (a redis password, an API token); a value that
+// does not parse is hidden whole.
+func redactPluginParams(v string) string {
+	var probes []map[string]any
+	if err := json.Unmarshal([]byte(v), &probes); err != nil {
+		return Redacted
+	}
+	for _, pr := range probes {
+		plugin, _ := pr["plugin"].(map[string]any)
+		params, _ := plugin["params"].(map[string]any)
+		for k := range params {
+			if secretParam.MatchString(k) {
+				params[k] = Redacted
+			}
+		}
+	}
+	out, err := json.Marshal(probes)
+	if err != nil {
+		return Redacted
+	}
+	return string(out)
+}
+
 // lastApplied is the annotation in which kubectl keeps a copy of the whole
 // applied manifest (env values and probe headers included); manifests
 // exported from a cluster carry it.
@@ -117,6 +146,9 @@ const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 func redact(p *v1.Pod) {
 	if _, ok := p.Annotations[lastApplied]; ok {
 		p.Annotations[lastApplied] = Redacted
+	}
+	if v, ok := p.Annotations[customprobe.Annotation]; ok {
+		p.Annotations[customprobe.Annotation] = redactPluginParams(v)
 	}
 	for _, cs := range [][]v1.Container{p.Spec.Containers, p.Spec.InitContainers} {
 		for i := range cs {

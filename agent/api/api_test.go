@@ -350,3 +350,38 @@ func TestK4_EventsJSON(t *testing.T) {
 		}
 	}
 }
+
+// Plugin parameters that look like credentials (a redis password, a token)
+// are hidden in /pods; the rest of the probed.io/probes annotation stays.
+func TestPods_PluginSecretParamsRedacted(t *testing.T) {
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "cache", Namespace: "ns", Annotations: map[string]string{
+		"probed.io/probes": `[{"container":"app","type":"liveness","plugin":{"name":"redis","port":6379,"params":{"password":"hunter2","apiToken":"t0k","tls":"true"}}}]`,
+	}}}
+	pods := []*v1.Pod{pod}
+	r := redactTestCopy(pods)
+	got := r[0].Annotations["probed.io/probes"]
+	for _, secret := range []string{"hunter2", "t0k"} {
+		if strings.Contains(got, secret) {
+			t.Fatalf("annotation still shows %q: %s", secret, got)
+		}
+	}
+	if !strings.Contains(got, `"tls":"true"`) || !strings.Contains(got, `"name":"redis"`) {
+		t.Fatalf("annotation lost its non-secret parts: %s", got)
+	}
+	if pod.Annotations["probed.io/probes"] == got {
+		t.Fatal("the stored pod was modified")
+	}
+	broken := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"probed.io/probes": `[{"plugin":`}}}
+	if r := redactTestCopy([]*v1.Pod{broken}); r[0].Annotations["probed.io/probes"] != Redacted {
+		t.Fatal("an unparsable annotation is not hidden whole")
+	}
+}
+
+func redactTestCopy(pods []*v1.Pod) []*v1.Pod {
+	out := make([]*v1.Pod, len(pods))
+	for i, p := range pods {
+		out[i] = p.DeepCopy()
+		redact(out[i])
+	}
+	return out
+}
