@@ -352,36 +352,43 @@ func TestK4_EventsJSON(t *testing.T) {
 }
 
 // Plugin parameters that look like credentials (a redis password, a token)
-// are hidden in /pods; the rest of the probed.io/probes annotation stays.
+// are hidden in /pods; the rest of the probed.io/probes annotation stays,
+// and an annotation that does not parse is hidden whole.
 func TestPods_PluginSecretParamsRedacted(t *testing.T) {
-	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "cache", Namespace: "ns", Annotations: map[string]string{
-		"probed.io/probes": `[{"container":"app","type":"liveness","plugin":{"name":"redis","port":6379,"params":{"password":"hunter2","apiToken":"t0k","tls":"true"}}}]`,
-	}}}
-	pods := []*v1.Pod{pod}
-	r := redactTestCopy(pods)
-	got := r[0].Annotations["probed.io/probes"]
-	for _, secret := range []string{"hunter2", "t0k"} {
-		if strings.Contains(got, secret) {
-			t.Fatalf("annotation still shows %q: %s", secret, got)
+	st := store.New(store.Options{Logger: quiet()})
+	annotation := `[{"container":"c","type":"liveness","plugin":{"name":"redis","port":6379,"params":{"password":"hunter2","apiToken":"t0k","tls":"true"}}}]`
+	st.Put(&v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "cache", Namespace: "ns", UID: "uid-cache",
+		Annotations: map[string]string{"probed.io/probes": annotation}},
+		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Image: "c"}}}})
+	st.Put(&v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "broken", Namespace: "ns", UID: "uid-broken",
+		Annotations: map[string]string{"probed.io/probes": `[{"plugin": {"params": {"password": "s3cr3t"`}},
+		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Image: "c"}}}})
+	srv := httptest.NewServer(api.New(api.Options{Pods: st}))
+	defer srv.Close()
+	_, _, body := get(t, srv, "/pods")
+	for _, secret := range []string{"hunter2", "t0k", "s3cr3t"} {
+		if strings.Contains(string(body), secret) {
+			t.Fatalf("/pods shows %q", secret)
 		}
 	}
-	if !strings.Contains(got, `"tls":"true"`) || !strings.Contains(got, `"name":"redis"`) {
-		t.Fatalf("annotation lost its non-secret parts: %s", got)
+	var list v1.PodList
+	if err := json.Unmarshal(body, &list); err != nil {
+		t.Fatal(err)
 	}
-	if pod.Annotations["probed.io/probes"] == got {
+	for _, p := range list.Items {
+		got := p.Annotations["probed.io/probes"]
+		switch p.Name {
+		case "cache":
+			if !strings.Contains(got, `"tls":"true"`) || !strings.Contains(got, `"name":"redis"`) || !strings.Contains(got, api.Redacted) {
+				t.Fatalf("cache annotation = %s", got)
+			}
+		case "broken":
+			if got != api.Redacted {
+				t.Fatalf("broken annotation = %q, want it hidden whole", got)
+			}
+		}
+	}
+	if p, _ := st.PodByName("ns", "cache"); p.Annotations["probed.io/probes"] != annotation {
 		t.Fatal("the stored pod was modified")
 	}
-	broken := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"probed.io/probes": `[{"plugin":`}}}
-	if r := redactTestCopy([]*v1.Pod{broken}); r[0].Annotations["probed.io/probes"] != Redacted {
-		t.Fatal("an unparsable annotation is not hidden whole")
-	}
-}
-
-func redactTestCopy(pods []*v1.Pod) []*v1.Pod {
-	out := make([]*v1.Pod, len(pods))
-	for i, p := range pods {
-		out[i] = p.DeepCopy()
-		redact(out[i])
-	}
-	return out
 }
