@@ -548,3 +548,57 @@ func TestNoPerPodLabelsAggregates(t *testing.T) {
 		t.Fatalf("after the pods went: %d series, total %v; want the aggregated series kept", s, n)
 	}
 }
+
+// A scrape of /metrics/probes reads every worker's series while the
+// workers' first runs create them (X1, X2): under -race this test failed
+// before the series pointer was made atomic (the agent's e2e SIGTERM test
+// found it when a scrape met a pod's first probe).
+func TestScrapeDuringFirstRuns(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	e := newTestEnv(t, func(o *Options) { o.MetricsRegisterer = reg })
+	stop := make(chan struct{})
+	scraped := make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				scraped <- n
+				return
+			default:
+			}
+			if _, err := reg.Gather(); err != nil {
+				t.Error(err)
+			}
+			n++
+		}
+	}()
+	const pods = 50
+	for i := range pods {
+		uid := types.UID(fmt.Sprintf("pod-%d", i))
+		e.status.set(uid, runningStatus(fakeNow, true))
+		p := podWith(uid, probeOf(runtime.Readiness, execProbe()))
+		p.Spec.Containers[0].Name = testContainerName
+		e.m.AddPod(context.Background(), p)
+		e.runOnce(e.worker(uid, testContainerName, runtime.Readiness))
+	}
+	close(stop)
+	if n := <-scraped; n == 0 {
+		t.Fatal("the scraper never ran")
+	}
+	var total float64
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == MetricProbeTotal {
+			for _, m := range mf.GetMetric() {
+				total += m.GetCounter().GetValue()
+			}
+		}
+	}
+	if total != pods {
+		t.Fatalf("prober_probe_total sums to %v, want %d (one run per pod)", total, pods)
+	}
+}

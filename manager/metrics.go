@@ -88,10 +88,15 @@ func (pm *proberMetrics) observe(w *worker, r results.Result, d time.Duration) {
 	if pm.reg == nil {
 		return // nobody can scrape them
 	}
-	if w.series == nil {
-		w.series = &workerSeries{}
+	// The pointer is atomic: Collect reads it under m.mu while the
+	// worker's run, which holds no lock, may be creating it.
+	ws := w.series.Load()
+	if ws == nil {
+		ws = &workerSeries{}
+		if !w.series.CompareAndSwap(nil, ws) {
+			ws = w.series.Load()
+		}
 	}
-	ws := w.series
 	switch r {
 	case results.Success:
 		ws.total[0].Add(1)
@@ -115,10 +120,11 @@ func (pm *proberMetrics) observe(w *worker, r results.Result, d time.Duration) {
 // deleteSeries runs when a worker leaves the set (X4, W4), under m.mu: its series
 // disappear with it; in aggregate mode its counts join the retired ones.
 func (pm *proberMetrics) deleteSeries(w *worker) {
-	if !pm.aggregate || w.series == nil {
+	ws := w.series.Load()
+	if !pm.aggregate || ws == nil {
 		return
 	}
-	pm.retired[w.rs.ProbeType].add(w.series)
+	pm.retired[w.rs.ProbeType].add(ws)
 }
 
 func (s *workerSeries) add(o *workerSeries) {
@@ -166,7 +172,7 @@ func (pm *proberMetrics) Collect(ch chan<- prometheus.Metric) {
 	var totals [3][3]uint64 // aggregate mode: by probe type, result
 	m.mu.RLock()
 	m.workers.each(func(w *worker) {
-		ws := w.series
+		ws := w.series.Load()
 		if ws == nil {
 			return
 		}

@@ -46,8 +46,9 @@ type worker struct {
 	// ("containerd://abc"); containerID parses it.
 	cid string
 
-	// Metric series handles, created on the first executed run (X1, X2).
-	series *workerSeries
+	// Metric series handles, created on the first executed run (X1, X2);
+	// atomic because the scrape reads it while a run may be creating it.
+	series atomic.Pointer[workerSeries]
 }
 
 // key returns the worker's key (spec §2).

@@ -487,10 +487,10 @@ func TestW510_ErroredProbeDiscarded(t *testing.T) {
 		t.Fatalf("attempts = %d, want %d (P2)", got, runtime.MaxAttempts)
 	}
 	e.expectCached(runtime.Liveness, results.Success)
-	if w.series == nil || w.series.total[0].Load() == 0 {
+	if ws := w.series.Load(); ws == nil || ws.total[0].Load() == 0 {
 		t.Fatal("the successful run was not counted")
 	}
-	if w.series.total[1].Load() != 0 || w.series.total[2].Load() != 0 {
+	if ws := w.series.Load(); ws.total[1].Load() != 0 || ws.total[2].Load() != 0 {
 		t.Fatal("an errored probe was counted as failed (X1 counts non-errored runs only)")
 	}
 }

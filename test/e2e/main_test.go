@@ -206,7 +206,28 @@ func tail(s string, n int) string {
 	if len(lines) > n {
 		lines = append([]string{fmt.Sprintf("... (%d lines before)", len(lines)-n)}, lines[len(lines)-n:]...)
 	}
-	return strings.Join(lines, "\n")
+	return raceReports(s) + strings.Join(lines, "\n")
+}
+
+// raceReports returns the race detector's reports in s (each between two
+// "==================" lines), so that a failure caused by a race in the
+// agent shows the report and not just the last log lines.
+func raceReports(s string) string {
+	var b strings.Builder
+	for {
+		i := strings.Index(s, "WARNING: DATA RACE")
+		if i < 0 {
+			return b.String()
+		}
+		s = s[i:]
+		end := strings.Index(s, "==================")
+		if end < 0 {
+			end = len(s)
+		}
+		b.WriteString(s[:end])
+		b.WriteString("---\n")
+		s = s[end:]
+	}
 }
 
 // runProbed runs probed to completion (at most 60 s) and returns its
