@@ -158,6 +158,7 @@ func startAgent(t *testing.T, dir string, mutate func(*agent.Options)) *runningA
 		SyncFrequency: time.Minute,
 		PoolSize:      16,
 		ExecPoolSize:  4,
+		SlowPoolSize:  8,
 		History:       100,
 		Logger:        slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}

@@ -419,8 +419,8 @@ func TestProbeMetricsOverHTTP(t *testing.T) {
 }
 
 // checkRuntimeMetrics checks the scheduler and pool metrics of a quiet
-// agent with PoolSize 16 and ExecPoolSize 4, entries probe workers and at
-// least executed runs.
+// agent with PoolSize 16, SlowPoolSize 8 and ExecPoolSize 4, entries probe
+// workers and at least executed runs (all quick: none reaches the slow lane).
 func checkRuntimeMetrics(t *testing.T, f map[string]*dto.MetricFamily, entries, executed int) {
 	t.Helper()
 	lag := f["probed_scheduler_lag_seconds"]
@@ -431,8 +431,8 @@ func checkRuntimeMetrics(t *testing.T, f map[string]*dto.MetricFamily, entries, 
 	for _, m := range lag.Metric {
 		lanes[labels(m)["lane"]] = m.Histogram
 	}
-	if len(lanes) != 2 || lanes["network"] == nil || lanes["exec"] == nil {
-		t.Fatalf("probed_scheduler_lag_seconds lanes %v, want network and exec", lanes)
+	if len(lanes) != 3 || lanes["network"] == nil || lanes["slow"] == nil || lanes["exec"] == nil {
+		t.Fatalf("probed_scheduler_lag_seconds lanes %v, want network, slow and exec", lanes)
 	}
 	if n := lanes["network"].GetSampleCount(); n < uint64(executed) {
 		t.Errorf("probed_scheduler_lag_seconds{lane=network} counts %d dispatches, fewer than the %d executed runs", n, executed)
@@ -442,6 +442,9 @@ func checkRuntimeMetrics(t *testing.T, f map[string]*dto.MetricFamily, entries, 
 	}
 	if n := lanes["exec"].GetSampleCount(); n != 0 {
 		t.Errorf("probed_scheduler_lag_seconds{lane=exec} counts %d, want 0 (no exec probe)", n)
+	}
+	if n := lanes["slow"].GetSampleCount(); n != 0 {
+		t.Errorf("probed_scheduler_lag_seconds{lane=slow} counts %d, want 0 (every target answers at once)", n)
 	}
 	gauge := func(name string, names ...string) map[string]float64 {
 		t.Helper()
@@ -460,10 +463,10 @@ func checkRuntimeMetrics(t *testing.T, f map[string]*dto.MetricFamily, entries, 
 	backlog := gauge("probed_scheduler_backlog", "lane")
 	capacity := gauge("probed_pool_capacity", "lane")
 	busy := gauge("probed_pool_busy", "lane")
-	if ok, desc := sameSeries(capacity, map[string]float64{"lane=network": 16, "lane=exec": 4}); !ok {
+	if ok, desc := sameSeries(capacity, map[string]float64{"lane=network": 16, "lane=slow": 8, "lane=exec": 4}); !ok {
 		t.Errorf("probed_pool_capacity: %s", desc)
 	}
-	for _, lane := range []string{"lane=network", "lane=exec"} {
+	for _, lane := range []string{"lane=network", "lane=slow", "lane=exec"} {
 		if v, ok := backlog[lane]; !ok || v < 0 || v > float64(entries) {
 			t.Errorf("probed_scheduler_backlog{%s} = %v (present %v), want within [0, %d]", lane, v, ok, entries)
 		}
