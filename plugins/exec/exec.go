@@ -49,7 +49,10 @@ func (h *handler) Prepare(spec *runtime.Spec) (runtime.Prober, error) {
 	}
 	p := &prober{h: h, probe: spec.Probe}
 	if cmd := ExpandCommand(spec.Probe.Exec.Command, env); &cmd[0] != &spec.Probe.Exec.Command[0] {
-		p.expanded = &cmd
+		// Only an expanded command is copied to the heap: taking cmd's own
+		// address would move it there for every probe (24 bytes each).
+		expanded := cmd
+		p.expanded = &expanded
 	}
 	return p, nil
 }
