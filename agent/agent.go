@@ -37,6 +37,7 @@ import (
 	"github.com/probed/probed/agent/state"
 	"github.com/probed/probed/agent/store"
 	"github.com/probed/probed/manager"
+	"github.com/probed/probed/manager/customprobe"
 	"github.com/probed/probed/manager/results"
 	probeexec "github.com/probed/probed/plugins/exec"
 	"github.com/probed/probed/runtime"
@@ -371,21 +372,37 @@ func (a *Agent) Run(ctx context.Context) error {
 	return err
 }
 
-// drainTimeout bounds the wait for in-flight probes at shutdown: the
-// longest probe timeout of the current pods plus a second.
+// drainTimeout bounds the wait for in-flight probes at shutdown (see
+// drainBound).
 func (a *Agent) drainTimeout() time.Duration {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	return drainBound(a.current)
+}
+
+// drainBound is the longest timeoutSeconds of the pods' probes — spec
+// probes of containers and init containers and the custom probes of the
+// probed.io/probes annotation — plus one second; at least two seconds. A
+// run still retrying a handler error past it (P2) is abandoned: its
+// attempts errored, so its result would have been discarded (W5.10).
+func drainBound(pods map[types.UID]*source.Pod) time.Duration {
 	longest := int32(1)
-	for _, p := range a.current {
+	consider := func(pr *v1.Probe) {
+		if pr != nil && pr.TimeoutSeconds > longest {
+			longest = pr.TimeoutSeconds
+		}
+	}
+	for _, p := range pods {
 		for _, cs := range [][]v1.Container{p.Pod.Spec.Containers, p.Pod.Spec.InitContainers} {
 			for i := range cs {
-				for _, pr := range []*v1.Probe{cs[i].LivenessProbe, cs[i].ReadinessProbe, cs[i].StartupProbe} {
-					if pr != nil && pr.TimeoutSeconds > longest {
-						longest = pr.TimeoutSeconds
-					}
-				}
+				consider(cs[i].LivenessProbe)
+				consider(cs[i].ReadinessProbe)
+				consider(cs[i].StartupProbe)
 			}
+		}
+		custom, _ := customprobe.Parse(p.Pod, nil)
+		for i := range custom {
+			consider(&custom[i].Probe)
 		}
 	}
 	return time.Duration(longest)*time.Second + time.Second

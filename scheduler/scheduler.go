@@ -17,7 +17,7 @@
 // behaviour of a time.Ticker (BR-10). A manual Trigger runs the entry now and
 // re-arms it a full period later (the kubelet's manual-trigger path, W3).
 //
-// Memory per entry is a fixed ~56-byte slab slot plus the owner's task value;
+// Memory per entry is a fixed 40-byte slab slot plus the owner's task value;
 // Add, Remove, Trigger and firing are O(1).
 package scheduler
 

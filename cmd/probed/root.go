@@ -95,10 +95,11 @@ func newRunCmd(stderr io.Writer) *cobra.Command {
 		Use:   "run",
 		Short: "Probe the pods of a manifest directory (default: the bundled examples)",
 		Long: `Run reads Pod manifests (and the pod templates of Deployments, StatefulSets,
-DaemonSets, ReplicaSets, Jobs and CronJobs) from --manifests, probes them with
-the kubelet's semantics, watches the directory for changes, and serves the
-pods' statuses on --listen (GET /pods, /healthz, /metrics/probes, /metrics,
-/events). Without --manifests it runs the bundled examples.`,
+DaemonSets, ReplicaSets, ReplicationControllers, Jobs and CronJobs) from
+--manifests, probes them with the kubelet's semantics, watches the directory
+for changes, and serves the pods' statuses on --listen (GET /pods,
+/pods/{namespace}/{name}/probes, /healthz, /metrics/probes, /metrics, /events,
+/debug/scheduler). Without --manifests it runs the bundled examples.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := logs.logger(stderr)
