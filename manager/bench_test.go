@@ -6,9 +6,14 @@ import (
 	goruntime "runtime"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/probed/probed/manager/results"
+	"github.com/probed/probed/runtime"
 	"github.com/probed/probed/scheduler"
 )
 
@@ -80,5 +85,44 @@ func BenchmarkAddRemovePod(b *testing.B) {
 			e.waitWorkerCount(0)
 			b.StartTimer()
 		}
+	}
+}
+
+// BenchmarkProbeSpan is the tracing code of one run alone (startSpan, the
+// changed lookup's guard, endSpan) for a successful in-process run: "off"
+// with the global provider never set and "noop" with the no-op provider
+// given (both: no span), "drop" with an SDK provider whose sampler drops the
+// deferred span (what the default sampler does to an unremarkable run), and
+// "record" with every span kept. Against the ~2 µs of a whole run with an
+// instant handler (bench/micro BenchmarkManagerRunTracing), it is the
+// tracing overhead of issue #6 without the run's noise.
+func BenchmarkProbeSpan(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		tp   func() trace.TracerProvider
+	}{
+		{"off", func() trace.TracerProvider { return nil }},
+		{"noop", func() trace.TracerProvider { return tracenoop.NewTracerProvider() }},
+		{"drop", func() trace.TracerProvider {
+			return sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))
+		}},
+		{"record", func() trace.TracerProvider {
+			return sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+		}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			e := newTestEnv(b, func(o *Options) { o.TracerProvider = c.tp() })
+			pods := benchPods(e, 1)
+			e.m.AddPod(context.Background(), pods[0])
+			w := e.worker(pods[0].UID, "c", runtime.Readiness)
+			rep := runtime.Report{Outcome: runtime.Outcome{Result: runtime.Success}, Attempts: 1}
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				_, ps := e.m.startSpan(ctx, w, "10.0.0.1")
+				e.m.endSpan(ctx, &ps, w, rep, results.Success, true, false)
+			}
+		})
 	}
 }

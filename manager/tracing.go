@@ -7,6 +7,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -40,30 +41,118 @@ const (
 	attrExitCode      = attribute.Key("process.exit.code")
 )
 
-// startSpan starts the span of one executed probe. With the no-op provider
-// given explicitly it does nothing; with any other provider attributes are
-// built only when the span records, so tracing off costs one interface call.
-func (m *manager) startSpan(ctx context.Context, w *worker, podIP string) (context.Context, trace.Span) {
-	if m.tracer == nil || (m.unsetTP != nil && otel.GetTracerProvider() == m.unsetTP) {
-		return ctx, noopSpan
-	}
-	ctx, span := m.tracer.Start(ctx, spanNames[w.rs.ProbeType], trace.WithSpanKind(trace.SpanKindInternal))
-	if span.IsRecording() {
-		span.SetAttributes(
-			attrPodUID.String(string(w.rs.Pod.UID)),
-			attrPodName.String(w.rs.Pod.Name),
-			attrNamespace.String(w.rs.Pod.Namespace),
-			attrContainerName.String(w.rs.Container.Name),
-			attrProbeType.String(w.rs.ProbeType.Lower()),
-			attrHandler.String(w.rs.Kind),
-		)
-		span.SetAttributes(targetAttributes(&w.rs, podIP)...)
-	}
-	return ctx, span
+// probeSpan is the span of one executed run. A prober that carries the
+// trace context out of the process (runtime.TraceCarrier: plugins) gets its
+// span before the run, so the plugin's spans are its children. Any other
+// run's span is deferred: created when the run has ended, with the run's
+// start time and its result and changed attributes given at start, so that
+// the sampler decides with the verdict in hand and an unremarkable run that
+// it drops costs one sampling decision, not a recorded span (issue #6:
+// the default sampler's cost).
+type probeSpan struct {
+	span     trace.Span // nil: tracing off, or deferred
+	deferred bool
+	start    time.Time
+	podIP    string
 }
 
-// noopSpan is the span of runs when tracing is off.
-var noopSpan = trace.SpanFromContext(context.Background())
+// startSpan starts the span of one executed probe, or defers it. With the
+// no-op provider given explicitly, or the global provider never set, it
+// does nothing; attributes are built only when the span records.
+func (m *manager) startSpan(ctx context.Context, w *worker, podIP string) (context.Context, probeSpan) {
+	if m.tracer == nil || (m.unsetTP != nil && otel.GetTracerProvider() == m.unsetTP) {
+		return ctx, probeSpan{}
+	}
+	if !w.prepared.CarriesTrace() {
+		return ctx, probeSpan{deferred: true, start: time.Now(), podIP: podIP}
+	}
+	ctx, span := m.tracer.Start(ctx, spanNames[w.rs.ProbeType], spanKindInternal)
+	if span.IsRecording() {
+		setRunAttributes(span, w, podIP)
+	}
+	return ctx, probeSpan{span: span}
+}
+
+// wantsChanged reports whether the span needs to know if the result changed
+// the cached one (a lookup in the results manager).
+func (ps *probeSpan) wantsChanged() bool {
+	return ps.deferred || (ps.span != nil && ps.span.IsRecording())
+}
+
+// end records the verdict and ends the span, creating it first if it was
+// deferred; see endSpan.
+func (m *manager) endSpan(ctx context.Context, ps *probeSpan, w *worker, rep runtime.Report, cached results.Result, applied, changed bool) {
+	span := ps.span
+	if ps.deferred {
+		_, span = m.tracer.Start(ctx, spanNames[w.rs.ProbeType], spanKindInternal, trace.WithTimestamp(ps.start), verdictOption(rep, changed))
+		if span.IsRecording() {
+			setRunAttributes(span, w, ps.podIP)
+		}
+	}
+	if span != nil {
+		endSpan(span, w, rep, cached, applied, changed, ps.deferred)
+	}
+}
+
+// setRunAttributes puts the pod, container, probe and target attributes on
+// a recording span.
+func setRunAttributes(span trace.Span, w *worker, podIP string) {
+	span.SetAttributes(
+		attrPodUID.String(string(w.rs.Pod.UID)),
+		attrPodName.String(w.rs.Pod.Name),
+		attrNamespace.String(w.rs.Pod.Namespace),
+		attrContainerName.String(w.rs.Container.Name),
+		attrProbeType.String(w.rs.ProbeType.Lower()),
+		attrHandler.String(w.rs.Kind),
+	)
+	span.SetAttributes(targetAttributes(&w.rs, podIP)...)
+}
+
+// spanKindInternal is built once: an option boxed per run is an allocation.
+var spanKindInternal = trace.WithSpanKind(trace.SpanKindInternal)
+
+// numVerdicts is the number of runtime.Result values (Unknown … Failure).
+const numVerdicts = int(runtime.Failure) + 1
+
+// verdictOptions are the start attributes of a deferred span, by
+// runtime.Result (and a last row for errored) and changed, built once.
+var verdictOptions = func() (o [numVerdicts + 1][2]trace.SpanStartEventOption) {
+	for r := range o {
+		res := "errored"
+		if r < numVerdicts {
+			res = runtime.Result(r).String()
+		}
+		for c := range o[r] {
+			o[r][c] = trace.WithAttributes(attrResult.String(res), attrChanged.Bool(c == 1))
+		}
+	}
+	return o
+}()
+
+// verdictOption returns the start attributes of a run's deferred span: the
+// same prober.result as resultAttribute, and prober.changed.
+func verdictOption(rep runtime.Report, changed bool) trace.SpanStartEventOption {
+	r := numVerdicts // errored
+	if rep.Err == nil {
+		if r = int(rep.Outcome.Result); r >= numVerdicts {
+			r = int(runtime.Unknown) // String() says "unknown" for any other value
+		}
+	}
+	c := 0
+	if changed {
+		c = 1
+	}
+	return verdictOptions[r][c]
+}
+
+// resultAttribute is prober.result of a run: the handler's verdict, or
+// "errored" when every attempt errored.
+func resultAttribute(rep runtime.Report) attribute.KeyValue {
+	if rep.Err != nil {
+		return attrResult.String("errored")
+	}
+	return attrResult.String(rep.Outcome.Result.String())
+}
 
 // targetAttributes describes what the probe talks to, by semantic
 // convention: server.address/port for network probes, url.full (query
@@ -130,23 +219,23 @@ func targetAttributes(spec *runtime.Spec, podIP string) []attribute.KeyValue {
 // on the span (BR-22): only the verdict, codes and the error text.
 //
 // applied says whether the result reached the results manager (the
-// threshold was met); changed whether that changed the cached result.
-func endSpan(span trace.Span, w *worker, rep runtime.Report, cached results.Result, applied, changed bool) {
+// threshold was met); changed whether that changed the cached result;
+// verdictSet that prober.result and prober.changed are on the span already.
+func endSpan(span trace.Span, w *worker, rep runtime.Report, cached results.Result, applied, changed, verdictSet bool) {
 	if !span.IsRecording() {
 		span.End()
 		return
 	}
-	attrs := []attribute.KeyValue{
-		attrAttempt.Int(rep.Attempts),
-		attrApplied.Bool(applied),
-		attrChanged.Bool(changed),
+	attrs := make([]attribute.KeyValue, 0, 6)
+	attrs = append(attrs, attrAttempt.Int(rep.Attempts), attrApplied.Bool(applied))
+	if !verdictSet { // a deferred span got them at its start
+		attrs = append(attrs, attrChanged.Bool(changed), resultAttribute(rep))
 	}
 	if rep.Err != nil {
-		attrs = append(attrs, attrResult.String("errored"))
 		span.RecordError(rep.Err)
 		span.SetStatus(codes.Error, rep.Err.Error())
 	} else {
-		attrs = append(attrs, attrResult.String(rep.Outcome.Result.String()), attrCached.String(cached.String()))
+		attrs = append(attrs, attrCached.String(cached.String()))
 		if rep.Outcome.Result == runtime.Failure || rep.Outcome.Result == runtime.Unknown {
 			span.SetStatus(codes.Error, "probe "+rep.Outcome.Result.String())
 		}

@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/probed/probed/manager/results"
@@ -264,8 +263,8 @@ const kubeletRestartWindow = 10 * time.Second
 // probe runs the handler and applies the result (W5.10, W5.11, W10–W13).
 func (w *worker) probe(ctx context.Context, start time.Time, status *v1.PodStatus, c *v1.ContainerStatus) {
 	m := w.m
-	var span trace.Span
-	ctx, span = m.startSpan(ctx, w, status.PodIP)
+	runCtx := ctx
+	ctx, span := m.startSpan(ctx, w, status.PodIP)
 	runStart := m.clock.Now()
 	rep := m.rt.Run(ctx, &w.prepared, runtime.Target{PodIP: status.PodIP, ContainerID: c.ContainerID})
 	duration := m.clock.Since(start)
@@ -281,7 +280,7 @@ func (w *worker) probe(ctx context.Context, start time.Time, status *v1.PodStatu
 	}
 	if rep.Err != nil || ctx.Err() != nil {
 		m.log.Debug("Probe errored", "pod", klogPod(w.rs.Pod), "containerName", w.rs.Container.Name, "probeType", w.rs.ProbeType.String(), "err", rep.Err)
-		endSpan(span, w, rep, results.Unknown, false, false)
+		m.endSpan(runCtx, &span, w, rep, results.Unknown, false, false)
 		w.observe(start, duration, rep, results.Unknown)
 		return
 	}
@@ -304,12 +303,12 @@ func (w *worker) probe(ctx context.Context, start time.Time, status *v1.PodStatu
 	if (result == results.Failure && w.resultRun < w.rs.Probe.FailureThreshold) ||
 		(result == results.Success && w.resultRun < w.rs.Probe.SuccessThreshold) {
 		cached := w.cached()
-		endSpan(span, w, rep, cached, false, false)
+		m.endSpan(runCtx, &span, w, rep, cached, false, false)
 		w.observe(start, duration, rep, cached)
 		return
 	}
 	changed := false
-	if span.IsRecording() {
+	if span.wantsChanged() {
 		prev, ok := w.resultsManager().Get(w.containerID())
 		changed = !ok || prev != result
 	}
@@ -319,7 +318,7 @@ func (w *worker) probe(ctx context.Context, start time.Time, status *v1.PodStatu
 		w.onHold = true
 		w.resultRun = 0
 	}
-	endSpan(span, w, rep, result, true, changed)
+	m.endSpan(runCtx, &span, w, rep, result, true, changed)
 	w.observe(start, duration, rep, result)
 }
 

@@ -83,16 +83,23 @@ type Runtime struct {
 	runs  sync.WaitGroup
 }
 
+// The default pool sizes (goroutines) of the three lanes.
+const (
+	DefaultPoolSize     = 256
+	DefaultSlowPoolSize = 1024
+	DefaultExecPoolSize = 64
+)
+
 // New creates a Runtime with no handlers and starts its pools.
 func New(opts Options) (*Runtime, error) {
 	if opts.PoolSize <= 0 {
-		opts.PoolSize = 256
+		opts.PoolSize = DefaultPoolSize
 	}
 	if opts.SlowPoolSize <= 0 {
-		opts.SlowPoolSize = 1024
+		opts.SlowPoolSize = DefaultSlowPoolSize
 	}
 	if opts.ExecPoolSize <= 0 {
-		opts.ExecPoolSize = 64
+		opts.ExecPoolSize = DefaultExecPoolSize
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -238,6 +245,17 @@ type preparationError struct{ err error }
 
 func (e *preparationError) Probe(context.Context, Target) (Outcome, error) {
 	return Outcome{Result: Unknown, ExitCode: -1}, e.err
+}
+
+// CarriesTrace reports whether the probe's prober sends the run's trace
+// context on (TraceCarrier). A probe whose kind no handler serves yet
+// counts as carrying it: the handler that turns up may be a plugin.
+func (p *Prepared) CarriesTrace() bool {
+	if p.unresolved {
+		return true
+	}
+	tc, ok := p.prober.(TraceCarrier)
+	return ok && tc.CarriesTrace()
 }
 
 // Err returns the preparation error, if any.

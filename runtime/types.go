@@ -213,6 +213,17 @@ type Prober interface {
 	Probe(ctx context.Context, t Target) (Outcome, error)
 }
 
+// TraceCarrier is implemented by probers that carry the run's trace context
+// out of the process, as a plugin call does (its spans must be children of
+// the probe's span). The manager starts the span of such a probe before the
+// run; the span of any other probe is created when the run has ended, with
+// the run's start time, so that a sampler sees the result and can drop an
+// unremarkable run before anything is recorded.
+type TraceCarrier interface {
+	// CarriesTrace reports whether Probe sends ctx's span context on.
+	CarriesTrace() bool
+}
+
 // ProberFunc adapts a function to Prober.
 type ProberFunc func(ctx context.Context, t Target) (Outcome, error)
 

@@ -207,7 +207,7 @@ func buildSampler(name, arg string) (s sdktrace.Sampler, ratio float64, filter b
 	}
 	switch name {
 	case "probed_default":
-		return sdktrace.ParentBased(sdktrace.AlwaysSample()), ratio, true, nil
+		return sdktrace.ParentBased(probeSampler{ratio: ratio}), ratio, true, nil
 	case "always_on":
 		return sdktrace.AlwaysSample(), 0, false, nil
 	case "always_off":
@@ -224,9 +224,10 @@ func buildSampler(name, arg string) (s sdktrace.Sampler, ratio float64, filter b
 	return nil, 0, false, errors.New("sampler " + strconv.Quote(name) + ": want probed_default, always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio")
 }
 
-// keepInteresting is the probed_default sampler's second half: every probe
-// span is recorded, and at its end it is exported only if the run failed,
-// errored or changed the cached result, or its trace ID falls in the ratio.
+// keepInteresting is the probed_default sampler's second half: a probe span
+// the sampler could not judge at its start (a plugin probe's) is exported at
+// its end only if the run failed, errored or changed the cached result, or
+// its trace ID falls in the ratio.
 // Other spans (children such as plugin RPCs) follow the trace-ID ratio.
 type keepInteresting struct {
 	next  sdktrace.SpanProcessor
@@ -251,8 +252,7 @@ func (k *keepInteresting) keep(s sdktrace.ReadOnlySpan) bool {
 		for _, a := range s.Attributes() {
 			switch a.Key {
 			case "prober.result":
-				switch a.Value.AsString() {
-				case "failure", "unknown", "errored":
+				if interestingResult(a.Value.AsString()) {
 					return true
 				}
 			case "prober.changed":
@@ -262,13 +262,65 @@ func (k *keepInteresting) keep(s sdktrace.ReadOnlySpan) bool {
 			}
 		}
 	}
-	// The SDK's TraceIDRatioBased decision: ratio 1 keeps every trace, and
-	// the bound is compared as an integer (as a float64, the trace IDs
-	// near the top of the range rounded up to 2^63 and were dropped).
-	if k.ratio >= 1 {
+	return inRatio(s.SpanContext().TraceID(), k.ratio)
+}
+
+// inRatio is the SDK's TraceIDRatioBased decision: ratio 1 keeps every
+// trace, and the bound is compared as an integer (as a float64, the trace
+// IDs near the top of the range rounded up to 2^63 and were dropped).
+func inRatio(id trace.TraceID, ratio float64) bool {
+	if ratio >= 1 {
 		return true
 	}
-	id := s.SpanContext().TraceID()
 	x := binary.BigEndian.Uint64(id[8:16]) >> 1
-	return x < uint64(k.ratio*(1<<63))
+	return x < uint64(ratio*(1<<63))
+}
+
+// interestingResult reports whether a prober.result value is one the
+// default sampler always keeps.
+func interestingResult(v string) bool {
+	return v == "failure" || v == "unknown" || v == "errored"
+}
+
+// probeSampler is the probed_default sampler's first half, for root spans
+// (ParentBased handles children). The manager creates the span of an
+// in-process probe when the run has ended, with prober.result and
+// prober.changed among its start attributes: it is kept when the run
+// failed, errored or changed the cached result, or its trace ID falls in
+// the ratio, and otherwise dropped before anything is recorded — which
+// makes the default sampler cheap. The span of a plugin probe starts before
+// its run (its plugin's spans are children) without a verdict: it is
+// recorded, and keepInteresting decides at its end. Other root spans follow
+// the ratio.
+type probeSampler struct{ ratio float64 }
+
+func (s probeSampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	keep := sdktrace.SamplingResult{Decision: sdktrace.RecordAndSample}
+	if strings.HasPrefix(p.Name, "probe ") {
+		judged := false
+		for _, a := range p.Attributes {
+			switch a.Key {
+			case "prober.result":
+				judged = true
+				if interestingResult(a.Value.AsString()) {
+					return keep
+				}
+			case "prober.changed":
+				if a.Value.AsBool() {
+					return keep
+				}
+			}
+		}
+		if !judged {
+			return keep
+		}
+	}
+	if inRatio(p.TraceID, s.ratio) {
+		return keep
+	}
+	return sdktrace.SamplingResult{Decision: sdktrace.Drop}
+}
+
+func (s probeSampler) Description() string {
+	return "ProbedDefault{ratio=" + strconv.FormatFloat(s.ratio, 'g', -1, 64) + "}"
 }

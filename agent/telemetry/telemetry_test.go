@@ -303,8 +303,8 @@ func TestBuildSampler(t *testing.T) {
 		ratio     float64
 		filter    bool
 	}{
-		{"", "", "ParentBased{root:AlwaysOnSampler,remoteParentSampled:AlwaysOnSampler,remoteParentNotSampled:AlwaysOffSampler,localParentSampled:AlwaysOnSampler,localParentNotSampled:AlwaysOffSampler}", DefaultRatio, true},
-		{"probed_default", "0.25", "ParentBased{root:AlwaysOnSampler,remoteParentSampled:AlwaysOnSampler,remoteParentNotSampled:AlwaysOffSampler,localParentSampled:AlwaysOnSampler,localParentNotSampled:AlwaysOffSampler}", 0.25, true},
+		{"", "", "ParentBased{root:ProbedDefault{ratio=0.01},remoteParentSampled:AlwaysOnSampler,remoteParentNotSampled:AlwaysOffSampler,localParentSampled:AlwaysOnSampler,localParentNotSampled:AlwaysOffSampler}", DefaultRatio, true},
+		{"probed_default", "0.25", "ParentBased{root:ProbedDefault{ratio=0.25},remoteParentSampled:AlwaysOnSampler,remoteParentNotSampled:AlwaysOffSampler,localParentSampled:AlwaysOnSampler,localParentNotSampled:AlwaysOffSampler}", 0.25, true},
 		{"always_on", "", "AlwaysOnSampler", 0, false},
 		{"always_off", "", "AlwaysOffSampler", 0, false},
 		{"traceidratio", "", "TraceIDRatioBased{1}", 0, false},
@@ -453,31 +453,44 @@ func TestKeepInterestingRatioIsTraceIDRatio(t *testing.T) {
 	}
 }
 
-// TestSetupProbedDefault: the default sampler records every span (so the
-// trace context reaching plugins is sampled) and the provider exports only
-// the interesting probe spans at ratio 0, and all of them at ratio 1.
+// TestSetupProbedDefault: the default sampler keeps the interesting probe
+// spans and a ratio of the rest, in both forms the manager creates them. A
+// span created after its run carries its verdict at start (in-process
+// handlers): an unremarkable one is dropped before it records anything. A
+// span started before its run (a plugin probe, whose trace context reaches
+// the plugin) has no verdict yet: it is recorded, so the plugin's spans are
+// sampled, and exported at its end only if interesting or in the ratio.
 func TestSetupProbedDefault(t *testing.T) {
 	for _, c := range []struct {
 		arg  string
 		want []string
 	}{
-		{"0", []string{"failing", "changed"}},
-		{"1", []string{"failing", "changed", "steady"}},
+		{"0", []string{"failing", "changed", "plugin-failing", "plugin-changed"}},
+		{"1", []string{"failing", "changed", "steady", "plugin-failing", "plugin-changed", "plugin-steady"}},
 	} {
 		var out syncBuffer
 		p := mustSetup(t, Options{Exporter: "console", Console: &out, SamplerArg: c.arg})
-		for name, attrs := range map[string][]attribute.KeyValue{
+		verdicts := map[string][]attribute.KeyValue{
 			"failing": {attribute.String("prober.result", "failure")},
 			"changed": {attribute.String("prober.result", "success"), attribute.Bool("prober.changed", true)},
 			"steady":  {attribute.String("prober.result", "success"), attribute.Bool("prober.changed", false)},
-		} {
+		}
+		for name, attrs := range verdicts {
 			attrs = append(attrs, attribute.String("test.name", name))
-			if !record(p, "probe liveness", attrs...) {
-				t.Errorf("ratio %s: span %s not recording; probed_default records every probe span", c.arg, name)
+			wantRecording := c.arg == "1" || name != "steady"
+			if got := record(p, "probe liveness", attrs...); got != wantRecording {
+				t.Errorf("ratio %s: span %s (verdict at start) recording %v, want %v", c.arg, name, got, wantRecording)
 			}
+			// The plugin form: started bare, the verdict set at its end.
+			_, s := p.Tracer("test").Start(context.Background(), "probe readiness", trace.WithAttributes(attribute.String("test.name", "plugin-"+name)))
+			if !s.IsRecording() {
+				t.Errorf("ratio %s: span plugin-%s (no verdict at start) not recording", c.arg, name)
+			}
+			s.SetAttributes(attrs[:len(attrs)-1]...)
+			s.End()
 		}
 		got := flush(t, p, &out)
-		for _, name := range []string{"failing", "changed", "steady"} {
+		for _, name := range []string{"failing", "changed", "steady", "plugin-failing", "plugin-changed", "plugin-steady"} {
 			want := false
 			for _, w := range c.want {
 				want = want || w == name

@@ -197,6 +197,11 @@ type prober struct {
 	timeout time.Duration
 }
 
+// CarriesTrace implements runtime.TraceCarrier: the call carries the
+// probe span's context into the plugin (otelgrpc), whose spans are its
+// children, so the manager starts the span before the run.
+func (p *prober) CarriesTrace() bool { return true }
+
 // Error is the error of a probe attempt the plugin could not carry out. It
 // makes the run errored (discarded by the worker), never a failure.
 type Error struct {
