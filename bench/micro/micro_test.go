@@ -9,6 +9,7 @@ package micro
 import (
 	"context"
 	"log/slog"
+	"net"
 	"runtime"
 	"strconv"
 	"sync"
@@ -19,15 +20,18 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	testingclock "k8s.io/utils/clock/testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/probed/probed/agent/telemetry"
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/manager/results"
 	"github.com/probed/probed/plugins/exec"
+	"github.com/probed/probed/plugins/tcp"
 	probedruntime "github.com/probed/probed/runtime"
 	"github.com/probed/probed/scheduler"
 )
@@ -206,14 +210,31 @@ type fixture struct {
 func newFixture(tb testing.TB, n int) *fixture { return newFixtureWith(tb, n, nil) }
 
 func newFixtureWith(tb testing.TB, n int, tp trace.TracerProvider) *fixture {
+	return newFixtureTCP(tb, n, tp, 0)
+}
+
+// newFixtureTCP is newFixtureWith whose probes, when tcpPort is not 0, are
+// real tcpSocket probes of 127.0.0.1:tcpPort instead of the instant exec.
+func newFixtureTCP(tb testing.TB, n int, tp trace.TracerProvider, tcpPort int) *fixture {
 	clk := testingclock.NewFakeClock(time.Unix(1_000_000, 0))
 	pods, sm := makePods(n, clk.Now())
+	if tcpPort != 0 {
+		for _, p := range pods {
+			c := &p.Spec.Containers[0]
+			for _, pr := range []*v1.Probe{c.ReadinessProbe, c.LivenessProbe} {
+				pr.ProbeHandler = v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{Port: intstr.FromInt32(int32(tcpPort))}}
+			}
+		}
+	}
 	logger := slog.New(slog.DiscardHandler)
 	rt, err := probedruntime.New(probedruntime.Options{Logger: logger})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	if err := rt.Register(probedruntime.KindExec, exec.New(instantRunner{})); err != nil {
+		tb.Fatal(err)
+	}
+	if err := rt.Register(probedruntime.KindTCP, tcp.New()); err != nil {
 		tb.Fatal(err)
 	}
 	obs := &countObserver{}
@@ -331,16 +352,44 @@ func (d *discardExporter) ExportSpans(_ context.Context, spans []sdktrace.ReadOn
 func (d *discardExporter) Shutdown(context.Context) error { return nil }
 
 // BenchmarkManagerRunTracing (issue #6): one executed run end to end, as
-// BenchmarkManagerRun, with tracing off (no provider set: the global one,
-// never configured), with the default sampler (probed_default: record
-// every probe span, export failed, errored and changed runs and 1% of the
-// rest) and with every span kept (always_on). probes/s = 1e9 / ns/run on
-// this machine; the targets: default ≤ 5% slower than off.
+// BenchmarkManagerRun, with tracing off in its two forms — "off": no
+// provider given and the global one never configured (the library's
+// default); "noop": the no-op provider given explicitly (the agent with
+// OTEL_TRACES_EXPORTER=none) — with the default sampler (probed_default:
+// record every probe span, export failed, errored and changed runs and 1%
+// of the rest) and with every span kept (always_on). probes/s = 1e9 /
+// ns/run on this machine; the targets: default ≤ 5% slower than off.
 func BenchmarkManagerRunTracing(b *testing.B) {
-	for _, c := range []struct{ name, sampler string }{{"off", ""}, {"default", "probed_default"}, {"all", "always_on"}} {
+	b.Run("instant", func(b *testing.B) { benchTracing(b, 10000, 0) })
+	b.Run("tcp", func(b *testing.B) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+		defer func() { ln.Close(); <-done }()
+		benchTracing(b, 1000, ln.Addr().(*net.TCPAddr).Port)
+	})
+}
+
+func benchTracing(b *testing.B, pods, tcpPort int) {
+	for _, c := range []struct{ name, sampler string }{{"off", ""}, {"noop", ""}, {"default", "probed_default"}, {"all", "always_on"}} {
 		b.Run(c.name, func(b *testing.B) {
 			var tp trace.TracerProvider
 			exp := &discardExporter{}
+			if c.name == "noop" {
+				tp = tracenoop.NewTracerProvider()
+			}
 			if c.sampler != "" {
 				opts, err := telemetry.SamplingFor(c.sampler, "", exp)
 				if err != nil {
@@ -350,18 +399,17 @@ func BenchmarkManagerRunTracing(b *testing.B) {
 				defer sdk.Shutdown(context.Background())
 				tp = sdk
 			}
-			const pods = 10000
-			f := newFixtureWith(b, pods, tp)
+			f := newFixtureTCP(b, pods, tp, tcpPort)
 			defer f.close()
 			for _, p := range f.pods {
 				f.mgr.AddPod(context.Background(), p)
 			}
-			f.runUntil(2 * pods)
+			f.runUntil(int64(2 * pods))
 			b.ReportAllocs()
 			b.ResetTimer()
 			start := f.obs.n.Load()
 			for f.obs.n.Load()-start < int64(b.N) {
-				f.runUntil(f.obs.n.Load() + 2*pods)
+				f.runUntil(f.obs.n.Load() + int64(2*pods))
 			}
 			b.StopTimer()
 			runs := f.obs.n.Load() - start

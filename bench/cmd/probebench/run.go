@@ -18,6 +18,8 @@ import (
 	"github.com/probed/probed/bench/internal/lateness"
 	"github.com/probed/probed/bench/internal/sysstat"
 	"github.com/probed/probed/bench/internal/targets"
+
+	"github.com/probed/probed/runtime"
 )
 
 // Result is the JSON line of one run.
@@ -143,7 +145,7 @@ func runMain(args []string) error {
 	shards := fs.Int("shards", 0, "probed: scheduler shards (0: default)")
 	hungEvery := fs.Int("hung-every", 10, "hung mode: pod i never answers when i%n == n-1")
 	oneAddr := fs.String("one-addr", "", "tcp/http: every pod at this one address (e.g. 127.0.0.1)")
-	conc := fs.Int("concurrency", 1024, "dialloop: dialing goroutines")
+	conc := fs.Int("concurrency", runtime.DefaultPoolSize, "dialloop: dialing goroutines (default: probed's network pool size)")
 	drainWait := fs.Duration("drain-wait", 10*time.Second, "longest wait for RemovePod to leave nothing behind")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the window")
 	memProfile := fs.String("memprofile", "", "write a heap profile after the window")
