@@ -2,11 +2,15 @@ package faults
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"sort"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,10 +38,20 @@ func (m statusMap) GetPodStatus(uid types.UID) (v1.PodStatus, bool) {
 // listener on 127.0.0.1, for 60 s through the real manager and handlers:
 // no Failure at all, and no prober socket left behind (no ESTABLISHED or
 // CLOSE_WAIT build-up; probed's own TIME-WAIT stays bounded — with SO_LINGER
-// {on, 0} it is zero). Long: skipped with -short; CI runs it.
+// {on, 0} it is zero). The probes have the case's timing: period 1 s and
+// the API default timeout of 1 s.
+//
+// Long (60 s) and timing-bound: skipped with -short, and under -race, where
+// a 2-core CI machine running it next to other test packages stretches
+// loopback round trips past the 1 s timeout (runs of up to 1.6 s were
+// measured at load 5.7) — that would be the machine, not the churn. .ci/run
+// runs it on its own without the race detector.
 func TestBR17_ConnectionChurnAtDensity(t *testing.T) {
 	if testing.Short() {
 		t.Skip("60 s of probing; runs without -short")
+	}
+	if raceEnabled {
+		t.Skip("timing-bound (1 s timeouts at 600 connections/s); .ci/run runs it without -race")
 	}
 	// The TCP target accepts and closes; the HTTP target answers 200.
 	tcpLn, err := net.Listen("tcp", "127.0.0.1:0")
@@ -112,8 +126,9 @@ func TestBR17_ConnectionChurnAtDensity(t *testing.T) {
 			}
 		}(rm.Updates())
 	}
+	obs := &churnObserver{msgs: map[string]int{}}
 	m, err := manager.New(manager.Options{Status: status, Liveness: res[0], Readiness: res[1], Startup: res[2],
-		MetricsRegisterer: reg, Logger: slog.New(slog.DiscardHandler)})
+		MetricsRegisterer: reg, Logger: slog.New(slog.DiscardHandler), Observer: obs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,9 +148,13 @@ func TestBR17_ConnectionChurnAtDensity(t *testing.T) {
 		<-drained
 	}
 
-	t.Logf("60 s: %v successful runs, %v failed, %d HTTP requests; load %s", okRuns, failedRuns, httpReqs.Load(), loadAvg())
+	t.Logf("60 s: %v successful runs, %v failed, %d HTTP requests, p99 run %v, longest %v; load %s", okRuns, failedRuns, httpReqs.Load(), obs.p99(), obs.longest(), loadAvg())
 	if failedRuns != 0 || failures.Load() != 0 {
-		t.Fatalf("%v failed probe runs and %d Failure results against healthy targets (BR-17: zero)", failedRuns, failures.Load())
+		t.Fatalf("%v failed probe runs and %d Failure results against healthy targets (BR-17: zero); why: %s", failedRuns, failures.Load(), obs.why())
+	}
+	// BR-17: p99 probe latency well under 1 s.
+	if p99 := obs.p99(); p99 > 500*time.Millisecond {
+		t.Errorf("p99 probe duration %v, want well under the 1 s timeout (BR-17)", p99)
 	}
 	// 600 probes a second for 60 s, the first within a second: at least 90%.
 	if okRuns < 0.9*600*60 {
@@ -150,6 +169,58 @@ func TestBR17_ConnectionChurnAtDensity(t *testing.T) {
 			t.Errorf("%d prober TIME_WAIT sockets to :%d; probed closes with SO_LINGER {on, 0}", tw, port)
 		}
 	}
+}
+
+// churnObserver keeps the longest run and the messages of the runs that did
+// not succeed, so that a failure says why.
+type churnObserver struct {
+	mu   sync.Mutex
+	max  time.Duration
+	durs []time.Duration
+	msgs map[string]int
+}
+
+func (o *churnObserver) ProbeRan(rec manager.RunRecord) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.max = max(o.max, rec.Duration)
+	o.durs = append(o.durs, rec.Duration)
+	if rec.Message == "" {
+		return
+	}
+	key := fmt.Sprintf("%v: %s", rec.ProbeType, rec.Message)
+	if _, ok := o.msgs[key]; ok || len(o.msgs) < 20 {
+		o.msgs[key]++
+	}
+}
+
+func (o *churnObserver) longest() time.Duration {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.max.Round(time.Millisecond)
+}
+
+// p99 is the 99th percentile of the runs' durations.
+func (o *churnObserver) p99() time.Duration {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.durs) == 0 {
+		return 0
+	}
+	d := append([]time.Duration(nil), o.durs...)
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	return d[len(d)*99/100]
+}
+
+func (o *churnObserver) why() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var parts []string
+	for msg, n := range o.msgs {
+		parts = append(parts, fmt.Sprintf("%d× %s", n, msg))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, "; ")
 }
 
 // counter sums prober_probe_total for one result label.
