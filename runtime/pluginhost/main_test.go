@@ -141,6 +141,15 @@ func probeOnce(t *testing.T, h *pluginhost.Host, spec *runtime.Spec) (runtime.Ou
 	return pr.Probe(ctx, runtime.Target{PodIP: "10.1.2.3", ContainerID: "containerd://abc", Attempt: 1})
 }
 
+// parallelStartWithin bounds how long a parallel test waits for a plugin to
+// start or restart. It is generous on purpose: such a start (fork/exec of a
+// race-built binary, go-plugin's mTLS handshake) competes with the other
+// parallel tests' plugins and, in CI, with other test packages, and took
+// about 2 s on a loaded 2-core machine. The restart time itself is asserted
+// by tests that run alone (TestKillRestartsWithin2s,
+// TestKillDuringProbingNoLivenessFailure).
+const parallelStartWithin = 15 * time.Second
+
 // waitFor polls cond every 10 ms until it holds or d passes.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
