@@ -298,7 +298,14 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 		case codes.DeadlineExceeded:
 			return p.fail(codes.DeadlineExceeded, "no answer within the probe's timeout of %s (plus %s grace)", p.timeout, in.h.opts.Grace)
 		case codes.Canceled:
-			return p.fail(codes.Canceled, "probe cancelled")
+			// Canceled means the caller cancelled only if it did; otherwise
+			// the connection was closed under the call because the plugin
+			// exited (go-plugin's Kill closes it, which can beat the
+			// transport's EOF): that is an unavailable plugin.
+			if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return p.fail(codes.Canceled, "probe cancelled")
+			}
+			return p.fail(codes.Unavailable, "the plugin is unavailable (it exited or is restarting): %s", st.Message())
 		case codes.Unavailable:
 			return p.fail(codes.Unavailable, "the plugin is unavailable (it exited or is restarting): %s", st.Message())
 		}
