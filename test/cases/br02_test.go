@@ -2,8 +2,6 @@ package cases
 
 import (
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -12,6 +10,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/probed/probed/internal/proctest"
 	"github.com/probed/probed/manager/results"
 	"github.com/probed/probed/runtime"
 )
@@ -25,26 +24,10 @@ type proc struct {
 // procs lists the processes of the machine (those that vanish while being
 // read are skipped).
 func procs() []proc {
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	out := make([]proc, 0, len(dirs))
-	for _, d := range dirs {
-		b, err := os.ReadFile(d + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 3 {
-			continue
-		}
-		pid, _ := strconv.Atoi(filepath.Base(d))
-		ppid, _ := strconv.Atoi(f[1])
-		pgid, _ := strconv.Atoi(f[2])
-		out = append(out, proc{pid: pid, ppid: ppid, pgid: pgid, state: f[0][0]})
+	list := proctest.List()
+	out := make([]proc, len(list))
+	for i, p := range list {
+		out[i] = proc{pid: p.PID, ppid: p.PPID, pgid: p.PGID, state: p.State}
 	}
 	return out
 }

@@ -5,6 +5,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/probed/probed/internal/proctest"
 	"net"
 	"net/http"
 	"os"
@@ -124,29 +125,10 @@ func (p sigProc) String() string {
 }
 
 func scanProcs() []sigProc {
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	out := make([]sigProc, 0, len(dirs))
-	for _, d := range dirs {
-		b, err := os.ReadFile(d + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 20 {
-			continue
-		}
-		pid, _ := strconv.Atoi(filepath.Base(d))
-		ppid, _ := strconv.Atoi(f[1])
-		pgid, _ := strconv.Atoi(f[2])
-		start, _ := strconv.ParseUint(f[19], 10, 64)
-		cmdline, _ := os.ReadFile(d + "/cmdline")
-		out = append(out, sigProc{pid: pid, ppid: ppid, pgid: pgid, state: f[0][0], start: start,
-			cmd: strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " "))})
+	list := proctest.List()
+	out := make([]sigProc, len(list))
+	for i, p := range list {
+		out[i] = sigProc{pid: p.PID, ppid: p.PPID, pgid: p.PGID, state: p.State, start: p.Start, cmd: p.Cmd}
 	}
 	return out
 }

@@ -9,9 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/probed/probed/internal/proctest"
 	"github.com/probed/probed/manager"
 	probeexec "github.com/probed/probed/plugins/exec"
 	"github.com/probed/probed/runtime"
@@ -461,29 +460,10 @@ func (p proc) String() string {
 // procs lists the processes of the machine (those that vanish while being
 // read are skipped).
 func procs() []proc {
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	out := make([]proc, 0, len(dirs))
-	for _, d := range dirs {
-		b, err := os.ReadFile(d + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 20 {
-			continue
-		}
-		pid, _ := strconv.Atoi(filepath.Base(d))
-		ppid, _ := strconv.Atoi(f[1])
-		pgid, _ := strconv.Atoi(f[2])
-		start, _ := strconv.ParseUint(f[19], 10, 64)
-		cmdline, _ := os.ReadFile(d + "/cmdline")
-		cmd := strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " "))
-		out = append(out, proc{pid: pid, ppid: ppid, pgid: pgid, state: f[0][0], start: start, cmd: cmd})
+	list := proctest.List()
+	out := make([]proc, len(list))
+	for i, p := range list {
+		out[i] = proc{pid: p.PID, ppid: p.PPID, pgid: p.PGID, state: p.State, start: p.Start, cmd: p.Cmd}
 	}
 	return out
 }
