@@ -234,6 +234,23 @@ func (s *Server) close(fd int) {
 	syscall.Close(fd)
 }
 
+// read reads what fd has into buf. ok is false when there is nothing more
+// to read for now (EAGAIN) or the connection ended, which closes it.
+func (s *Server) read(fd int, buf []byte) (n int, ok bool) {
+	n, err := syscall.Read(fd, buf)
+	if err != nil {
+		if !errors.Is(err, syscall.EAGAIN) {
+			s.close(fd)
+		}
+		return 0, false
+	}
+	if n == 0 {
+		s.close(fd)
+		return 0, false
+	}
+	return n, true
+}
+
 func (s *Server) serveConn(fd int) {
 	if fd >= len(s.state) || s.state[fd] == stNone {
 		return
@@ -241,32 +258,16 @@ func (s *Server) serveConn(fd int) {
 	var scratch [2048]byte
 	switch s.state[fd] {
 	case stWaitClose, stHung:
+		// Drain what the client sends until it closes.
 		for {
-			n, err := syscall.Read(fd, scratch[:])
-			if err != nil {
-				if errors.Is(err, syscall.EAGAIN) {
-					return
-				}
-				s.close(fd)
-				return
-			}
-			if n == 0 {
-				s.close(fd)
+			if _, ok := s.read(fd, scratch[:]); !ok {
 				return
 			}
 		}
 	case stReadReq:
 		for {
-			n, err := syscall.Read(fd, scratch[:])
-			if err != nil {
-				if errors.Is(err, syscall.EAGAIN) {
-					return
-				}
-				s.close(fd)
-				return
-			}
-			if n == 0 {
-				s.close(fd)
+			n, ok := s.read(fd, scratch[:])
+			if !ok {
 				return
 			}
 			if s.buf[fd] == nil {
