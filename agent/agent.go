@@ -535,9 +535,7 @@ func (a *Agent) addAll() {
 // onRestart records the kubelet's Killing event (K2) and runs the
 // --on-restart command.
 func (a *Agent) onRestart(r store.Restart) {
-	ref := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: r.Pod.Namespace, Name: r.Pod.Name, UID: r.Pod.UID,
-		FieldPath: "spec.containers{" + r.Container + "}"}
-	a.events.Eventf(ref, v1.EventTypeNormal, "Killing", "%s", r.Message)
+	a.events.Eventf(runtime.ContainerRef(r.Pod, r.Container), v1.EventTypeNormal, "Killing", "%s", r.Message)
 	if a.opts.OnRestart == "" {
 		return
 	}

@@ -409,23 +409,45 @@ func containerRef(spec *Spec) *v1.ObjectReference {
 	if spec.Pod == nil {
 		return nil
 	}
-	ref := &v1.ObjectReference{
-		Kind:       "Pod",
-		APIVersion: "v1",
-		Namespace:  spec.Pod.Namespace,
-		Name:       spec.Pod.Name,
-		UID:        spec.Pod.UID,
-	}
+	name := ""
 	if spec.Container != nil {
-		field := "spec.containers"
-		for i := range spec.Pod.Spec.InitContainers {
-			if spec.Pod.Spec.InitContainers[i].Name == spec.Container.Name {
-				field = "spec.initContainers"
-				break
-			}
-		}
-		ref.FieldPath = field + "{" + spec.Container.Name + "}"
+		name = spec.Container.Name
 	}
+	return ContainerRef(spec.Pod, name)
+}
+
+// ContainerRef is the object reference of a container inside its pod, as
+// the kubelet builds it for events (pkg/kubelet/container GenerateContainerRef):
+// the pod's kind, API version, namespace, name and UID, and the field path
+// spec.containers{NAME}, spec.initContainers{NAME} (sidecars included) or
+// spec.ephemeralContainers{NAME}. An empty container name refers to the pod
+// itself. It is the one place the agent's events build references.
+func ContainerRef(pod *v1.Pod, container string) *v1.ObjectReference {
+	ref := &v1.ObjectReference{
+		Kind:            "Pod",
+		APIVersion:      "v1",
+		Namespace:       pod.Namespace,
+		Name:            pod.Name,
+		UID:             pod.UID,
+		ResourceVersion: pod.ResourceVersion,
+	}
+	if container == "" {
+		return ref
+	}
+	field := "spec.containers"
+	for i := range pod.Spec.InitContainers {
+		if pod.Spec.InitContainers[i].Name == container {
+			field = "spec.initContainers"
+			break
+		}
+	}
+	for i := range pod.Spec.EphemeralContainers {
+		if pod.Spec.EphemeralContainers[i].Name == container {
+			field = "spec.ephemeralContainers"
+			break
+		}
+	}
+	ref.FieldPath = field + "{" + container + "}"
 	return ref
 }
 
