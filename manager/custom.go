@@ -7,14 +7,16 @@ import (
 	"github.com/probed/probed/runtime"
 )
 
-// customProbe is a probe declared in the probed.io/probes annotation and
-// served by a plugin kind. It joins the same state machine as the spec's
-// probes (thresholds, startup gating, Started/Ready, restarts).
+// customProbe is a probe declared in the probed.io/probes annotation: a
+// built-in handler (probe holds it) or a plugin kind (plugin). It joins the
+// same state machine as the spec's probes (thresholds, startup gating,
+// Started/Ready, restarts).
 type customProbe struct {
 	container *v1.Container
 	probeType runtime.ProbeType
 	probe     *v1.Probe
-	plugin    *runtime.PluginAction
+	kind      string
+	plugin    *runtime.PluginAction // nil for a built-in handler
 }
 
 // customProbes returns the valid custom probes of the pod's annotation. The
@@ -26,7 +28,9 @@ func (m *manager) customProbes(pod *v1.Pod) []customProbe {
 	if _, ok := pod.Annotations[customprobe.Annotation]; !ok {
 		return nil
 	}
-	probes, errs := customprobe.Parse(pod, nil)
+	opts := m.annotation
+	opts.KnownKind = nil
+	probes, errs := customprobe.ParseWith(pod, opts)
 	if len(errs) > 0 {
 		m.log.Error("invalid custom probes ignored", "pod", klogPod(pod), "annotation", customprobe.Annotation, "err", errs.ToAggregate().Error())
 	}
@@ -37,7 +41,11 @@ func (m *manager) customProbes(pod *v1.Pod) []customProbe {
 		if c == nil {
 			continue
 		}
-		out = append(out, customProbe{container: c, probeType: p.Type, probe: &p.Probe, plugin: &p.Plugin})
+		cp := customProbe{container: c, probeType: p.Type, probe: &p.Probe, kind: p.Kind()}
+		if p.Plugin.Name != "" {
+			cp.plugin = &p.Plugin
+		}
+		out = append(out, cp)
 	}
 	return out
 }

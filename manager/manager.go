@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/utils/clock"
 
+	"github.com/probed/probed/manager/customprobe"
 	"github.com/probed/probed/manager/results"
 	"github.com/probed/probed/runtime"
 	"github.com/probed/probed/scheduler"
@@ -138,6 +139,16 @@ type Options struct {
 	// Observer, when set, sees every executed run.
 	Observer Observer
 
+	// SkipSpecProbes gives workers only to the probes of the pods'
+	// probed.io/probes annotation (package customprobe), not to the
+	// containers' own liveness, readiness and startup probes: in cluster
+	// mode the kubelet runs those.
+	SkipSpecProbes bool
+	// Annotation tunes how the probed.io/probes annotation is read (e.g.
+	// ExecUnavailable in cluster mode). Its KnownKind is ignored: a kind
+	// no handler serves yet is kept, its runs errored until one does.
+	Annotation customprobe.Options
+
 	// Scheduler tuning (see package scheduler): wheel tick (default 10 ms),
 	// shards (default GOMAXPROCS), and the spread window of first runs
 	// added after start (default 1 s).
@@ -175,6 +186,9 @@ type manager struct {
 	closed atomic.Bool
 	runs   sync.WaitGroup // dispatched runs of this manager
 
+	skipSpecProbes bool
+	annotation     customprobe.Options
+
 	mu      sync.RWMutex
 	workers workerSet
 }
@@ -197,14 +211,16 @@ func New(opts Options) (Manager, error) {
 		defaultGlobal = unsetGlobal()
 	}
 	m := &manager{
-		clock:    opts.Clock,
-		start:    opts.Clock.Now(),
-		status:   opts.Status,
-		log:      opts.Logger,
-		observer: opts.Observer,
-		tracer:   tracerOf(opts.TracerProvider),
-		unsetTP:  defaultGlobal,
-		workers:  newWorkerSet(),
+		clock:          opts.Clock,
+		start:          opts.Clock.Now(),
+		status:         opts.Status,
+		log:            opts.Logger,
+		observer:       opts.Observer,
+		skipSpecProbes: opts.SkipSpecProbes,
+		annotation:     opts.Annotation,
+		tracer:         tracerOf(opts.TracerProvider),
+		unsetTP:        defaultGlobal,
+		workers:        newWorkerSet(),
 	}
 	for i, rm := range []results.Manager{opts.Liveness, opts.Readiness, opts.Startup} {
 		if rm == nil {
@@ -328,6 +344,22 @@ func (m *manager) AddPod(ctx context.Context, pod *v1.Pod) {
 	custom := m.customProbes(pod)
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if !m.skipSpecProbes {
+		m.addSpecProbesLocked(pod)
+	}
+	for i := range custom {
+		cp := &custom[i]
+		key := probeKey{podUID: pod.UID, containerName: cp.container.Name, probeType: cp.probeType}
+		if _, ok := m.workers.get(key); ok {
+			continue
+		}
+		m.startWorker(key, pod, cp.container, cp.probe, cp.kind, cp.plugin)
+	}
+}
+
+// addSpecProbesLocked starts the workers of the containers' own probes
+// (M2). Caller holds m.mu for writing.
+func (m *manager) addSpecProbesLocked(pod *v1.Pod) {
 	key := probeKey{podUID: pod.UID}
 	probedContainers(pod, func(c *v1.Container) bool {
 		key.containerName = c.Name
@@ -346,14 +378,6 @@ func (m *manager) AddPod(ctx context.Context, pod *v1.Pod) {
 		}
 		return true
 	})
-	for i := range custom {
-		cp := &custom[i]
-		key := probeKey{podUID: pod.UID, containerName: cp.container.Name, probeType: cp.probeType}
-		if _, ok := m.workers.get(key); ok {
-			continue
-		}
-		m.startWorker(key, pod, cp.container, cp.probe, cp.plugin.Name, cp.plugin)
-	}
 }
 
 // specProbe returns the container's probe of type t.

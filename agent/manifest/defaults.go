@@ -27,28 +27,9 @@ func SetDefaults(pod *v1.Pod) {
 	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for i := range list {
 			c := &list[i]
-			defaultProbe(c.LivenessProbe)
-			defaultProbe(c.ReadinessProbe)
-			defaultProbe(c.StartupProbe)
+			customprobe.Default(c.LivenessProbe)
+			customprobe.Default(c.ReadinessProbe)
+			customprobe.Default(c.StartupProbe)
 		}
-	}
-}
-
-func defaultProbe(p *v1.Probe) {
-	if p == nil {
-		return
-	}
-	customprobe.DefaultTiming(p)
-	if g := p.HTTPGet; g != nil {
-		if g.Path == "" {
-			g.Path = "/"
-		}
-		if g.Scheme == "" {
-			g.Scheme = v1.URISchemeHTTP
-		}
-	}
-	if g := p.GRPC; g != nil && g.Service == nil {
-		empty := ""
-		g.Service = &empty
 	}
 }

@@ -132,7 +132,7 @@ func validateContainer(c *v1.Container, path *field.Path, init bool, names map[s
 		return errs
 	}
 	for _, pr := range containerProbes(c) {
-		errs = append(errs, validateProbe(pr.probe, pr.t, path.Child(pr.field))...)
+		errs = append(errs, customprobe.Validate(pr.probe, pr.t, path.Child(pr.field))...)
 	}
 	return errs
 }
@@ -150,100 +150,6 @@ func containerProbes(c *v1.Container) [3]namedProbe {
 		{"readinessProbe", runtime.Readiness, c.ReadinessProbe},
 		{"startupProbe", runtime.Startup, c.StartupProbe},
 	}
-}
-
-func validateProbe(p *v1.Probe, t runtime.ProbeType, path *field.Path) field.ErrorList {
-	if p == nil {
-		return nil
-	}
-	errs := validateHandler(&p.ProbeHandler, path)
-	return append(errs, customprobe.ValidateTiming(p, t, path)...)
-}
-
-// validateHandler checks that exactly one handler is set and validates it, in
-// the API server's order (exec, httpGet, tcpSocket, grpc).
-func validateHandler(h *v1.ProbeHandler, path *field.Path) field.ErrorList {
-	var errs field.ErrorList
-	n := 0
-	more := func(name string) bool {
-		if n > 0 {
-			errs = append(errs, field.Forbidden(path.Child(name), "may not specify more than 1 handler type"))
-			return true
-		}
-		n++
-		return false
-	}
-	if h.Exec != nil && !more("exec") {
-		if len(h.Exec.Command) == 0 {
-			errs = append(errs, field.Required(path.Child("exec", "command"), ""))
-		}
-	}
-	if h.HTTPGet != nil && !more("httpGet") {
-		errs = append(errs, validateHTTPGet(h.HTTPGet, path.Child("httpGet"))...)
-	}
-	if h.TCPSocket != nil && !more("tcpSocket") {
-		errs = append(errs, validatePortNumOrName(h.TCPSocket.Port, path.Child("tcpSocket", "port"))...)
-	}
-	if h.GRPC != nil && !more("grpc") {
-		for _, msg := range validation.IsValidPortNum(int(h.GRPC.Port)) {
-			errs = append(errs, field.Invalid(path.Child("grpc", "port"), h.GRPC.Port, msg))
-		}
-	}
-	if n == 0 {
-		errs = append(errs, field.Required(path, "must specify a handler type"))
-	}
-	return errs
-}
-
-func validateHTTPGet(g *v1.HTTPGetAction, path *field.Path) field.ErrorList {
-	var errs field.ErrorList
-	if g.Path == "" {
-		errs = append(errs, field.Required(path.Child("path"), ""))
-	}
-	errs = append(errs, validatePortNumOrName(g.Port, path.Child("port"))...)
-	if g.Scheme != v1.URISchemeHTTP && g.Scheme != v1.URISchemeHTTPS {
-		errs = append(errs, field.NotSupported(path.Child("scheme"), g.Scheme, []v1.URIScheme{v1.URISchemeHTTP, v1.URISchemeHTTPS}))
-	}
-	for i, h := range g.HTTPHeaders {
-		for _, msg := range validation.IsHTTPHeaderName(h.Name) {
-			errs = append(errs, field.Invalid(path.Child("httpHeaders").Index(i).Child("name"), h.Name, msg))
-		}
-	}
-	if g.Protocol != nil {
-		switch *g.Protocol {
-		case v1.HTTPProtocolHTTP1:
-		case v1.HTTPProtocolHTTP2:
-			// BR-26: h2c is cleartext HTTP/2 to the pod itself.
-			if g.Scheme == v1.URISchemeHTTPS {
-				errs = append(errs, field.Invalid(path.Child("protocol"), string(*g.Protocol), "may not be used with scheme HTTPS"))
-			}
-			if g.Host != "" {
-				errs = append(errs, field.Invalid(path.Child("protocol"), string(*g.Protocol), "may not be used with host"))
-			}
-		default:
-			errs = append(errs, field.NotSupported(path.Child("protocol"), *g.Protocol, []v1.HTTPProtocol{v1.HTTPProtocolHTTP1, v1.HTTPProtocolHTTP2}))
-		}
-	}
-	return errs
-}
-
-// validatePortNumOrName is the API server's rule for httpGet and tcpSocket
-// ports: a number 1-65535 or an IANA_SVC_NAME.
-func validatePortNumOrName(p intstr.IntOrString, path *field.Path) field.ErrorList {
-	var errs field.ErrorList
-	switch p.Type {
-	case intstr.Int:
-		for _, msg := range validation.IsValidPortNum(int(p.IntVal)) {
-			errs = append(errs, field.Invalid(path, p.IntVal, msg))
-		}
-	case intstr.String:
-		for _, msg := range validation.IsValidPortName(p.StrVal) {
-			errs = append(errs, field.Invalid(path, p.StrVal, msg))
-		}
-	default:
-		errs = append(errs, field.InternalError(path, fmt.Errorf("unknown type: %v", p.Type)))
-	}
-	return errs
 }
 
 // warning is a finding that does not stop a pod from loading.

@@ -1,9 +1,11 @@
-// Package customprobe reads the custom probes a pod declares in its
-// probed.io/probes annotation: probes whose handler is a plugin kind instead
-// of one of the built-in exec, httpGet, tcpSocket and grpc handlers.
+// Package customprobe reads the probes a pod declares in its probed.io/probes
+// annotation: probes probed runs besides (manifest mode) or instead of
+// (cluster mode, where the kubelet runs the spec's probes) the containers'
+// own. It also holds the API server's defaults and validation of a v1.Probe
+// (Default, Validate), the one copy of those rules.
 //
-// The annotation's value is a JSON list. Each element mirrors a v1.Probe with
-// a `plugin` handler:
+// The annotation's value is a JSON list. Each element mirrors a v1.Probe,
+// with v1.Probe's own field names, plus the container and the probe type:
 //
 //	[{"container": "app",            // required: a container (or restartable init container) of the pod
 //	  "type": "readiness",           // required: liveness, readiness or startup
@@ -13,15 +15,22 @@
 //	  "successThreshold": 1,         // optional, default 1; must be 1 for liveness and startup
 //	  "failureThreshold": 3,         // optional, default 3
 //	  "terminationGracePeriodSeconds": 30, // optional, seconds, > 0; not on readiness
-//	  "plugin": {                    // required
-//	    "name": "http-match",        // required: the probe kind a plugin serves
+//	  // exactly one handler:
+//	  "httpGet": {"path": "/ready", "port": 8080},  // v1.HTTPGetAction
+//	  "tcpSocket": {"port": "redis"},               // v1.TCPSocketAction
+//	  "grpc": {"port": 9090, "service": "health"},  // v1.GRPCAction
+//	  "exec": {"command": ["cat", "/tmp/ready"]},   // v1.ExecAction; manifest mode only
+//	  "plugin": {                    // a kind a plugin serves
+//	    "name": "http-match",        // required: the probe kind
 //	    "port": 8080,                // optional: a number 1-65535 or a port name of the container
 //	    "params": {"path": "/ready", "body": "ok"}}}] // optional: string values only
 //
-// Timing fields have the meaning, defaults and validation of v1.Probe (spec
-// 1.2, 1.3). A named port is resolved at run time like an httpGet port (spec
-// 1.4); a name the container does not declare is not a parse error, the probe
-// then errors on every run, as the kubelet does for built-in probes (BR-20).
+// Timing fields and the built-in handlers have the meaning, defaults and
+// validation of v1.Probe (spec 1.2, 1.3); the built-in handlers are decoded
+// strictly (an unknown or misspelled field is an error). A named port is
+// resolved at run time like an httpGet port (spec 1.4); a name the container
+// does not declare is not a parse error, the probe then errors on every run,
+// as the kubelet does for built-in probes (BR-20).
 package customprobe
 
 import (
@@ -49,23 +58,44 @@ const Annotation = "probed.io/probes"
 // limit for all annotations of an object together.
 const MaxAnnotationBytes = 256 << 10
 
-// Probe is one custom probe of one container.
+// Probe is one annotation probe of one container.
 type Probe struct {
 	// Container is the name of the probed container.
 	Container string
 	// Type is the probe type (liveness, readiness or startup).
 	Type runtime.ProbeType
-	// Probe carries the timing fields only (initialDelaySeconds,
-	// timeoutSeconds, periodSeconds, successThreshold, failureThreshold in
-	// seconds or counts, terminationGracePeriodSeconds), API defaults
-	// applied; its handler fields are empty.
+	// Probe carries the timing fields (initialDelaySeconds, timeoutSeconds,
+	// periodSeconds, successThreshold, failureThreshold in seconds or
+	// counts, terminationGracePeriodSeconds) and, for a built-in handler,
+	// that handler, API defaults applied. For a plugin probe its handler
+	// fields are empty.
 	Probe v1.Probe
-	// Plugin is the handler: the plugin kind, its port and its parameters.
+	// Plugin is the handler of a plugin probe: the plugin kind, its port
+	// and its parameters. Its Name is empty for a built-in handler.
 	Plugin runtime.PluginAction
 }
 
-// builtinKinds are the kinds of the v1.Probe handlers; a custom probe cannot
-// use them because the annotation has no place for their handler fields.
+// Kind is the probe's handler kind: the plugin kind, or the built-in kind
+// of its v1.Probe handler (runtime.KindOf).
+func (p *Probe) Kind() string {
+	if p.Plugin.Name != "" {
+		return p.Plugin.Name
+	}
+	return runtime.KindOf(&p.Probe)
+}
+
+// Options tune Parse.
+type Options struct {
+	// KnownKind reports whether a plugin kind is served; nil: every kind
+	// is accepted (its runs are errored until a plugin serves it).
+	KnownKind func(kind string) bool
+	// ExecUnavailable, when not empty, rejects exec handlers with this
+	// reason (cluster mode: an exec probe needs the container runtime).
+	ExecUnavailable string
+}
+
+// builtinKinds are the kinds of the v1.Probe handlers: a plugin cannot be
+// named after them (declare the handler itself instead).
 var builtinKinds = map[string]bool{
 	runtime.KindExec: true, runtime.KindHTTP: true, runtime.KindTCP: true, runtime.KindGRPC: true,
 }
@@ -92,6 +122,11 @@ var probeTypeNames = []string{"liveness", "readiness", "startup"}
 // alongside the errors, in annotation order. A value that is not a JSON list
 // yields no probes at all.
 func Parse(pod *v1.Pod, knownKind func(string) bool) ([]Probe, field.ErrorList) {
+	return ParseWith(pod, Options{KnownKind: knownKind})
+}
+
+// ParseWith is Parse with options.
+func ParseWith(pod *v1.Pod, opts Options) ([]Probe, field.ErrorList) {
 	if pod == nil {
 		return nil, nil
 	}
@@ -111,7 +146,7 @@ func Parse(pod *v1.Pod, knownKind func(string) bool) ([]Probe, field.ErrorList) 
 	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(trimmed, &items); err != nil {
 		return nil, field.ErrorList{field.Invalid(root, shorten(value), "must be a JSON list of probe objects: "+jsonMessage(err))}
 	}
-	p := &parser{pod: pod, podRef: podRef(pod), knownKind: knownKind, seen: map[probeKey]int{}}
+	p := &parser{pod: pod, podRef: podRef(pod), opts: opts, seen: map[probeKey]int{}}
 	var out []Probe
 	var errs field.ErrorList
 	for i, raw := range items {
@@ -130,10 +165,10 @@ type probeKey struct {
 }
 
 type parser struct {
-	pod       *v1.Pod
-	podRef    string
-	knownKind func(string) bool
-	seen      map[probeKey]int // first annotation index of each (container, type)
+	pod    *v1.Pod
+	podRef string
+	opts   Options
+	seen   map[probeKey]int // first annotation index of each (container, type)
 }
 
 // entry decodes and validates one element of the list.
@@ -145,7 +180,9 @@ func (p *parser) entry(raw json.RawMessage, path *field.Path, index int) (Probe,
 		return out, es
 	}
 	var typeName string
-	var haveContainer, haveType, havePlugin bool
+	var haveContainer, haveType bool
+	var handlers []string // handler fields given, in document order
+	handlerDecoded := true
 	for _, k := range obj.keys {
 		v := obj.values[k]
 		fp := path.Child(k)
@@ -174,7 +211,30 @@ func (p *parser) entry(raw json.RawMessage, path *field.Path, index int) (Probe,
 			}
 		case "plugin":
 			out.Plugin, es = p.plugin(v, fp)
-			havePlugin = true
+			handlers = append(handlers, k)
+		case "httpGet":
+			out.Probe.HTTPGet = &v1.HTTPGetAction{}
+			es = decodeStrict(v, fp, out.Probe.HTTPGet)
+			handlers = append(handlers, k)
+			handlerDecoded = handlerDecoded && es == nil
+		case "tcpSocket":
+			out.Probe.TCPSocket = &v1.TCPSocketAction{}
+			es = decodeStrict(v, fp, out.Probe.TCPSocket)
+			handlers = append(handlers, k)
+			handlerDecoded = handlerDecoded && es == nil
+		case "grpc":
+			out.Probe.GRPC = &v1.GRPCAction{}
+			es = decodeStrict(v, fp, out.Probe.GRPC)
+			handlers = append(handlers, k)
+			handlerDecoded = handlerDecoded && es == nil
+		case "exec":
+			out.Probe.Exec = &v1.ExecAction{}
+			es = decodeStrict(v, fp, out.Probe.Exec)
+			if es == nil && p.opts.ExecUnavailable != "" {
+				es = field.ErrorList{field.Forbidden(fp, p.opts.ExecUnavailable)}
+			}
+			handlers = append(handlers, k)
+			handlerDecoded = handlerDecoded && es == nil
 		default:
 			es = field.ErrorList{unknownField(fp, k, probeFields)}
 		}
@@ -186,8 +246,16 @@ func (p *parser) entry(raw json.RawMessage, path *field.Path, index int) (Probe,
 	if _, ok := obj.values["type"]; !ok {
 		errs = append(errs, field.Required(path.Child("type"), "one of liveness, readiness, startup"))
 	}
-	if !havePlugin {
-		errs = append(errs, field.Required(path.Child("plugin"), "a custom probe needs a plugin handler"))
+	switch {
+	case len(handlers) == 0:
+		errs = append(errs, field.Required(path, "must specify a handler type (httpGet, tcpSocket, grpc, exec or plugin)"))
+	case len(handlers) > 1:
+		for _, h := range handlers[1:] {
+			errs = append(errs, field.Forbidden(path.Child(h), "may not specify more than 1 handler type"))
+		}
+	case handlers[0] != "plugin" && handlerDecoded:
+		Default(&out.Probe)
+		errs = append(errs, ValidateHandler(&out.Probe.ProbeHandler, path)...)
 	}
 
 	typeOK := false
@@ -221,7 +289,7 @@ func (p *parser) entry(raw json.RawMessage, path *field.Path, index int) (Probe,
 			p.seen[k] = index
 		}
 	}
-	if name := out.Plugin.Name; name != "" && !builtinKinds[name] && p.knownKind != nil && !p.knownKind(name) {
+	if name := out.Plugin.Name; name != "" && !builtinKinds[name] && p.opts.KnownKind != nil && !p.opts.KnownKind(name) {
 		e := field.NotFound(path.Child("plugin", "name"), name)
 		e.Detail = fmt.Sprintf("no plugin serves probe kind %q (pod %s, container %q)", name, p.podRef, out.Container)
 		errs = append(errs, e)
@@ -324,7 +392,7 @@ func podRef(pod *v1.Pod) string {
 
 var (
 	probeFields = []string{"container", "type", "initialDelaySeconds", "timeoutSeconds", "periodSeconds",
-		"successThreshold", "failureThreshold", "terminationGracePeriodSeconds", "plugin"}
+		"successThreshold", "failureThreshold", "terminationGracePeriodSeconds", "plugin", "httpGet", "tcpSocket", "grpc", "exec"}
 	pluginFields = []string{"name", "port", "params"}
 )
 
@@ -441,6 +509,24 @@ func decodeParams(raw json.RawMessage, path *field.Path) (map[string]string, fie
 		out[k] = s
 	}
 	return out, errs
+}
+
+// decodeStrict decodes a built-in handler into v as the API server's strict
+// field validation does: case-sensitive keys, unknown and duplicate fields
+// are errors naming the field.
+func decodeStrict(raw json.RawMessage, path *field.Path, v any) field.ErrorList {
+	if len(bytes.TrimSpace(raw)) == 0 || bytes.TrimSpace(raw)[0] != '{' {
+		return field.ErrorList{field.Invalid(path, shorten(string(raw)), "must be a JSON object")}
+	}
+	strict, err := sigsjson.UnmarshalStrict(raw, v, sigsjson.DisallowUnknownFields, sigsjson.DisallowDuplicateFields)
+	if err != nil {
+		return field.ErrorList{field.Invalid(path, shorten(string(raw)), jsonMessage(err))}
+	}
+	var errs field.ErrorList
+	for _, e := range strict {
+		errs = append(errs, field.Invalid(path, shorten(string(raw)), jsonMessage(e)))
+	}
+	return errs
 }
 
 // jsonMessage strips the "json: " prefix of encoding/json errors.

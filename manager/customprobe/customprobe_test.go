@@ -146,7 +146,7 @@ func TestParseErrors(t *testing.T) {
 		{"missing container, type and plugin", `[{}]`, nil,
 			[]string{p0 + ".container: Required value: the name of a container of the pod",
 				p0 + ".type: Required value: one of liveness, readiness, startup",
-				p0 + ".plugin: Required value: a custom probe needs a plugin handler"}, 0},
+				p0 + ": Required value: must specify a handler type (httpGet, tcpSocket, grpc, exec or plugin)"}, 0},
 		{"unknown container", `[{"container":"db","type":"liveness","plugin":{"name":"k"}}]`, nil,
 			[]string{p0 + `.container: Invalid value: "db": pod shop/web has no container "db"`}, 0},
 		{"empty container", `[{"container":"","type":"liveness","plugin":{"name":"k"}}]`, nil,
@@ -208,6 +208,27 @@ func TestParseErrors(t *testing.T) {
 			[]string{p0 + `.periodSeconds: Invalid value: "\"10\"": must be an integer (32-bit)`,
 				p0 + `.timeoutSeconds: Invalid value: "1.5": must be an integer (32-bit)`,
 				p0 + `.failureThreshold: Invalid value: "4294967296": must be an integer (32-bit)`}, 0},
+		// Built-in handlers with v1.Probe's own field names (issue 10 §2.2).
+		{"httpGet", `[{"container":"app","type":"readiness","httpGet":{"path":"/ready","port":8080}}]`, nil, nil, 1},
+		{"tcpSocket named port", `[{"container":"app","type":"liveness","tcpSocket":{"port":"http"}}]`, nil, nil, 1},
+		{"grpc", `[{"container":"app","type":"liveness","grpc":{"port":9090}}]`, nil, nil, 1},
+		{"exec", `[{"container":"app","type":"liveness","exec":{"command":["true"]}}]`, nil, nil, 1},
+		{"two handlers", `[{"container":"app","type":"liveness","tcpSocket":{"port":80},"plugin":{"name":"k"}}]`, nil,
+			[]string{p0 + `.plugin: Forbidden: may not specify more than 1 handler type`}, 0},
+		{"httpGet misspelled field", `[{"container":"app","type":"liveness","httpGet":{"paht":"/","port":80}}]`, nil,
+			[]string{p0 + `.httpGet: Invalid value: "{\"paht\":\"/\",\"port\":80}": unknown field "paht"`}, 0},
+		{"httpGet fields are case-sensitive", `[{"container":"app","type":"liveness","httpGet":{"Path":"/","port":80}}]`, nil,
+			[]string{p0 + `.httpGet: Invalid value: "{\"Path\":\"/\",\"port\":80}": unknown field "Path"`}, 0},
+		{"httpGet bad port", `[{"container":"app","type":"liveness","httpGet":{"port":0}}]`, nil,
+			[]string{p0 + `.httpGet.port: Invalid value: 0: must be between 1 and 65535, inclusive`}, 0},
+		{"httpGet bad scheme", `[{"container":"app","type":"liveness","httpGet":{"port":80,"scheme":"FTP"}}]`, nil,
+			[]string{p0 + `.httpGet.scheme: Unsupported value: "FTP": supported values: "HTTP", "HTTPS"`}, 0},
+		{"exec without command", `[{"container":"app","type":"liveness","exec":{}}]`, nil,
+			[]string{p0 + `.exec.command: Required value`}, 0},
+		{"grpc bad port", `[{"container":"app","type":"liveness","grpc":{"port":70000}}]`, nil,
+			[]string{p0 + `.grpc.port: Invalid value: 70000: must be between 1 and 65535, inclusive`}, 0},
+		{"handler not an object", `[{"container":"app","type":"liveness","tcpSocket":80}]`, nil,
+			[]string{p0 + `.tcpSocket: Invalid value: "80": must be a JSON object`}, 0},
 		{"one bad element keeps the others", `[{"container":"app","type":"liveness","plugin":{"name":"k"}},{"container":"nope","type":"liveness","plugin":{"name":"k"}}]`, nil,
 			[]string{p1 + `.container: Invalid value: "nope": pod shop/web has no container "nope"`}, 1},
 	}
@@ -221,6 +242,40 @@ func TestParseErrors(t *testing.T) {
 				t.Errorf("kept %d probes, want %d: %+v", len(got), tc.kept, got)
 			}
 		})
+	}
+}
+
+// TestParseBuiltinHandlerDefaults: built-in handlers of the annotation get
+// the API server's defaults (spec 1.2) and keep their handler, so the
+// manager runs them with the built-in handlers (issue 10 §2.2).
+func TestParseBuiltinHandlerDefaults(t *testing.T) {
+	got, errs := Parse(testPod(`[{"container":"app","type":"readiness","httpGet":{"port":8080}},{"container":"app","type":"liveness","grpc":{"port":9090}}]`), nil)
+	if len(errs) != 0 || len(got) != 2 {
+		t.Fatalf("got %+v, %v", got, errs)
+	}
+	g := got[0].Probe.HTTPGet
+	if g == nil || g.Path != "/" || g.Scheme != v1.URISchemeHTTP || got[0].Kind() != runtime.KindHTTP {
+		t.Errorf("httpGet not defaulted: %+v kind %s", g, got[0].Kind())
+	}
+	if s := got[1].Probe.GRPC; s == nil || s.Service == nil || *s.Service != "" || got[1].Kind() != runtime.KindGRPC {
+		t.Errorf("grpc not defaulted: %+v kind %s", s, got[1].Kind())
+	}
+	if got[0].Probe.PeriodSeconds != 10 || got[0].Probe.TimeoutSeconds != 1 {
+		t.Errorf("timing not defaulted: %+v", got[0].Probe)
+	}
+}
+
+// TestParseExecUnavailable: in cluster mode exec needs the container
+// runtime and is rejected with an error that says so (issue 10 §2.2).
+func TestParseExecUnavailable(t *testing.T) {
+	got, errs := ParseWith(testPod(`[{"container":"app","type":"liveness","exec":{"command":["true"]}},{"container":"app","type":"readiness","tcpSocket":{"port":80}}]`),
+		Options{ExecUnavailable: "exec probes need the container runtime; not available in cluster mode"})
+	want := []string{`metadata.annotations[probed.io/probes][0].exec: Forbidden: exec probes need the container runtime; not available in cluster mode`}
+	if s := errStrings(errs); !reflect.DeepEqual(s, want) {
+		t.Errorf("got %q, want %q", s, want)
+	}
+	if len(got) != 1 || got[0].Type != runtime.Readiness {
+		t.Errorf("the valid probe must be kept: %+v", got)
 	}
 }
 
