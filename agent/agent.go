@@ -1,12 +1,12 @@
-// Package agent is the probed node agent: it reads pods from a manifest
-// directory (package source), keeps their statuses (package store), probes
-// them with the manager, and serves the HTTP API (package api).
-//
-// Data flow: source → Agent.sync → manager.AddPod / RemovePod and store.Put
-// / Delete; the manager's workers read statuses from the store and write
-// results managers; the store consumes their updates, restarts containers on
-// liveness/startup failures and regenerates statuses with UpdatePodStatus;
-// the API reads the store.
+// Package agent is the probed node agent: it wires a pod source, the
+// reconciler, the prober manager and the consumers of its results, and
+// serves the HTTP API. One probe's way: source (package source: a manifest
+// directory; cluster mode: the API server) → reconciler (AddPod, RemovePod,
+// CleanupPods) → manager (workers, scheduler, pool, handlers) → results
+// managers → verdicts.Fanout → consumers: in manifest mode the status store
+// (package store, which generates the kubelet's status) and the container
+// simulator (package simulator, behind actuate.Actuator); the API reads the
+// store. docs/architecture.md draws both modes.
 package agent
 
 import (
@@ -17,32 +17,56 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/otel/trace"
-	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/sets"
 
+	"github.com/probed/probed/agent/actuate"
 	"github.com/probed/probed/agent/api"
 	"github.com/probed/probed/agent/events"
 	"github.com/probed/probed/agent/history"
 	"github.com/probed/probed/agent/manifest"
+	"github.com/probed/probed/agent/pods"
+	"github.com/probed/probed/agent/reconciler"
+	"github.com/probed/probed/agent/simulator"
 	"github.com/probed/probed/agent/source"
 	"github.com/probed/probed/agent/state"
 	"github.com/probed/probed/agent/store"
+	"github.com/probed/probed/agent/verdicts"
 	"github.com/probed/probed/manager"
-	"github.com/probed/probed/manager/customprobe"
 	"github.com/probed/probed/manager/results"
 	probeexec "github.com/probed/probed/plugins/exec"
 	"github.com/probed/probed/runtime"
 	"github.com/probed/probed/runtime/pluginhost"
 )
+
+// Agent runs probes for the pods of a source.
+type Agent struct {
+	opts    Options
+	log     *slog.Logger
+	events  *events.Recorder
+	hist    *history.History
+	rt      *runtime.Runtime
+	mgr     manager.Manager
+	plugins *pluginhost.Host
+	results [3]results.Manager // by runtime.ProbeType
+
+	source     pods.Source
+	reconciler *reconciler.Reconciler
+	fanout     *verdicts.Fanout
+	store      *store.Store         // manifest mode: statuses, kubelet status generation
+	simulator  *simulator.Simulator // manifest mode: the container runtime
+
+	probeReg *prometheus.Registry
+	reg      *prometheus.Registry
+
+	ln net.Listener
+
+	savedVersion uint64 // store version of the last state write (Run's goroutines only)
+}
 
 // Options configure the agent. Durations are time.Duration values; the CLI
 // takes them as Go duration strings.
@@ -97,37 +121,6 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Agent runs probes for the pods of a manifest directory.
-type Agent struct {
-	opts    Options
-	log     *slog.Logger
-	events  *events.Recorder
-	hist    *history.History
-	rt      *runtime.Runtime
-	mgr     manager.Manager
-	store   *store.Store
-	src     *source.Source
-	plugins *pluginhost.Host
-	res     [3]results.Manager
-
-	probeReg *prometheus.Registry
-	reg      *prometheus.Registry
-
-	ln net.Listener
-
-	mu      sync.Mutex
-	current map[types.UID]*source.Pod // pods applied to the manager
-	// stopping holds the UIDs whose workers were stopped (pod removed or
-	// replaced) and may still exist, until when: workers exit
-	// asynchronously (M6) and AddPod skips a key whose worker still exists
-	// (M2), so while a UID is here a current pod with it gets AddPod again
-	// every readdInterval.
-	stopping map[types.UID]time.Time
-	restart  sync.WaitGroup // OnRestart commands in flight
-
-	savedVersion uint64 // store version of the last state write (Run's goroutines only)
-}
-
 // New builds an agent: it checks the options, opens the listener and builds
 // the runtime, manager and store. Nothing runs until Run.
 func New(opts Options) (*Agent, error) {
@@ -155,7 +148,7 @@ func New(opts Options) (*Agent, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	a := &Agent{opts: opts, log: opts.Logger, current: map[types.UID]*source.Pod{}, stopping: map[types.UID]time.Time{}}
+	a := &Agent{opts: opts, log: opts.Logger}
 	// undo releases what New built so far when a later step fails.
 	var undo []func(context.Context) error
 	fail := func(err error) (*Agent, error) {
@@ -185,10 +178,12 @@ func New(opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("plugins: %w", err)
 	}
 	undo = append(undo, a.plugins.Close)
-	if a.src, err = source.New(source.Options{Dir: opts.ManifestDir, Logger: opts.Logger, Rescan: opts.Rescan,
-		Manifest: manifest.Options{KnownPluginKind: a.plugins.HasKind}}); err != nil {
+	src, err := source.New(source.Options{Dir: opts.ManifestDir, Logger: opts.Logger, Rescan: opts.Rescan,
+		Manifest: manifest.Options{KnownPluginKind: a.plugins.HasKind}})
+	if err != nil {
 		return fail(err)
 	}
+	a.source = src
 
 	if a.rt, err = runtime.New(runtime.Options{PoolSize: opts.PoolSize, SlowPoolSize: opts.SlowPoolSize, ExecPoolSize: opts.ExecPoolSize, Recorder: a.events, Logger: opts.Logger}); err != nil {
 		return fail(err)
@@ -205,15 +200,17 @@ func New(opts Options) (*Agent, error) {
 	if err := a.plugins.Register(a.rt); err != nil {
 		return fail(fmt.Errorf("plugins: %w", err))
 	}
-	for i := range a.res {
-		a.res[i] = results.NewManager()
+	for i := range a.results {
+		a.results[i] = results.NewManager()
 	}
-	a.store = store.New(store.Options{Logger: opts.Logger, PodIP: opts.PodIP, OnRestart: a.onRestart})
+	a.store = store.New(store.Options{Logger: opts.Logger, PodIP: opts.PodIP})
+	a.simulator = simulator.New(simulator.Options{Store: a.store, Recorder: a.events, Logger: opts.Logger,
+		OnRestart: opts.OnRestart, OnRestartTimeout: opts.OnRestartTimeout})
 	a.mgr, err = manager.New(manager.Options{
 		Status:                   a.store,
-		Liveness:                 a.res[runtime.Liveness],
-		Readiness:                a.res[runtime.Readiness],
-		Startup:                  a.res[runtime.Startup],
+		Liveness:                 a.results[runtime.Liveness],
+		Readiness:                a.results[runtime.Readiness],
+		Startup:                  a.results[runtime.Startup],
 		Runtime:                  a.rt,
 		MetricsRegisterer:        a.probeReg,
 		RuntimeMetricsRegisterer: a.reg,
@@ -227,6 +224,19 @@ func New(opts Options) (*Agent, error) {
 	}
 	undo = append(undo, a.mgr.Close)
 	a.store.SetProber(a.mgr)
+	a.reconciler = reconciler.New(reconciler.Options{
+		Manager:       a.mgr,
+		Listener:      manifestListener{store: a.store, hist: a.hist},
+		SyncFrequency: opts.SyncFrequency,
+		// Each periodic pod sync also regenerates the statuses: every
+		// status generation triggers readiness of not-ready containers
+		// (M7c).
+		OnSync:        a.store.Resync,
+		OnWorkersGone: a.hist.Forget,
+		Logger:        opts.Logger,
+	})
+	a.fanout = verdicts.New(a.results[runtime.Liveness], a.results[runtime.Readiness], a.results[runtime.Startup],
+		a.store, actuate.OnFailure(a.store.Pod, a.simulator))
 	if opts.StateDir != "" {
 		if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
 			return fail(fmt.Errorf("--state-dir: %w", err))
@@ -278,68 +288,45 @@ type PodHistory struct {
 }
 
 // Run probes until ctx is done, then shuts down gracefully: it stops
-// reading the directory and serving, lets the probes in flight finish
-// within their timeout (manager.Drain) and apply their results, writes the
-// state file, and waits for restart commands.
+// reading pods and serving, lets the probes in flight finish within their
+// timeout (manager.Drain) and apply their results, writes the state file,
+// and waits for restart commands.
 func (a *Agent) Run(ctx context.Context) error {
 	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(a.ln) }()
 
-	// storeCtx ends after the manager has drained: the store consumes
+	// resultsCtx ends after the manager has drained: the consumers take
 	// results until the last run has applied its own (R4).
-	storeCtx, stopStore := context.WithCancel(context.Background())
-	var storeWG sync.WaitGroup
-	storeWG.Add(1)
+	resultsCtx, stopResults := context.WithCancel(context.Background())
+	var resultsWG sync.WaitGroup
+	resultsWG.Add(1)
 	go func() {
-		defer storeWG.Done()
-		a.store.Run(storeCtx, a.res[runtime.Liveness], a.res[runtime.Readiness], a.res[runtime.Startup])
+		defer resultsWG.Done()
+		a.fanout.Run(resultsCtx)
 	}()
-
-	snap := a.src.Scan()
-	a.sync(snap)
-	a.log.Info("probed running", "manifests", a.opts.ManifestDir, "files", snap.Files, "pods", len(snap.Pods),
-		"errors", len(snap.Errors), "listen", a.ln.Addr().String(), "allowHostExec", a.opts.AllowHostExec,
-		"stateDir", a.opts.StateDir)
 
 	// inputCtx ends first at shutdown: no pod is added or resynced while
 	// the manager drains.
 	inputCtx, stopInput := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() {
 		defer wg.Done()
-		_ = a.src.Watch(inputCtx, a.sync)
+		if err := a.source.Run(inputCtx, a.reconciler.Apply); err != nil {
+			a.log.Error("pod source stopped", "err", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		a.reconciler.Run(inputCtx)
 	}()
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(a.opts.SyncFrequency)
-		defer t.Stop()
-		readd := time.NewTicker(readdInterval)
-		defer readd.Stop()
-		var save <-chan time.Time
-		if a.opts.StateDir != "" {
-			st := time.NewTicker(a.opts.StateInterval)
-			defer st.Stop()
-			save = st.C
-		}
-		for {
-			select {
-			case <-inputCtx.Done():
-				return
-			case <-t.C:
-				// The kubelet's periodic pod sync: AddPod again for every
-				// pod (it is idempotent, and recreates workers that ended,
-				// W5.2, W8), then regenerate the statuses.
-				a.addAll()
-				a.store.Resync()
-			case <-readd.C:
-				a.readdPending()
-			case <-save:
-				a.saveState(false)
-			}
-		}
+		a.saveStateEvery(inputCtx)
 	}()
+	a.log.Info("probed running", "manifests", a.opts.ManifestDir, "listen", a.ln.Addr().String(),
+		"allowHostExec", a.opts.AllowHostExec, "stateDir", a.opts.StateDir)
 
 	var err error
 	select {
@@ -353,11 +340,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(shutdownCtx)
-	drainCtx, cancelDrain := context.WithTimeout(shutdownCtx, a.drainTimeout())
+	drainCtx, cancelDrain := context.WithTimeout(shutdownCtx, a.reconciler.DrainBound())
 	closeErr := manager.Drain(drainCtx, a.mgr)
 	cancelDrain()
-	stopStore()
-	storeWG.Wait()
+	stopResults()
+	resultsWG.Wait()
 	if rerr := a.rt.Close(shutdownCtx); rerr != nil && closeErr == nil {
 		closeErr = rerr
 	}
@@ -365,47 +352,43 @@ func (a *Agent) Run(ctx context.Context) error {
 		closeErr = perr
 	}
 	a.saveState(true)
-	a.restart.Wait()
+	a.simulator.Wait()
 	if err == nil {
 		err = closeErr
 	}
 	return err
 }
 
-// drainTimeout bounds the wait for in-flight probes at shutdown (see
-// drainBound).
-func (a *Agent) drainTimeout() time.Duration {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return drainBound(a.current)
+// saveStateEvery writes the state file every StateInterval while the store
+// changed, until ctx is done.
+func (a *Agent) saveStateEvery(ctx context.Context) {
+	if a.opts.StateDir == "" {
+		return
+	}
+	t := time.NewTicker(a.opts.StateInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			a.saveState(false)
+		}
+	}
 }
 
-// drainBound is the longest timeoutSeconds of the pods' probes — spec
-// probes of containers and init containers and the custom probes of the
-// probed.io/probes annotation — plus one second; at least two seconds. A
-// run still retrying a handler error past it (P2) is abandoned: its
-// attempts errored, so its result would have been discarded (W5.10).
-func drainBound(pods map[types.UID]*source.Pod) time.Duration {
-	longest := int32(1)
-	consider := func(pr *v1.Probe) {
-		if pr != nil && pr.TimeoutSeconds > longest {
-			longest = pr.TimeoutSeconds
-		}
-	}
-	for _, p := range pods {
-		for _, cs := range [][]v1.Container{p.Pod.Spec.Containers, p.Pod.Spec.InitContainers} {
-			for i := range cs {
-				consider(cs[i].LivenessProbe)
-				consider(cs[i].ReadinessProbe)
-				consider(cs[i].StartupProbe)
-			}
-		}
-		custom, _ := customprobe.Parse(p.Pod, nil)
-		for i := range custom {
-			consider(&custom[i].Probe)
-		}
-	}
-	return time.Duration(longest)*time.Second + time.Second
+// manifestListener is manifest mode's pods.Listener: the store, and the
+// probe history forgets removed pods.
+type manifestListener struct {
+	store *store.Store
+	hist  *history.History
+}
+
+func (l manifestListener) PodAdded(p *pods.Pod)         { l.store.PodAdded(p) }
+func (l manifestListener) PodStatusChanged(p *pods.Pod) { l.store.PodStatusChanged(p) }
+func (l manifestListener) PodRemoved(p *pods.Pod) {
+	l.store.PodRemoved(p)
+	l.hist.Forget(p.Pod.UID)
 }
 
 // saveState writes the state file when the store changed since the last
@@ -423,153 +406,4 @@ func (a *Agent) saveState(final bool) {
 		return
 	}
 	a.savedVersion = version
-}
-
-// sync applies a snapshot of the directory: new pods are added, removed
-// pods are stopped (StopLivenessAndStartup, RemovePod: the kubelet's
-// termination sequence, K5); a pod whose spec changed under the same UID
-// (metadata.uid set in its file) is stopped and added anew, since workers
-// keep the spec they were created with (M2); a pod whose manifest status
-// changed gets that status.
-func (a *Agent) sync(snap source.Snapshot) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	ctx := context.Background()
-	for uid, cur := range a.current {
-		if _, ok := snap.Pods[uid]; ok {
-			continue
-		}
-		a.stopLocked(cur.Pod)
-		a.store.Delete(uid)
-		a.hist.Forget(uid)
-		delete(a.current, uid)
-		a.log.Info("pod removed", "pod", cur.Pod.Namespace+"/"+cur.Pod.Name, "podUID", string(uid), "file", cur.Source)
-	}
-	for uid, p := range snap.Pods {
-		cur, ok := a.current[uid]
-		switch {
-		case !ok:
-			a.current[uid] = p
-			// Workers first, so the first status generation already knows
-			// the pod's probes (and triggers readiness at once, M7c).
-			a.mgr.AddPod(ctx, p.Pod)
-			pod := a.store.Put(p.Pod)
-			a.log.Info("pod added", "pod", pod.Namespace+"/"+pod.Name, "podUID", string(uid), "file", p.Source)
-		case cur.SpecHash != p.SpecHash:
-			a.stopLocked(cur.Pod)
-			a.current[uid] = p
-			pod := a.store.Put(p.Pod)
-			a.mgr.AddPod(ctx, p.Pod) // (again every readdInterval while the old workers exit)
-			a.log.Info("pod replaced from its manifest", "pod", pod.Namespace+"/"+pod.Name, "podUID", string(uid), "file", p.Source)
-		case cur.StatusHash != p.StatusHash:
-			a.current[uid] = p
-			pod := a.store.Put(p.Pod)
-			a.mgr.AddPod(ctx, p.Pod) // recreates workers that ended (W5.2, W8)
-			a.log.Info("pod status replaced from its manifest", "pod", pod.Namespace+"/"+pod.Name, "podUID", string(uid), "file", p.Source)
-		default:
-			a.current[uid] = p // same pod; keep the latest file/document
-		}
-	}
-	desired := make(map[types.UID]sets.Empty, len(a.current))
-	for uid := range a.current {
-		desired[uid] = sets.Empty{}
-	}
-	a.mgr.CleanupPods(desired)
-}
-
-// readdInterval is how often AddPod is repeated for a pod whose UID has
-// workers still stopping.
-const readdInterval = 100 * time.Millisecond
-
-// stopLocked stops the pod's workers (the kubelet's termination sequence,
-// K5) and remembers its UID until they have surely exited: their in-flight
-// run (up to 3 attempts of the probe timeout, P2) plus slack. Caller holds
-// mu.
-func (a *Agent) stopLocked(pod *v1.Pod) {
-	a.mgr.StopLivenessAndStartup(pod)
-	a.mgr.RemovePod(pod)
-	maxTimeout := int32(1)
-	for _, cs := range [][]v1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
-		for i := range cs {
-			for _, pr := range []*v1.Probe{cs[i].LivenessProbe, cs[i].ReadinessProbe, cs[i].StartupProbe} {
-				if pr != nil && pr.TimeoutSeconds > maxTimeout {
-					maxTimeout = pr.TimeoutSeconds
-				}
-			}
-		}
-	}
-	a.stopping[pod.UID] = time.Now().Add(2*time.Second + 3*time.Duration(maxTimeout)*time.Second)
-}
-
-// readdPending calls AddPod again for current pods whose UID has workers
-// stopping, so that their new workers are created as soon as the old ones
-// have exited.
-func (a *Agent) readdPending() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	now := time.Now()
-	for uid, until := range a.stopping {
-		if p, ok := a.current[uid]; ok {
-			a.mgr.AddPod(context.Background(), p.Pod)
-		}
-		if now.After(until) {
-			delete(a.stopping, uid)
-			if _, ok := a.current[uid]; !ok {
-				// A run in flight when the pod was removed may have
-				// recorded after the removal's Forget.
-				a.hist.Forget(uid)
-			}
-		}
-	}
-}
-
-// addAll calls AddPod for every pod, as each kubelet pod sync does (M2).
-func (a *Agent) addAll() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, p := range a.current {
-		a.mgr.AddPod(context.Background(), p.Pod)
-	}
-}
-
-// onRestart records the kubelet's Killing event (K2) and runs the
-// --on-restart command.
-func (a *Agent) onRestart(r store.Restart) {
-	a.events.Eventf(runtime.ContainerRef(r.Pod, r.Container), v1.EventTypeNormal, "Killing", "%s", r.Message)
-	if a.opts.OnRestart == "" {
-		return
-	}
-	a.restart.Add(1)
-	go func() {
-		defer a.restart.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), a.opts.OnRestartTimeout)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "/bin/sh", "-c", a.opts.OnRestart)
-		cmd.Env = append(os.Environ(),
-			"PROBED_POD_NAME="+r.Pod.Name,
-			"PROBED_POD_NAMESPACE="+r.Pod.Namespace,
-			"PROBED_POD_UID="+string(r.Pod.UID),
-			"PROBED_CONTAINER_NAME="+r.Container,
-			"PROBED_CONTAINER_ID="+r.NewContainerID,
-			"PROBED_OLD_CONTAINER_ID="+r.OldContainerID,
-			"PROBED_RESTART_COUNT="+strconv.Itoa(int(r.RestartCount)),
-			"PROBED_REASON="+r.Reason,
-			"PROBED_RESTARTED="+strconv.FormatBool(r.Restarted),
-			"PROBED_GRACE_PERIOD_SECONDS="+strconv.FormatInt(r.GracePeriodSeconds, 10),
-		)
-		cmd.WaitDelay = time.Second
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			a.log.Error("on-restart command failed", "pod", r.Pod.Namespace+"/"+r.Pod.Name, "container", r.Container, "err", err, "output", truncate(string(out), 1024))
-			return
-		}
-		a.log.Info("on-restart command done", "pod", r.Pod.Namespace+"/"+r.Pod.Name, "container", r.Container)
-	}()
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

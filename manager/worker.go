@@ -217,7 +217,7 @@ func (w *worker) doProbe(ctx context.Context) bool {
 		if c.State.Terminated == nil {
 			return true // waiting (W8a)
 		}
-		return containerShouldRestart(w.rs.Container, &w.rs.Pod.Spec, c.State.Terminated.ExitCode) // W8b
+		return ContainerShouldRestart(w.rs.Container, &w.rs.Pod.Spec, c.State.Terminated.ExitCode) // W8b
 	}
 	// W5.7, W9: deletion shortcut for liveness and startup.
 	if w.rs.Pod.DeletionTimestamp != nil && (w.rs.ProbeType == runtime.Liveness || w.rs.ProbeType == runtime.Startup) {
@@ -369,13 +369,13 @@ func findStatus(statuses []v1.ContainerStatus, name string) (*v1.ContainerStatus
 	return nil, false
 }
 
-// containerShouldRestart decides whether a terminated container will be
+// ContainerShouldRestart decides whether a terminated container will be
 // restarted (W8b, ContainerRestartRules on by default since v1.35;
 // pkg/api/v1/pod/util.go ContainerShouldRestart): the first container
 // restart rule matching the exit code decides; then the container's
 // restartPolicy; then the pod's (Always, OnFailure: exit code ≠ 0, Never;
 // unset: Always).
-func containerShouldRestart(c *v1.Container, podSpec *v1.PodSpec, exitCode int32) bool {
+func ContainerShouldRestart(c *v1.Container, podSpec *v1.PodSpec, exitCode int32) bool {
 	for _, rule := range c.RestartPolicyRules {
 		if rule.ExitCodes != nil && exitCodesMatch(rule.ExitCodes, exitCode) {
 			return rule.Action == v1.ContainerRestartRuleActionRestart

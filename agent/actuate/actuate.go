@@ -9,7 +9,9 @@ package actuate
 
 import (
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/probed/probed/manager/results"
 	"github.com/probed/probed/runtime"
 )
 
@@ -31,4 +33,43 @@ type Failure struct {
 // goroutine: it must not block (queue slow work).
 type Actuator interface {
 	ContainerFailed(f Failure)
+}
+
+// PodLookup returns a pod with its current status (store.Store.Pod in
+// manifest mode, the informer's statuses in cluster mode).
+type PodLookup func(uid types.UID) (*v1.Pod, bool)
+
+// OnFailure returns the verdicts.Consumer that hands every liveness or
+// startup Failure of a container the pod's status still lists to a (K1: the
+// kubelet's sync loop reads the liveness and startup results managers and
+// kills on Failure). Other results, and containers no longer known, are
+// ignored.
+func OnFailure(lookup PodLookup, a Actuator) *Consumer {
+	return &Consumer{lookup: lookup, actuator: a}
+}
+
+// Consumer is the verdicts.Consumer of OnFailure.
+type Consumer struct {
+	lookup   PodLookup
+	actuator Actuator
+}
+
+// ProbeResult implements verdicts.Consumer.
+func (c *Consumer) ProbeResult(t runtime.ProbeType, u results.Update) {
+	if u.Result != results.Failure || (t != runtime.Liveness && t != runtime.Startup) {
+		return
+	}
+	pod, ok := c.lookup(u.PodUID)
+	if !ok {
+		return
+	}
+	id := u.ContainerID.String()
+	for _, list := range [][]v1.ContainerStatus{pod.Status.ContainerStatuses, pod.Status.InitContainerStatuses} {
+		for i := range list {
+			if list[i].ContainerID == id {
+				c.actuator.ContainerFailed(Failure{Pod: pod, Container: list[i].Name, ContainerID: id, Probe: t})
+				return
+			}
+		}
+	}
 }

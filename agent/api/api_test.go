@@ -26,6 +26,7 @@ import (
 	"github.com/probed/probed/agent/api"
 	"github.com/probed/probed/agent/events"
 	"github.com/probed/probed/agent/store"
+	"github.com/probed/probed/agent/verdicts"
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/manager/results"
 )
@@ -216,7 +217,8 @@ func TestX1_X3_ProbeMetricsEndpoint(t *testing.T) {
 	st.SetProber(mgr)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); st.Run(ctx, live, ready, start) }()
+	fanout := verdicts.New(live, ready, start, st)
+	go func() { defer close(done); fanout.Run(ctx) }()
 	defer func() {
 		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer ccancel()

@@ -17,8 +17,10 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -26,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/probed/probed/agent/manifest"
+	"github.com/probed/probed/agent/pods"
 )
 
 // Pod is one pod of the directory.
@@ -80,6 +83,8 @@ type Source struct {
 	// reported remembers which errors were logged, so a broken file is
 	// reported once per change, not on every scan.
 	reported map[string]bool
+
+	synced atomic.Bool // the first scan was delivered (Run)
 }
 
 // New returns a Source for opts.Dir. The directory must exist.
@@ -299,3 +304,29 @@ func (s *Source) Watch(ctx context.Context, apply func(Snapshot)) error {
 		}
 	}
 }
+
+// Run implements pods.Source: it scans the directory, delivers the pods as
+// one pods.Set update, then watches the directory (Watch) and delivers a Set
+// after each change, until ctx is done.
+func (s *Source) Run(ctx context.Context, apply func(pods.Update)) error {
+	deliver := func(snap Snapshot) { apply(snap.Update()) }
+	deliver(s.Scan())
+	s.synced.Store(true)
+	return s.Watch(ctx, deliver)
+}
+
+// HasSynced implements pods.Source: true once the first scan was delivered.
+func (s *Source) HasSynced() bool { return s.synced.Load() }
+
+// Update is the snapshot as the reconciler's pods.Set update, in UID order.
+func (snap Snapshot) Update() pods.Update {
+	u := pods.Update{Op: pods.Set, Pods: make([]*pods.Pod, 0, len(snap.Pods))}
+	for _, p := range snap.Pods {
+		u.Pods = append(u.Pods, &pods.Pod{Pod: p.Pod, Origin: p.Origin(), SpecHash: p.SpecHash, StatusHash: p.StatusHash})
+	}
+	sort.Slice(u.Pods, func(i, j int) bool { return u.Pods[i].Pod.UID < u.Pods[j].Pod.UID })
+	return u
+}
+
+// Origin is the pod's file and document, as "web.yaml#2".
+func (p *Pod) Origin() string { return p.Source + "#" + strconv.Itoa(p.Doc) }

@@ -22,7 +22,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/probed/probed/agent/actuate"
+	"github.com/probed/probed/agent/simulator"
 	"github.com/probed/probed/agent/store"
+	"github.com/probed/probed/agent/verdicts"
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/manager/results"
 )
@@ -125,7 +128,7 @@ type env struct {
 	ready    results.Manager
 	start    results.Manager
 	logs     *logBuffer
-	restarts chan store.Restart
+	restarts chan simulator.Restart
 }
 
 func newEnv(t *testing.T) *env {
@@ -137,15 +140,15 @@ func newEnv(t *testing.T) *env {
 		ready:    results.NewManager(),
 		start:    results.NewManager(),
 		logs:     &logBuffer{},
-		restarts: make(chan store.Restart, 100),
+		restarts: make(chan simulator.Restart, 100),
 	}
 	logger := slog.New(slog.NewJSONHandler(e.logs, nil))
-	e.st = store.New(store.Options{
-		Clock:     e.clk,
-		Logger:    logger,
-		PodIP:     "127.0.0.1",
-		OnRestart: func(r store.Restart) { e.restarts <- r },
-	})
+	e.st = store.New(store.Options{Clock: e.clk, Logger: logger, PodIP: "127.0.0.1"})
+	// The store is tested with manifest mode's other rooms: the container
+	// simulator behind the liveness/startup actuator, fed by the fan-out.
+	sim := simulator.New(simulator.Options{Store: e.st, Clock: e.clk, Logger: logger,
+		Notify: func(r simulator.Restart) { e.restarts <- r }})
+	fanout := verdicts.New(e.live, e.ready, e.start, e.st, actuate.OnFailure(e.st.Pod, sim))
 	mgr, err := manager.New(manager.Options{
 		Status:       e.st,
 		Liveness:     e.live,
@@ -166,7 +169,7 @@ func newEnv(t *testing.T) *env {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		e.st.Run(ctx, e.live, e.ready, e.start)
+		fanout.Run(ctx)
 	}()
 	t.Cleanup(func() {
 		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -249,7 +252,7 @@ func (e *env) isReady(uid types.UID, name string) bool {
 	return e.container(uid, name).Ready
 }
 
-func (e *env) expectRestart() store.Restart {
+func (e *env) expectRestart() simulator.Restart {
 	e.t.Helper()
 	select {
 	case r := <-e.restarts:
@@ -257,7 +260,7 @@ func (e *env) expectRestart() store.Restart {
 	case <-time.After(5 * time.Second):
 		e.t.Fatal("no restart")
 	}
-	return store.Restart{}
+	return simulator.Restart{}
 }
 
 func (e *env) expectNoRestart() {

@@ -1,29 +1,30 @@
-// Package store is the agent's pod status store: the part of the kubelet
-// that holds each pod's runtime status (container IDs, states, start times,
-// restart counts), serves it to the prober manager (manager.StatusProvider),
-// regenerates the API status after every probe result (UpdatePodStatus plus
-// the ContainersReady and Ready conditions), and plays the container runtime
-// for the probe state machine: a liveness or startup Failure restarts the
-// container (spec K1, K2; BR-13, BR-14).
+// Package store is the agent's pod status cache in manifest mode, where
+// probed plays the kubelet: it holds each pod's runtime status (container
+// IDs, states, start times, restart counts), serves it to the prober manager
+// (manager.StatusProvider), applies readiness and startup results to it and
+// regenerates the API status after every change — UpdatePodStatus (M7), then
+// the kubelet's conditions and phase (package kubeletstatus). It is the
+// reconciler's pods.Listener and a verdicts.Consumer. The container simulator
+// (package simulator) changes containers through Mutate; persistence
+// (package state) goes through Export and Restore.
 package store
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"fmt"
 	"log/slog"
 	"sort"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
+	"github.com/probed/probed/agent/kubeletstatus"
+	"github.com/probed/probed/agent/pods"
 	"github.com/probed/probed/manager/results"
+	"github.com/probed/probed/runtime"
 )
 
 // Prober is the part of manager.Manager the store drives.
@@ -31,36 +32,11 @@ type Prober interface {
 	UpdatePodStatus(ctx context.Context, pod *v1.Pod, status *v1.PodStatus)
 }
 
-// Restart describes a container restart decided by a probe (K2).
-type Restart struct {
-	Pod            *v1.Pod
-	Container      string
-	OldContainerID string
-	NewContainerID string
-	RestartCount   int32
-	// Reason is "LivenessProbe" or "StartupProbe"; Message the kubelet's
-	// kill message ("Container app failed liveness probe, will be restarted").
-	Reason  string
-	Message string
-	// GracePeriodSeconds is the kill grace period the kubelet would use
-	// (K3): the probe's terminationGracePeriodSeconds if set, else the
-	// pod's (default 30).
-	GracePeriodSeconds int64
-	// Restarted is false when the restart policy does not restart the
-	// container: it is then left terminated.
-	Restarted bool
-}
-
 // Options configure a Store.
 type Options struct {
 	Clock  clock.Clock  // nil: real clock
 	Logger *slog.Logger // nil: slog.Default()
 	PodIP  string       // pod IP for pods whose manifest has no status; default 127.0.0.1
-	// OnRestart is called after each restart decision, outside the store's lock.
-	OnRestart func(Restart)
-	// OnChange is called, under the store's lock, after each status
-	// regeneration that changed something; it must not call the store.
-	OnChange func(pod *v1.Pod, status *v1.PodStatus)
 }
 
 // entry is one pod: its spec (as loaded) and its current API status.
@@ -74,7 +50,6 @@ type Store struct {
 	clock clock.Clock
 	log   *slog.Logger
 	podIP string
-	opts  Options
 
 	mu    sync.RWMutex
 	pods  map[types.UID]*entry
@@ -95,7 +70,7 @@ func New(opts Options) *Store {
 	if opts.PodIP == "" {
 		opts.PodIP = "127.0.0.1"
 	}
-	return &Store{clock: opts.Clock, log: opts.Logger, podIP: opts.PodIP, opts: opts, pods: map[types.UID]*entry{}, saved: map[types.UID]*v1.PodStatus{}}
+	return &Store{clock: opts.Clock, log: opts.Logger, podIP: opts.PodIP, pods: map[types.UID]*entry{}, saved: map[types.UID]*v1.PodStatus{}}
 }
 
 // SetProber sets the manager whose UpdatePodStatus fills Started/Ready.
@@ -179,10 +154,10 @@ func (s *Store) Put(pod *v1.Pod) *v1.Pod {
 		// conditions carry over (M8, M9). It is used once.
 		delete(s.saved, pod.UID)
 		status = *saved.DeepCopy()
-		status.ContainerStatuses = completeStatuses(pod.Spec.Containers, status.ContainerStatuses, now, false)
-		status.InitContainerStatuses = completeStatuses(pod.Spec.InitContainers, status.InitContainerStatuses, now, true)
+		status.ContainerStatuses = kubeletstatus.Complete(pod.Spec.Containers, status.ContainerStatuses, now, false)
+		status.InitContainerStatuses = kubeletstatus.Complete(pod.Spec.InitContainers, status.InitContainerStatuses, now, true)
 	} else {
-		status = initialStatus(pod, now, s.podIP)
+		status = kubeletstatus.Initial(pod, now, s.podIP)
 	}
 	pod = pod.DeepCopy()
 	pod.Status = v1.PodStatus{}
@@ -234,17 +209,6 @@ func (s *Store) Restore(pods []SavedPod) {
 	}
 }
 
-// Version counts the store's changes; it moves whenever a pod is added,
-// removed or its status changes.
-func (s *Store) Version() uint64 { return s.version.Load() }
-
-// Len returns the number of pods.
-func (s *Store) Len() int {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return len(s.pods)
-}
-
 // Resync regenerates every pod's status (the kubelet's periodic pod sync:
 // each status generation also triggers readiness of not-ready containers,
 // M7c).
@@ -256,121 +220,62 @@ func (s *Store) Resync() {
 	}
 }
 
-// Regenerate regenerates one pod's status.
-func (s *Store) Regenerate(uid types.UID) {
+// PodAdded implements pods.Listener: the pod is put into the store (Put).
+func (s *Store) PodAdded(p *pods.Pod) { s.Put(p.Pod) }
+
+// PodStatusChanged implements pods.Listener: the pod's manifest status
+// changed, so its status starts afresh from it (Put).
+func (s *Store) PodStatusChanged(p *pods.Pod) { s.Put(p.Pod) }
+
+// PodRemoved implements pods.Listener (Delete).
+func (s *Store) PodRemoved(p *pods.Pod) { s.Delete(p.Pod.UID) }
+
+// ProbeResult implements verdicts.Consumer, like the kubelet's sync loop
+// (K1): a readiness result is applied to the container and the pod's
+// conditions at once (the status manager's SetContainerReadiness, before the
+// next status generation, whose M9 check reads the pod's Ready condition); a
+// startup result sets Started (SetContainerStartup); then the pod's status
+// is regenerated. Updates for pods no longer known are ignored (K1).
+// Liveness and startup failures are the simulator's (package simulator).
+func (s *Store) ProbeResult(t runtime.ProbeType, u results.Update) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e, ok := s.pods[uid]; ok {
-		s.regenerateLocked(e)
-	}
-}
-
-// Run consumes the three results managers' updates until ctx is done, like
-// the kubelet's sync loop (K1): a liveness or startup Failure of a running
-// container restarts it (K2); every update regenerates the pod's status.
-// Updates are applied one at a time, so simultaneous changes of several
-// containers are never lost (BR-25).
-func (s *Store) Run(ctx context.Context, liveness, readiness, startup results.Manager) {
-	for {
-		var u results.Update
-		var probe string
-		select {
-		case <-ctx.Done():
-			return
-		case u = <-liveness.Updates():
-			probe = "liveness"
-		case u = <-readiness.Updates():
-			probe = "readiness"
-		case u = <-startup.Updates():
-			probe = "startup"
-		}
-		s.apply(u, probe)
-	}
-}
-
-func (s *Store) apply(u results.Update, probe string) {
-	s.mu.Lock()
 	e, ok := s.pods[u.PodUID]
 	if !ok {
-		s.mu.Unlock()
-		return // K1: updates for pods no longer known are ignored
+		return
 	}
-	// restartLocked changes e.status in place; the status before it is what
-	// the Started/Ready changes of the restart are logged against.
 	before := e.status.DeepCopy()
-	var restart *Restart
-	switch {
-	case u.Result == results.Failure && (probe == "liveness" || probe == "startup"):
-		restart = s.restartLocked(e, u.ContainerID.String(), probe)
-	case probe == "readiness":
-		// K1: the kubelet's status manager applies a readiness result to
-		// the container and the pod's conditions at once
-		// (SetContainerReadiness), before the next status generation, whose
-		// M9 check reads the pod's Ready condition.
-		if cs, _ := findContainer(e, u.ContainerID.String()); cs != nil && cs.Ready != (u.Result == results.Success) {
+	switch t {
+	case runtime.Readiness:
+		if cs := findContainer(e, u.ContainerID.String()); cs != nil && cs.Ready != (u.Result == results.Success) {
 			cs.Ready = u.Result == results.Success
-			setConditions(e.pod, &e.status, metav1.NewTime(s.clock.Now()))
+			kubeletstatus.SetConditions(e.pod, &e.status, metav1.NewTime(s.clock.Now()))
 		}
-	case probe == "startup":
-		// K1: SetContainerStartup.
-		if cs, _ := findContainer(e, u.ContainerID.String()); cs != nil {
+	case runtime.Startup:
+		if cs := findContainer(e, u.ContainerID.String()); cs != nil && u.Result != results.Failure {
 			started := u.Result == results.Success
 			cs.Started = &started
 		}
 	}
 	s.regenerateFromLocked(e, before)
-	s.mu.Unlock()
-	if restart != nil && s.opts.OnRestart != nil {
-		s.opts.OnRestart(*restart)
-	}
 }
 
-// restartLocked kills and, when the restart policy allows, restarts the
-// container whose current ID is id (K2). Caller holds mu.
-func (s *Store) restartLocked(e *entry, id, probe string) *Restart {
-	cs, spec := findContainer(e, id)
-	if cs == nil || cs.State.Running == nil {
-		return nil // K2 acts on running containers only
+// Mutate changes the status of pod uid in place with change, under the
+// store's lock, then regenerates it when change reports a change. It reports
+// whether the pod exists. change must not call the store; pod is read-only.
+func (s *Store) Mutate(uid types.UID, change func(pod *v1.Pod, status *v1.PodStatus) bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.pods[uid]
+	if !ok {
+		return false
 	}
-	now := metav1.NewTime(s.clock.Now())
-	r := &Restart{
-		Pod:                e.pod,
-		Container:          cs.Name,
-		OldContainerID:     cs.ContainerID,
-		Reason:             "LivenessProbe",
-		Message:            fmt.Sprintf("Container %s failed liveness probe", cs.Name),
-		GracePeriodSeconds: gracePeriod(e.pod, spec, probe),
+	before := e.status.DeepCopy()
+	if change(e.pod, &e.status) {
+		s.version.Add(1)
+		s.regenerateFromLocked(e, before)
 	}
-	if probe == "startup" {
-		r.Reason = "StartupProbe"
-		r.Message = fmt.Sprintf("Container %s failed startup probe", cs.Name)
-	}
-	killed := v1.ContainerStateTerminated{
-		ExitCode:    137,
-		Reason:      "Error",
-		Message:     r.Message,
-		StartedAt:   cs.State.Running.StartedAt,
-		FinishedAt:  now,
-		ContainerID: cs.ContainerID,
-	}
-	cs.LastTerminationState = v1.ContainerState{Terminated: &killed}
-	cs.Ready = false
-	cs.Started = ptr(false)
-	if spec != nil && !shouldRestart(spec, &e.pod.Spec, killed.ExitCode) {
-		cs.State = v1.ContainerState{Terminated: &killed}
-		s.log.Info("container killed", "pod", klog(e.pod), "container", cs.Name, "reason", r.Reason, "containerID", cs.ContainerID, "restarted", false)
-		return r
-	}
-	r.Message += ", will be restarted"
-	cs.RestartCount++
-	cs.ContainerID = newContainerID()
-	cs.State = v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: now}}
-	r.NewContainerID = cs.ContainerID
-	r.RestartCount = cs.RestartCount
-	r.Restarted = true
-	s.log.Info("container restarted", "pod", klog(e.pod), "container", cs.Name, "reason", r.Reason,
-		"oldContainerID", r.OldContainerID, "containerID", cs.ContainerID, "restartCount", cs.RestartCount)
-	return r
+	return true
 }
 
 // regenerateLocked is the kubelet's generateAPIPodStatus for the parts the
@@ -400,107 +305,66 @@ func (s *Store) regenerateFromLocked(e *entry, before *v1.PodStatus) {
 		s.prober.UpdatePodStatus(context.Background(), &pod, status)
 	}
 	now := metav1.NewTime(s.clock.Now())
-	status.Phase = phase(e.pod, status)
-	setConditions(e.pod, status, now)
+	status.Phase = kubeletstatus.Phase(e.pod, status)
+	kubeletstatus.SetConditions(e.pod, status, now)
 	changed := logChanges(s.log, e.pod, before, status)
 	e.status = *status
 	if changed {
 		s.version.Add(1)
 	}
-	if changed && s.opts.OnChange != nil {
-		s.opts.OnChange(e.pod, status.DeepCopy())
-	}
 }
 
-func findContainer(e *entry, id string) (*v1.ContainerStatus, *v1.Container) {
-	for i := range e.status.ContainerStatuses {
-		cs := &e.status.ContainerStatuses[i]
-		if cs.ContainerID == id {
-			return cs, specByName(e.pod.Spec.Containers, cs.Name)
-		}
-	}
-	for i := range e.status.InitContainerStatuses {
-		cs := &e.status.InitContainerStatuses[i]
-		if cs.ContainerID == id {
-			return cs, specByName(e.pod.Spec.InitContainers, cs.Name)
-		}
-	}
-	return nil, nil
-}
-
-func specByName(cs []v1.Container, name string) *v1.Container {
-	for i := range cs {
-		if cs[i].Name == name {
-			return &cs[i]
+// findContainer returns the status of the container whose current ID is id.
+func findContainer(e *entry, id string) *v1.ContainerStatus {
+	for _, list := range [][]v1.ContainerStatus{e.status.ContainerStatuses, e.status.InitContainerStatuses} {
+		for i := range list {
+			if list[i].ContainerID == id {
+				return &list[i]
+			}
 		}
 	}
 	return nil
 }
 
-// gracePeriod is K3: the pod's deletion grace period if set, else for a
-// probe kill the probe's terminationGracePeriodSeconds if set, else the
-// pod's terminationGracePeriodSeconds (default 30).
-func gracePeriod(pod *v1.Pod, c *v1.Container, probe string) int64 {
-	if pod.DeletionGracePeriodSeconds != nil {
-		return *pod.DeletionGracePeriodSeconds
-	}
-	if c != nil {
-		p := c.LivenessProbe
-		if probe == "startup" {
-			p = c.StartupProbe
-		}
-		if p != nil && p.TerminationGracePeriodSeconds != nil {
-			return *p.TerminationGracePeriodSeconds
-		}
-	}
-	if pod.Spec.TerminationGracePeriodSeconds != nil {
-		return *pod.Spec.TerminationGracePeriodSeconds
-	}
-	return 30
-}
-
-// shouldRestart applies the container restart rules and policies (W8b).
-func shouldRestart(c *v1.Container, spec *v1.PodSpec, exitCode int32) bool {
-	for _, rule := range c.RestartPolicyRules {
-		if rule.ExitCodes == nil {
-			continue
-		}
-		in := false
-		for _, v := range rule.ExitCodes.Values {
-			in = in || v == exitCode
-		}
-		if (rule.ExitCodes.Operator == v1.ContainerRestartRuleOnExitCodesOpIn) == in {
-			return rule.Action == v1.ContainerRestartRuleActionRestart
-		}
-	}
-	policy := spec.RestartPolicy
-	if c.RestartPolicy != nil {
-		policy = v1.RestartPolicy(*c.RestartPolicy)
-	}
-	switch policy {
-	case v1.RestartPolicyNever:
-		return false
-	case v1.RestartPolicyOnFailure:
-		return exitCode != 0
-	}
-	return true
-}
-
-func newContainerID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return "probed://" + hex.EncodeToString(b[:])
-}
-
-func ptr[T any](v T) *T { return &v }
-
 func klog(pod *v1.Pod) string { return pod.Namespace + "/" + pod.Name }
 
-// StartedAtOf is a convenience for tests and the API: the StartedAt of a
-// running container status, or the zero time.
-func StartedAtOf(cs *v1.ContainerStatus) time.Time {
-	if cs.State.Running == nil {
-		return time.Time{}
+// logChanges logs one structured line per Started or Ready change of a
+// container and per pod Ready change; it reports whether anything changed.
+func logChanges(log *slog.Logger, pod *v1.Pod, before, after *v1.PodStatus) bool {
+	changed := false
+	compare := func(old, cur []v1.ContainerStatus) {
+		for i := range cur {
+			c := &cur[i]
+			var o *v1.ContainerStatus
+			for j := range old {
+				if old[j].Name == c.Name {
+					o = &old[j]
+					break
+				}
+			}
+			if o == nil || boolOf(o.Started) != boolOf(c.Started) {
+				changed = true
+				log.Info("container started changed", "pod", klog(pod), "podUID", string(pod.UID), "container", c.Name, "containerID", c.ContainerID, "started", boolOf(c.Started))
+			}
+			if o == nil || o.Ready != c.Ready {
+				changed = true
+				log.Info("container ready changed", "pod", klog(pod), "podUID", string(pod.UID), "container", c.Name, "containerID", c.ContainerID, "ready", c.Ready)
+			}
+			if o != nil && (o.ContainerID != c.ContainerID || o.RestartCount != c.RestartCount) {
+				changed = true
+			}
+		}
 	}
-	return cs.State.Running.StartedAt.Time
+	compare(before.ContainerStatuses, after.ContainerStatuses)
+	compare(before.InitContainerStatuses, after.InitContainerStatuses)
+	if kubeletstatus.ConditionTrue(before.Conditions, v1.PodReady) != kubeletstatus.ConditionTrue(after.Conditions, v1.PodReady) || len(before.Conditions) == 0 {
+		changed = true
+		log.Info("pod ready changed", "pod", klog(pod), "podUID", string(pod.UID), "ready", kubeletstatus.ConditionTrue(after.Conditions, v1.PodReady))
+	}
+	if before.Phase != after.Phase {
+		changed = true
+	}
+	return changed
 }
+
+func boolOf(b *bool) bool { return b != nil && *b }

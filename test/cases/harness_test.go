@@ -38,7 +38,10 @@ import (
 
 	"github.com/probed/probed/agent/events"
 	"github.com/probed/probed/agent/manifest"
+	"github.com/probed/probed/agent/actuate"
+	"github.com/probed/probed/agent/simulator"
 	"github.com/probed/probed/agent/store"
+	"github.com/probed/probed/agent/verdicts"
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/manager/results"
 	probeexec "github.com/probed/probed/plugins/exec"
@@ -73,19 +76,6 @@ func (c *countingResults) Set(id results.ContainerID, r results.Result, pod *v1.
 	c.Manager.Set(id, r, pod)
 }
 
-// forwarded is what the store consumes: a results manager whose Updates
-// channel is fed by env.forward.
-type forwarded struct {
-	results.Manager
-	ch chan results.Update
-}
-
-func (f *forwarded) Updates() <-chan results.Update { return f.ch }
-
-// sentinelUID is a pod the store does not know: an update for it is ignored
-// (K1), so once the store has taken it, it has finished applying everything
-// forwarded before it.
-const sentinelUID = types.UID("sentinel-not-a-pod")
 
 // ---------------------------------------------------------------------------
 // Logs.
@@ -132,7 +122,7 @@ func withAge(d time.Duration) envOption { return func(o *envOptions) { o.age = d
 
 // restartRec is one restart decided by the store, with its fake time.
 type restartRec struct {
-	store.Restart
+	simulator.Restart
 	At time.Time
 }
 
@@ -198,15 +188,13 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	for i := range e.res {
 		e.res[i] = &countingResults{Manager: results.NewManager()}
 	}
-	e.store = store.New(store.Options{
-		Clock:  e.clk,
-		Logger: logger,
-		OnRestart: func(r store.Restart) {
+	e.store = store.New(store.Options{Clock: e.clk, Logger: logger})
+	sim := simulator.New(simulator.Options{Store: e.store, Clock: e.clk, Logger: logger,
+		Notify: func(r simulator.Restart) {
 			e.mu.Lock()
 			e.restarts = append(e.restarts, restartRec{Restart: r, At: e.clk.Now()})
 			e.mu.Unlock()
-		},
-	})
+		}})
 	e.mgr, err = manager.New(manager.Options{
 		Status:            e.store,
 		Liveness:          e.res[runtime.Liveness],
@@ -224,57 +212,25 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	}
 	e.store.SetProber(e.mgr)
 
-	// The store consumes forwarded updates; the forwarder follows each
-	// with a sentinel so that settle knows when the store has applied it.
-	var fw [3]*forwarded
-	for i := range fw {
-		fw[i] = &forwarded{Manager: e.res[i], ch: make(chan results.Update)}
-	}
+	// manifest mode's consumers, as the agent wires them; the last one
+	// counts the updates all of them have applied, for settle.
+	fanout := verdicts.New(e.res[runtime.Liveness], e.res[runtime.Readiness], e.res[runtime.Startup],
+		e.store, actuate.OnFailure(e.store.Pod, sim),
+		verdicts.ConsumerFunc(func(runtime.ProbeType, results.Update) { e.applied.Add(1) }))
 	storeCtx, cancelStore := context.WithCancel(context.Background())
-	stopFwd := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		e.store.Run(storeCtx, fw[runtime.Liveness], fw[runtime.Readiness], fw[runtime.Startup])
-	}()
-	go func() {
-		defer wg.Done()
-		send := func(ch chan results.Update, u results.Update) bool {
-			select {
-			case ch <- u:
-				return true
-			case <-stopFwd:
-				return false
-			}
-		}
-		for {
-			var u results.Update
-			var out chan results.Update
-			select {
-			case <-stopFwd:
-				return
-			case u = <-e.res[runtime.Liveness].Manager.Updates():
-				out = fw[runtime.Liveness].ch
-			case u = <-e.res[runtime.Readiness].Manager.Updates():
-				out = fw[runtime.Readiness].ch
-			case u = <-e.res[runtime.Startup].Manager.Updates():
-				out = fw[runtime.Startup].ch
-			}
-			if !send(out, u) || !send(out, results.Update{PodUID: sentinelUID}) {
-				return
-			}
-			e.applied.Add(1)
-		}
+		fanout.Run(storeCtx)
 	}()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		// The forwarder keeps draining updates until Close returns (R4).
+		// The fan-out keeps draining updates until Close returns (R4).
 		if err := e.mgr.Close(ctx); err != nil {
 			t.Errorf("manager Close: %v", err)
 		}
-		close(stopFwd)
 		cancelStore()
 		wg.Wait()
 		if err := rt.Close(ctx); err != nil {

@@ -1,4 +1,4 @@
-package agent
+package reconciler
 
 import (
 	"testing"
@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/probed/probed/agent/source"
+	"github.com/probed/probed/agent/pods"
 	"github.com/probed/probed/manager/customprobe"
 )
 
@@ -20,33 +20,33 @@ func TestDrainBoundCoversEveryProbe(t *testing.T) {
 	probe := func(timeout int32) *v1.Probe {
 		return &v1.Probe{TimeoutSeconds: timeout, PeriodSeconds: 10, SuccessThreshold: 1, FailureThreshold: 3}
 	}
-	pod := func(uid string, annotation string, containers, inits []v1.Container) *source.Pod {
+	pod := func(uid string, annotation string, containers, inits []v1.Container) *pods.Pod {
 		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: uid, Namespace: "ns", UID: types.UID(uid)},
 			Spec: v1.PodSpec{Containers: containers, InitContainers: inits}}
 		if annotation != "" {
 			p.Annotations = map[string]string{customprobe.Annotation: annotation}
 		}
-		return &source.Pod{Pod: p}
+		return &pods.Pod{Pod: p}
 	}
 	always := v1.ContainerRestartPolicyAlways
 	cases := []struct {
 		name string
-		pods []*source.Pod
+		pods []*pods.Pod
 		want time.Duration
 	}{
 		{"no pods", nil, 2 * time.Second},
-		{"container probes", []*source.Pod{
+		{"container probes", []*pods.Pod{
 			pod("a", "", []v1.Container{{Name: "c", LivenessProbe: probe(3), ReadinessProbe: probe(5)}}, nil),
 		}, 6 * time.Second},
-		{"a sidecar's startup probe", []*source.Pod{
+		{"a sidecar's startup probe", []*pods.Pod{
 			pod("a", "", []v1.Container{{Name: "c", ReadinessProbe: probe(1)}},
 				[]v1.Container{{Name: "s", RestartPolicy: &always, StartupProbe: probe(7)}}),
 		}, 8 * time.Second},
-		{"a custom probe only", []*source.Pod{
+		{"a custom probe only", []*pods.Pod{
 			pod("a", `[{"container":"c","type":"readiness","timeoutSeconds":10,"plugin":{"name":"redis","port":6379}}]`,
 				[]v1.Container{{Name: "c"}}, nil),
 		}, 11 * time.Second},
-		{"a custom probe without timeoutSeconds takes the default 1 s", []*source.Pod{
+		{"a custom probe without timeoutSeconds takes the default 1 s", []*pods.Pod{
 			pod("a", `[{"container":"c","type":"liveness","plugin":{"name":"redis","port":6379}}]`,
 				[]v1.Container{{Name: "c"}}, nil),
 			pod("b", "", []v1.Container{{Name: "c", LivenessProbe: probe(4)}}, nil),
@@ -54,12 +54,12 @@ func TestDrainBoundCoversEveryProbe(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			pods := map[types.UID]*source.Pod{}
+			r := New(Options{})
 			for _, p := range tc.pods {
-				pods[p.Pod.UID] = p
+				r.current[p.Pod.UID] = p
 			}
-			if got := drainBound(pods); got != tc.want {
-				t.Fatalf("drainBound = %v, want %v", got, tc.want)
+			if got := r.DrainBound(); got != tc.want {
+				t.Fatalf("DrainBound = %v, want %v", got, tc.want)
 			}
 		})
 	}

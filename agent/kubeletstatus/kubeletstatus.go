@@ -1,21 +1,28 @@
-package store
+// Package kubeletstatus generates a pod's API status the way the kubelet
+// does (pkg/kubelet/status/generate.go, kubelet_pods.go getPhase), for
+// manifest mode, where probed plays the kubelet: the initial runtime status
+// of a loaded pod, the PodScheduled, Initialized, ContainersReady and Ready
+// conditions, and the phase. Pure functions: the store calls them.
+package kubeletstatus
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
-	"log/slog"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/probed/probed/manager"
 	"github.com/probed/probed/manager/results"
 )
 
-// initialStatus builds the runtime status of a pod as it is loaded: the
+// Initial builds the runtime status of a pod as it is loaded: the
 // manifest's status when it has one, completed with a running status (since
 // now, with a fresh container ID) for every container that has none.
 // Regular init containers count as completed (exit 0).
-func initialStatus(pod *v1.Pod, now metav1.Time, podIP string) v1.PodStatus {
+func Initial(pod *v1.Pod, now metav1.Time, podIP string) v1.PodStatus {
 	st := *pod.Status.DeepCopy()
 	if st.PodIP == "" {
 		st.PodIP = podIP
@@ -29,14 +36,14 @@ func initialStatus(pod *v1.Pod, now metav1.Time, podIP string) v1.PodStatus {
 	if st.StartTime == nil {
 		st.StartTime = &now
 	}
-	st.ContainerStatuses = completeStatuses(pod.Spec.Containers, st.ContainerStatuses, now, false)
-	st.InitContainerStatuses = completeStatuses(pod.Spec.InitContainers, st.InitContainerStatuses, now, true)
+	st.ContainerStatuses = Complete(pod.Spec.Containers, st.ContainerStatuses, now, false)
+	st.InitContainerStatuses = Complete(pod.Spec.InitContainers, st.InitContainerStatuses, now, true)
 	return st
 }
 
-// completeStatuses returns one status per container in spec order, keeping
+// Complete returns one status per container in spec order, keeping
 // the manifest's where present.
-func completeStatuses(specs []v1.Container, given []v1.ContainerStatus, now metav1.Time, init bool) []v1.ContainerStatus {
+func Complete(specs []v1.Container, given []v1.ContainerStatus, now metav1.Time, init bool) []v1.ContainerStatus {
 	if len(specs) == 0 {
 		return nil
 	}
@@ -75,7 +82,7 @@ func completeStatuses(specs []v1.Container, given []v1.ContainerStatus, now meta
 			cs.Ready = false
 		}
 		if cs.ContainerID == "" && (st.Running != nil || st.Terminated != nil) {
-			cs.ContainerID = newContainerID()
+			cs.ContainerID = NewContainerID()
 		}
 		// Results are keyed by the parsed ID (R2) and restarts match
 		// ContainerID.String(): an ID that is not "type://id" would parse
@@ -85,7 +92,7 @@ func completeStatuses(specs []v1.Container, given []v1.ContainerStatus, now meta
 			if id := "probed://" + cs.ContainerID; !strings.Contains(cs.ContainerID, "://") && !strings.Contains(cs.ContainerID, "\"") {
 				cs.ContainerID = id
 			} else {
-				cs.ContainerID = newContainerID()
+				cs.ContainerID = NewContainerID()
 			}
 		}
 		out = append(out, *cs)
@@ -97,7 +104,7 @@ func isRestartable(c *v1.Container) bool {
 	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
 }
 
-// setConditions sets PodScheduled, Initialized, ContainersReady and Ready
+// SetConditions sets PodScheduled, Initialized, ContainersReady and Ready
 // the way the kubelet derives them (pkg/kubelet/status/generate.go):
 //   - Initialized: every regular init container terminated with exit 0 and
 //     every restartable init container (sidecar) started, or any regular
@@ -110,7 +117,7 @@ func isRestartable(c *v1.Container) bool {
 //     gate's condition is missing or not True.
 //
 // st.Phase must already be set.
-func setConditions(pod *v1.Pod, st *v1.PodStatus, now metav1.Time) {
+func SetConditions(pod *v1.Pod, st *v1.PodStatus, now metav1.Time) {
 	setCondition(st, v1.PodScheduled, v1.ConditionTrue, "", "", now)
 
 	// Initialized.
@@ -238,7 +245,7 @@ func conditionOf(conds []v1.PodCondition, t v1.PodConditionType) *v1.PodConditio
 	return nil
 }
 
-func conditionTrue(conds []v1.PodCondition, t v1.PodConditionType) bool {
+func ConditionTrue(conds []v1.PodCondition, t v1.PodConditionType) bool {
 	for _, c := range conds {
 		if c.Type == t {
 			return c.Status == v1.ConditionTrue
@@ -264,9 +271,9 @@ func setCondition(st *v1.PodStatus, t v1.PodConditionType, status v1.ConditionSt
 	st.Conditions = append(st.Conditions, v1.PodCondition{Type: t, Status: status, Reason: reason, Message: msg, LastTransitionTime: now})
 }
 
-// phase is Running while any container runs or will restart; Succeeded or
+// Phase is Running while any container runs or will restart; Succeeded or
 // Failed once every regular container terminated and none restarts.
-func phase(pod *v1.Pod, st *v1.PodStatus) v1.PodPhase {
+func Phase(pod *v1.Pod, st *v1.PodStatus) v1.PodPhase {
 	if st.Phase == v1.PodFailed || st.Phase == v1.PodSucceeded {
 		return st.Phase
 	}
@@ -284,7 +291,7 @@ func phase(pod *v1.Pod, st *v1.PodStatus) v1.PodPhase {
 		// a crash under restartPolicy Always) keeps the pod Running, as
 		// the kubelet's getPhase does; a terminal phase would end every
 		// probe worker of the pod (W5.2).
-		if spec := specByName(pod.Spec.Containers, st.ContainerStatuses[i].Name); spec != nil && shouldRestart(spec, &pod.Spec, t.ExitCode) {
+		if spec := SpecByName(pod.Spec.Containers, st.ContainerStatuses[i].Name); spec != nil && manager.ContainerShouldRestart(spec, &pod.Spec, t.ExitCode) {
 			allDone = false
 			break
 		}
@@ -301,43 +308,21 @@ func phase(pod *v1.Pod, st *v1.PodStatus) v1.PodPhase {
 	return v1.PodSucceeded
 }
 
-// logChanges logs one structured line per Started or Ready change of a
-// container and per pod Ready change; it reports whether anything changed.
-func logChanges(log *slog.Logger, pod *v1.Pod, before, after *v1.PodStatus) bool {
-	changed := false
-	compare := func(old, cur []v1.ContainerStatus) {
-		for i := range cur {
-			c := &cur[i]
-			var o *v1.ContainerStatus
-			for j := range old {
-				if old[j].Name == c.Name {
-					o = &old[j]
-					break
-				}
-			}
-			if o == nil || boolOf(o.Started) != boolOf(c.Started) {
-				changed = true
-				log.Info("container started changed", "pod", klog(pod), "podUID", string(pod.UID), "container", c.Name, "containerID", c.ContainerID, "started", boolOf(c.Started))
-			}
-			if o == nil || o.Ready != c.Ready {
-				changed = true
-				log.Info("container ready changed", "pod", klog(pod), "podUID", string(pod.UID), "container", c.Name, "containerID", c.ContainerID, "ready", c.Ready)
-			}
-			if o != nil && (o.ContainerID != c.ContainerID || o.RestartCount != c.RestartCount) {
-				changed = true
-			}
-		}
-	}
-	compare(before.ContainerStatuses, after.ContainerStatuses)
-	compare(before.InitContainerStatuses, after.InitContainerStatuses)
-	if conditionTrue(before.Conditions, v1.PodReady) != conditionTrue(after.Conditions, v1.PodReady) || len(before.Conditions) == 0 {
-		changed = true
-		log.Info("pod ready changed", "pod", klog(pod), "podUID", string(pod.UID), "ready", conditionTrue(after.Conditions, v1.PodReady))
-	}
-	if before.Phase != after.Phase {
-		changed = true
-	}
-	return changed
+
+// NewContainerID returns a fresh container ID of the simulated runtime,
+// "probed://" and 32 hex digits.
+func NewContainerID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "probed://" + hex.EncodeToString(b[:])
 }
 
-func boolOf(b *bool) bool { return b != nil && *b }
+// SpecByName returns the container of cs named name, or nil.
+func SpecByName(cs []v1.Container, name string) *v1.Container {
+	for i := range cs {
+		if cs[i].Name == name {
+			return &cs[i]
+		}
+	}
+	return nil
+}
