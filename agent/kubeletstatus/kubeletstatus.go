@@ -308,7 +308,6 @@ func Phase(pod *v1.Pod, st *v1.PodStatus) v1.PodPhase {
 	return v1.PodSucceeded
 }
 
-
 // NewContainerID returns a fresh container ID of the simulated runtime,
 // "probed://" and 32 hex digits.
 func NewContainerID() string {

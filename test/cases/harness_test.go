@@ -36,9 +36,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/probed/probed/agent/actuate"
 	"github.com/probed/probed/agent/events"
 	"github.com/probed/probed/agent/manifest"
-	"github.com/probed/probed/agent/actuate"
 	"github.com/probed/probed/agent/simulator"
 	"github.com/probed/probed/agent/store"
 	"github.com/probed/probed/agent/verdicts"
@@ -75,7 +75,6 @@ func (c *countingResults) Set(id results.ContainerID, r results.Result, pod *v1.
 	}
 	c.Manager.Set(id, r, pod)
 }
-
 
 // ---------------------------------------------------------------------------
 // Logs.
