@@ -27,6 +27,7 @@ import (
 	"github.com/probed/probed/agent/actuate"
 	"github.com/probed/probed/agent/api"
 	"github.com/probed/probed/agent/events"
+	"github.com/probed/probed/agent/health"
 	"github.com/probed/probed/agent/history"
 	"github.com/probed/probed/agent/manifest"
 	"github.com/probed/probed/agent/pods"
@@ -265,6 +266,7 @@ func (a *Agent) Handler() http.Handler {
 		ProbeMetrics: a.probeReg,
 		Metrics:      a.reg,
 		Events:       a.events,
+		Healthy:      health.New(a.source.HasSynced, a.mgr).Check,
 		Debug: func() any {
 			st, _ := manager.StatsOf(a.mgr)
 			return map[string]any{"scheduler": st, "plugins": a.plugins.Status()}

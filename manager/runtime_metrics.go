@@ -124,6 +124,10 @@ type Stats struct {
 	Triggered  uint64                       `json:"triggers"`
 	Pools      map[string]runtime.PoolStats `json:"pools"`
 	Started    time.Time                    `json:"started"`
+	// WheelAdvanced is the start of the last tick the scheduler's wheel
+	// processed; Now the manager clock's time when the figures were read.
+	WheelAdvanced time.Time `json:"wheelAdvanced"`
+	Now           time.Time `json:"now"`
 }
 
 // StatsOf returns the figures of a Manager built by New; false for any
@@ -137,6 +141,7 @@ func StatsOf(mgr Manager) (Stats, bool) {
 	out := Stats{
 		Entries: st.Entries, Running: st.Running, Dispatched: st.Dispatched, Skipped: st.Skipped, Triggered: st.Triggered,
 		Backlog: map[string]int{}, Pools: map[string]runtime.PoolStats{}, Started: m.start,
+		WheelAdvanced: st.Advanced, Now: m.clock.Now(),
 	}
 	for lane, n := range st.Ready {
 		out.Backlog[laneName(lane)] = n

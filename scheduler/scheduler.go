@@ -97,6 +97,9 @@ type Stats struct {
 	Dispatched uint64 // runs handed to Dispatch
 	Skipped    uint64 // due slots dropped because the previous run was still queued or running
 	Triggered  uint64 // manual triggers accepted
+	// Advanced is the start of the last tick the wheel processed (zero
+	// before the first): a wheel that stalls falls behind the clock.
+	Advanced time.Time
 }
 
 // Scheduler is a sharded timing wheel. All methods are safe for concurrent use.
@@ -110,6 +113,7 @@ type Scheduler[T any] struct {
 	dispatched atomic.Uint64
 	skipped    atomic.Uint64
 	triggered  atomic.Uint64
+	advanced   atomic.Int64 // last tick processed, +1 (0: none yet)
 
 	stop   chan struct{}
 	wg     sync.WaitGroup
@@ -191,6 +195,7 @@ func (s *Scheduler[T]) runTicker(t clock.Ticker) {
 				sh.advance(target)
 				sh.mu.Unlock()
 			}
+			s.advanced.Store(target + 1)
 		}
 	}
 }
@@ -291,6 +296,9 @@ func (s *Scheduler[T]) Stats() Stats {
 		Dispatched: s.dispatched.Load(),
 		Skipped:    s.skipped.Load(),
 		Triggered:  s.triggered.Load(),
+	}
+	if n := s.advanced.Load(); n > 0 {
+		st.Advanced = s.timeOf(n - 1)
 	}
 	for _, sh := range s.shards {
 		sh.mu.Lock()
