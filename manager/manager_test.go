@@ -409,6 +409,79 @@ func TestM9_ReadinessPreservedAcrossRestart(t *testing.T) {
 	}
 }
 
+// M9 applies only while a container has no readiness result yet: a pod
+// whose Ready condition was False when the agent (re)started, with
+// containers started well before it (here 1 h, past the 10 s window), becomes
+// Ready once the readiness probes succeed. The loop plays the kubelet's
+// status manager: each round publishes the pod's Ready condition computed
+// from the containers' Ready (all ready ⇒ True), so the deadlock of issue 9
+// §3 (Ready=False keeps every container not-ready, which keeps Ready=False)
+// shows as a fixed point that never reaches Ready.
+func TestM9_ReadinessResultEndsPreservation(t *testing.T) {
+	for _, n := range []int{1, 3} {
+		t.Run(fmt.Sprint("containers=", n), func(t *testing.T) {
+			e := newTestEnv(t)
+			pod := testPod()
+			var st v1.PodStatus
+			st.Phase, st.PodIP = v1.PodRunning, "127.0.0.1"
+			started := true
+			for i := range n {
+				name := fmt.Sprintf("c%d", i)
+				pod.Spec.Containers = append(pod.Spec.Containers, v1.Container{Name: name, ReadinessProbe: execProbe()})
+				st.ContainerStatuses = append(st.ContainerStatuses, v1.ContainerStatus{
+					Name:        name,
+					ContainerID: "test://" + name,
+					State:       v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: metav1.NewTime(fakeNow.Add(-time.Hour))}},
+					Started:     &started,
+				})
+			}
+			// Restored from the agent's state: the pod was not ready.
+			pod.Status.Conditions = []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionFalse}}
+			e.status.set(testPodUID, st)
+			e.m.AddPod(context.Background(), pod)
+
+			generate := func() v1.PodStatus {
+				t.Helper()
+				got, _ := e.status.GetPodStatus(testPodUID)
+				e.m.UpdatePodStatus(context.Background(), pod, &got)
+				allReady := v1.ConditionTrue
+				for _, c := range got.ContainerStatuses {
+					if !c.Ready {
+						allReady = v1.ConditionFalse
+					}
+				}
+				pod.Status.Conditions = []v1.PodCondition{{Type: v1.PodReady, Status: allReady}}
+				return got
+			}
+			// Before any result: preserved as not ready (the pod was not ready).
+			for i, c := range generate().ContainerStatuses {
+				if c.Ready {
+					t.Fatalf("container %d Ready before any readiness result with pod Ready=False", i)
+				}
+			}
+			// One period plus a tick: every readiness probe runs and succeeds.
+			e.step(2 * time.Second)
+			for i := range n {
+				id := results.ContainerID{Type: "test", ID: fmt.Sprintf("c%d", i)}
+				if r, ok := e.ready.Get(id); !ok || r != results.Success {
+					t.Fatalf("container %d readiness result = %v (found %v), want Success", i, r, ok)
+				}
+			}
+			for round := range 3 {
+				got := generate()
+				for i, c := range got.ContainerStatuses {
+					if !c.Ready {
+						t.Fatalf("round %d: container %d not Ready after its readiness successes (M9 applied past the first result)", round, i)
+					}
+				}
+				if pod.Status.Conditions[0].Status != v1.ConditionTrue {
+					t.Fatalf("round %d: pod Ready = %v, want True", round, pod.Status.Conditions[0].Status)
+				}
+			}
+		})
+	}
+}
+
 // Close: no goroutine outlives it (goleak in TestMain), later calls no-op.
 func TestCloseReleasesEverything(t *testing.T) {
 	status := newFakeStatus()

@@ -99,16 +99,23 @@ func (m *manager) isContainerStarted(pod *v1.Pod, c *v1.ContainerStatus) bool {
 // preserveReadiness is M9: after a restart of the agent, a container that
 // was Ready (per the pod's published Ready condition) stays Ready until its
 // first real readiness result; containers without a readiness probe are ready.
+//
+// The rule applies only while the container has no readiness result yet:
+// the kubelet calls setReadyStateOnKubeletRestart only on the branch where
+// the readiness cache holds no Success (prober_manager.go UpdatePodStatus),
+// and with a cached Failure the rule can only confirm false. Once a result
+// has arrived it alone decides; otherwise a pod whose Ready condition was
+// False when the agent restarted would stay NotReady forever, since its
+// containers could never become ready to turn the condition True (issue 9 §3).
 func (m *manager) preserveReadiness(pod *v1.Pod, c *v1.ContainerStatus, spec *v1.Container, ready bool) bool {
 	if c.State.Running == nil || c.State.Running.StartedAt.IsZero() ||
 		!c.State.Running.StartedAt.Time.Before(m.start.Add(-kubeletRestartWindow)) {
 		return ready
 	}
-	if !ready {
-		if _, ok := m.results[runtime.Readiness].Get(results.ParseContainerID(c.ContainerID)); !ok {
-			ready = true
-		}
+	if _, ok := m.results[runtime.Readiness].Get(results.ParseContainerID(c.ContainerID)); ok {
+		return ready
 	}
+	ready = true
 	if spec.ReadinessProbe != nil && !podReadyConditionTrue(pod) {
 		ready = false
 	}
