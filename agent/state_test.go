@@ -99,3 +99,61 @@ status:
 		t.Fatalf("after restart Ready=%v podReady=%v Started=%v, want all true until the first readiness result (M8, M9)", cs.Ready, podReady(p), cs.Started)
 	}
 }
+
+// M9 ends with the first readiness result (issue 9 §3): a pod of two
+// containers, both started an hour before probed, restored from --state-dir
+// with Ready=False, becomes Ready once its readiness probes succeed. Before
+// the fix the restored Ready=False kept both containers not ready, which
+// kept the pod's Ready False: NotReady forever while every probe succeeded.
+func TestAgent_M9_RestoredNotReadyBecomesReady(t *testing.T) {
+	tg := newTarget(t)
+	tg.set("/ready", http.StatusServiceUnavailable)
+	dir, stateDir := t.TempDir(), t.TempDir()
+	writeFile(t, filepath.Join(dir, "two.yaml"), fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: two, namespace: ns}
+spec:
+  containers:
+  - name: a
+    image: app
+    readinessProbe:
+      httpGet: {path: /ready, port: %[1]d}
+      periodSeconds: 1
+  - name: b
+    image: app
+    readinessProbe:
+      httpGet: {path: /ready, port: %[1]d}
+      periodSeconds: 1
+status:
+  podIP: 127.0.0.1
+  containerStatuses:
+  - name: a
+    containerID: containerd://a1
+    state: {running: {startedAt: "2026-01-01T00:00:00Z"}}
+  - name: b
+    containerID: containerd://b1
+    state: {running: {startedAt: "2026-01-01T00:00:00Z"}}
+`, tg.port))
+	withState := func(o *agent.Options) { o.StateDir = stateDir; o.StateInterval = 100 * time.Millisecond }
+
+	first := startAgent(t, dir, withState)
+	first.eventually("readiness failures", func() bool { return tg.hitCount("/ready") >= 2 })
+	first.eventually("the pod not ready", func() bool {
+		p, ok := first.pods()["ns/two"]
+		return ok && !podReady(p)
+	})
+	first.stop() // writes the state: Ready=False
+
+	tg.set("/ready", http.StatusOK)
+	hitsBefore := tg.hitCount("/ready")
+	second := startAgent(t, dir, withState)
+	second.eventually("the pod Ready after readiness successes", func() bool {
+		p := second.pods()["ns/two"]
+		a, okA := container(p, "a")
+		b, okB := container(p, "b")
+		return okA && okB && a.Ready && b.Ready && podReady(p)
+	})
+	if tg.hitCount("/ready") == hitsBefore {
+		t.Fatal("Ready without a readiness probe run after the restart")
+	}
+}
