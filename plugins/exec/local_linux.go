@@ -3,12 +3,17 @@
 package exec
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	osexec "os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -27,7 +32,8 @@ const DefaultWaitDelay = 250 * time.Millisecond
 // The command is started directly (argv[0] looked up in $PATH when it has no
 // slash), never through a shell, with the agent's environment and working
 // directory and stdin from /dev/null. It runs in a process group of its own
-// (Setpgid).
+// (Setpgid) and, where the host allows it (HostTreeKill), in a cgroup v2
+// leaf of its own, created for the run and removed after it.
 //
 // Output: stdout followed by stderr, each captured through a limit writer of
 // runtime.MaxOutputBytes (so at most 2 × 10 KiB is ever held), then cut to
@@ -35,16 +41,35 @@ const DefaultWaitDelay = 250 * time.Millisecond
 // chatty command never blocks on a full pipe.
 //
 // Ending (BR-02): when timeout (or ctx's deadline) expires, or ctx is
-// cancelled, the whole process group receives SIGKILL, so a command that
-// ignores SIGTERM and the children it forked die with it; the command is then
+// cancelled, the whole tree receives SIGKILL, so a command that ignores
+// SIGTERM and the children it forked die with it; the command is then
 // reaped, so it leaves no zombie. Once the command exits by itself, whatever
-// it left running in its group is killed too, so no probe-spawned process
-// outlives the run. A process that left the group (setsid) and keeps the
-// output pipes open is not waited for longer than WaitDelay. Grandchildren
+// it left running is killed too, so no probe-spawned process outlives the
+// run. The tree is the command's cgroup leaf, killed through cgroup.kill,
+// which reaches every descendant whatever it did with sessions and process
+// groups. Where HostTreeKill reports the process-group mode, or with
+// ProcessGroupOnly, the fallback: the command's process group, and at a
+// timeout or cancel also every descendant still linked to the command
+// through its parent (stopDescendants), so a child that called setsid dies
+// too; a descendant whose parent had already exited (a double fork), or one
+// that left the group after the command exited, escapes the fallback. A
+// process that escaped and keeps the output pipes open is not waited for
+// longer than WaitDelay. Grandchildren
 // become orphans when their parent dies and are reaped by PID 1 (or the
 // nearest subreaper), as in a container; when that is this process (probed
 // as PID 1 of its container, or a subreaper), the runner reaps the killed
-// group's members itself, so none is left a zombie.
+// tree's members itself, so none is left a zombie.
+//
+// Tied to probed's life: the command gets SIGKILL when probed dies, even by
+// kill -9 (Pdeathsig). Pdeathsig fires when the OS thread that started the
+// child exits, not the process (golang/go#27505), and the Go runtime ends a
+// thread when a goroutine locked to it exits; so the goroutine that starts
+// the command stays locked to its thread (LockOSThread) until the command
+// has been reaped, and that thread cannot end meanwhile. Pdeathsig reaches
+// the command itself, not its descendants: in the cgroup mode these stay in
+// their leaf, which the next probed started in the same cgroup kills and
+// removes (HostTreeKill, LeftoversKilled); in the process-group mode they
+// are left running.
 //
 // Errors (mapped by the handler, E3):
 //   - exit status ≠ 0 → *CodeExitError (killed by a foreign signal:
@@ -62,6 +87,37 @@ type LocalRunner struct {
 	// killed or has exited, the runner waits for the output pipes to reach
 	// EOF before closing them itself. Zero means DefaultWaitDelay.
 	WaitDelay time.Duration
+	// ProcessGroupOnly keeps the runner to the process-group kill (the
+	// fallback) even where HostTreeKill reports the cgroup mode.
+	ProcessGroupOnly bool
+}
+
+// TreeKill reports how this runner kills a command's tree: HostTreeKill,
+// or the process-group mode when ProcessGroupOnly is set.
+func (r *LocalRunner) TreeKill() TreeKill {
+	if r.ProcessGroupOnly {
+		return TreeKill{Mode: TreeKillProcessGroup, Reason: "ProcessGroupOnly set"}
+	}
+	return HostTreeKill()
+}
+
+// newLeaf returns the cgroup leaf for one run, or nil in the process-group
+// mode. When the leaf cannot be created (the cgroup was removed or made
+// read-only since detection) the run falls back to the process group.
+func (r *LocalRunner) newLeaf() *leaf {
+	if r.ProcessGroupOnly {
+		return nil
+	}
+	p, _ := hostCgroup()
+	if p == nil {
+		return nil
+	}
+	l, err := p.newLeaf()
+	if err != nil {
+		leafFailures.Add(1)
+		return nil
+	}
+	return l
 }
 
 // RunInContainer runs cmd on this host; see LocalRunner for the rules.
@@ -92,13 +148,27 @@ func (r *LocalRunner) RunInContainer(ctx context.Context, _ string, cmd []string
 	c := osexec.Command(cmd[0], cmd[1:]...)
 	c.Stdout = outW
 	c.Stderr = errW
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cg := r.newLeaf()
+	if cg != nil {
+		c.SysProcAttr.UseCgroupFD, c.SysProcAttr.CgroupFD = true, cg.fd
+	}
+	// Pdeathsig is tied to this OS thread: keep it until the command is
+	// reaped (see LocalRunner).
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
 	if err := c.Start(); err != nil {
 		closeAll(outR, outW, errR, errW)
+		if cg != nil {
+			_ = cg.remove(r.waitDelay())
+		}
 		return nil, err
 	}
 	// The child holds its own copies of the write ends.
 	closeAll(outW, errW)
+	if cg != nil {
+		cg.closeFD()
+	}
 
 	stdout := &limitBuffer{max: runtime.MaxOutputBytes}
 	stderr := &limitBuffer{max: runtime.MaxOutputBytes}
@@ -120,7 +190,10 @@ func (r *LocalRunner) RunInContainer(ctx context.Context, _ string, cmd []string
 		select {
 		case <-exited: // it exited by itself just in time
 		default:
-			killGroup(pid)
+			if cg == nil {
+				stopDescendants(pid)
+			}
+			killTree(cg, pid)
 			<-exited
 			endErr = endError(ctx.Err(), cmd, timeout)
 		}
@@ -128,9 +201,15 @@ func (r *LocalRunner) RunInContainer(ctx context.Context, _ string, cmd []string
 	// The leader is a zombie (exited, not yet reaped) here, so its pid, which
 	// is the group's id, cannot have been reused: killing the group now only
 	// reaches what the command left behind.
-	killGroup(pid)
+	killTree(cg, pid)
 	waitErr := c.Wait() // reaps the leader
 	reapGroup(pid, r.waitDelay())
+	if cg != nil {
+		if isReaper() {
+			cg.reapZombies()
+		}
+		_ = cg.remove(r.waitDelay())
+	}
 
 	r.drain(&readers, outR, errR)
 	out := append(stdout.buf, stderr.buf...)
@@ -235,6 +314,88 @@ func waitExited(pid int) {
 			return
 		}
 	}
+}
+
+// stopDescendants is the process-group mode's reach beyond the group, at
+// a timeout or cancel while the command still runs: it stops (SIGSTOP) the
+// group and then every descendant of the leader found through the parent
+// links of /proc, again until a pass finds no new one, and leaves them
+// stopped for killTree (stopDescendants sends them SIGKILL itself as
+// well). A stopped process can neither fork nor exit, so the links hold
+// while the tree is walked, and a child that called setsid is found
+// through its parent. What it cannot find: a descendant whose parent
+// exited before the walk (a double fork, a daemon), re-parented to PID 1
+// or a subreaper; only the cgroup mode reaches those.
+func stopDescendants(leader int) {
+	_ = unix.Kill(-leader, unix.SIGSTOP)
+	stopped := map[int]bool{leader: true}
+	for range 100 {
+		children := childrenByParent()
+		found := false
+		stack := []int{leader}
+		seen := map[int]bool{leader: true}
+		for len(stack) > 0 {
+			p := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			for _, c := range children[p] {
+				if seen[c] {
+					continue
+				}
+				seen[c] = true
+				stack = append(stack, c)
+				if !stopped[c] {
+					_ = unix.Kill(c, unix.SIGSTOP)
+					stopped[c] = true
+					found = true
+				}
+			}
+		}
+		if !found {
+			break
+		}
+	}
+	for pid := range stopped {
+		if pid != leader {
+			_ = unix.Kill(-pid, unix.SIGKILL) // its own group, if it leads one
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+	}
+}
+
+// childrenByParent maps each parent pid to its children's pids, from
+// /proc/PID/stat.
+func childrenByParent() map[int][]int {
+	out := map[int][]int{}
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		st, err := os.ReadFile(d + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(st, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(st[i+1:]))
+		if len(f) < 2 || f[0] == "Z" {
+			continue
+		}
+		pid, err1 := strconv.Atoi(filepath.Base(d))
+		ppid, err2 := strconv.Atoi(f[1])
+		if err1 == nil && err2 == nil {
+			out[ppid] = append(out[ppid], pid)
+		}
+	}
+	return out
+}
+
+// killTree kills the command's cgroup leaf (when it has one) and its
+// process group.
+func killTree(cg *leaf, pgid int) {
+	if cg != nil {
+		cg.kill()
+	}
+	killGroup(pgid)
 }
 
 // killGroup sends SIGKILL to every process of the group pgid. ESRCH (the

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	osexec "os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -339,9 +340,10 @@ func TestBR02_LeftoversKilledAfterExit(t *testing.T) {
 	}
 }
 
-// TestE2_LocalRunnerEscapedGrandchildHoldsPipe: a grandchild that left the
-// process group (setsid) and keeps stdout open does not hold the run beyond
-// WaitDelay.
+// TestE2_LocalRunnerEscapedGrandchildHoldsPipe: in the process-group mode,
+// a grandchild that left the process group (setsid) and keeps stdout open
+// after the command exited does not hold the run beyond WaitDelay. (The
+// cgroup mode kills it: TestBR02_CgroupKillsWhatLeftTheSession.)
 func TestE2_LocalRunnerEscapedGrandchildHoldsPipe(t *testing.T) {
 	t.Parallel()
 	if _, err := osexec.LookPath("setsid"); err != nil {
@@ -349,7 +351,7 @@ func TestE2_LocalRunnerEscapedGrandchildHoldsPipe(t *testing.T) {
 	}
 	n := uniqueSleep()
 	t.Cleanup(func() { killMarked(t, "sleep "+n) })
-	r := &exec.LocalRunner{WaitDelay: 100 * time.Millisecond}
+	r := &exec.LocalRunner{WaitDelay: 100 * time.Millisecond, ProcessGroupOnly: true}
 	start := time.Now()
 	// The pause lets the grandchild leave the group before sh exits.
 	out, err := r.RunInContainer(context.Background(), "", []string{"sh", "-c", "setsid sleep " + n + " & sleep 0.3; echo hi"}, 5*time.Second)
@@ -368,5 +370,109 @@ func TestE2_LocalRunnerEscapedGrandchildHoldsPipe(t *testing.T) {
 	}
 	if !escaped {
 		t.Fatal("the setsid grandchild is not running: the test did not exercise an escaped pipe holder")
+	}
+}
+
+// requireCgroupMode skips the test where the host does not allow the cgroup
+// mode, unless PROBED_REQUIRE_CGROUP=1 (CI, as root), where it fails.
+func requireCgroupMode(t *testing.T) {
+	t.Helper()
+	if tk := exec.HostTreeKill(); tk.Mode != exec.TreeKillCgroup {
+		if os.Getenv("PROBED_REQUIRE_CGROUP") == "1" {
+			t.Fatalf("cgroup tree kill not available: %s", tk.Reason)
+		}
+		t.Skipf("cgroup tree kill not available here: %s", tk.Reason)
+	}
+}
+
+// liveMarked returns the live processes whose command line is exactly cmd.
+func liveMarked(t *testing.T, cmd string) []proc {
+	var out []proc
+	for _, p := range procs(t) {
+		if p.state != 'Z' && p.cmdline == cmd {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// ownLeaves returns the cgroup leaves of this process still present.
+func ownLeaves(t *testing.T) []string {
+	t.Helper()
+	tk := exec.HostTreeKill()
+	if tk.Cgroup == "" {
+		return nil
+	}
+	m, _ := filepath.Glob(filepath.Join(tk.Cgroup, fmt.Sprintf("probed-exec-%d-*", os.Getpid())))
+	return m
+}
+
+// TestBR02_SetsidChildKilledAfterTimeout (issue 9 §4): a command whose
+// child calls setsid (a session and process group of its own) times out;
+// once the run returned, neither the command nor that child runs any more,
+// in the cgroup mode (cgroup.kill) and in the process-group fallback (the
+// group, then the parent links), and the cgroup mode removed its leaf.
+func TestBR02_SetsidChildKilledAfterTimeout(t *testing.T) {
+	if _, err := osexec.LookPath("setsid"); err != nil {
+		t.Skip("setsid not available")
+	}
+	for _, mode := range []string{exec.TreeKillCgroup, exec.TreeKillProcessGroup} {
+		t.Run(mode, func(t *testing.T) {
+			r := &exec.LocalRunner{ProcessGroupOnly: mode == exec.TreeKillProcessGroup}
+			if mode == exec.TreeKillCgroup {
+				requireCgroupMode(t)
+			}
+			if got := r.TreeKill().Mode; got != mode {
+				t.Fatalf("runner mode %q, want %q", got, mode)
+			}
+			n := uniqueSleep()
+			t.Cleanup(func() { killMarked(t, "sleep "+n) })
+			cmd := []string{"sh", "-c", "setsid sleep " + n + " & sleep " + n}
+			start := time.Now()
+			_, err := r.RunInContainer(context.Background(), "", cmd, time.Second)
+			var te *exec.TimeoutError
+			if !errors.As(err, &te) {
+				t.Fatalf("err = %v, want *TimeoutError", err)
+			}
+			if d := time.Since(start); d > 2*time.Second {
+				t.Fatalf("took %v, want ~1 s", d)
+			}
+			// Killed before the run returned: SIGKILL is delivered at once,
+			// the exit (and /proc) may lag by a moment.
+			if !eventually(500*time.Millisecond, func() bool { return len(liveMarked(t, "sleep "+n)) == 0 }) {
+				t.Fatalf("left running after the timeout: %+v", liveMarked(t, "sleep "+n))
+			}
+			if l := ownLeaves(t); mode == exec.TreeKillCgroup && len(l) > 0 {
+				t.Fatalf("cgroup leaves left: %v", l)
+			}
+		})
+	}
+}
+
+// TestBR02_CgroupKillsWhatLeftTheSession: in the cgroup mode, what the
+// command left behind after exiting by itself is killed whatever it did:
+// a setsid grandchild, and a daemon whose parent exited at once (double
+// fork: re-parented away from the command's tree, out of reach of process
+// groups and parent links).
+func TestBR02_CgroupKillsWhatLeftTheSession(t *testing.T) {
+	if _, err := osexec.LookPath("setsid"); err != nil {
+		t.Skip("setsid not available")
+	}
+	requireCgroupMode(t)
+	n, d := uniqueSleep(), uniqueSleep()
+	t.Cleanup(func() { killMarked(t, "sleep "+n); killMarked(t, "sleep "+d) })
+	r := &exec.LocalRunner{WaitDelay: 100 * time.Millisecond}
+	out, err := r.RunInContainer(context.Background(), "", []string{"sh", "-c",
+		"setsid sleep " + n + " & (setsid sleep " + d + " >/dev/null 2>&1 &); sleep 0.3; echo hi"}, 5*time.Second)
+	if err != nil || string(out) != "hi\n" {
+		t.Fatalf("got %q, %v", out, err)
+	}
+	for _, c := range []string{"sleep " + n, "sleep " + d} {
+		if !eventually(500*time.Millisecond, func() bool { return len(liveMarked(t, c)) == 0 }) {
+			t.Fatalf("%q survived the run: %+v", c, liveMarked(t, c))
+		}
+	}
+	if l := ownLeaves(t); len(l) > 0 {
+		t.Fatalf("cgroup leaves left: %v", l)
 	}
 }

@@ -17,7 +17,17 @@ const DefaultWaitDelay = 250 * time.Millisecond
 type LocalRunner struct {
 	// WaitDelay is unused on this platform.
 	WaitDelay time.Duration
+	// ProcessGroupOnly is unused on this platform.
+	ProcessGroupOnly bool
 }
+
+// HostTreeKill reports the process-group mode: no command runs here.
+func HostTreeKill() TreeKill {
+	return TreeKill{Mode: TreeKillProcessGroup, Reason: "host exec is supported on Linux only"}
+}
+
+// TreeKill returns HostTreeKill().
+func (r *LocalRunner) TreeKill() TreeKill { return HostTreeKill() }
 
 // RunInContainer returns an error: host exec is supported on Linux only.
 func (r *LocalRunner) RunInContainer(context.Context, string, []string, time.Duration) ([]byte, error) {

@@ -77,6 +77,38 @@ func (e *TimeoutError) Error() string {
 	return fmt.Sprintf("command %q timed out", strings.Join(e.Cmd, " "))
 }
 
+// Tree-kill modes reported by HostTreeKill.
+const (
+	// TreeKillCgroup: each command runs in a cgroup v2 leaf of its own and
+	// is ended by writing 1 to the leaf's cgroup.kill, which kills every
+	// process in it whatever it did with sessions and process groups.
+	TreeKillCgroup = "cgroup"
+	// TreeKillProcessGroup: the fallback; each command runs in a process
+	// group of its own, which is sent SIGKILL. A descendant that left the
+	// group (setsid, setpgid) escapes it.
+	TreeKillProcessGroup = "process-group"
+)
+
+// TreeKill describes how LocalRunner kills the process tree of an exec
+// probe's command on this host.
+type TreeKill struct {
+	// Mode is TreeKillCgroup or TreeKillProcessGroup.
+	Mode string
+	// Cgroup is the cgroup v2 directory the leaves are created in (this
+	// process's own cgroup); empty in process-group mode.
+	Cgroup string
+	// Reason says why the cgroup mode is not available (process-group
+	// mode only), e.g. "no cgroup2 mount" or the error of creating a leaf.
+	Reason string
+	// LeafFailures counts the runs that fell back to the process group
+	// because their leaf could not be created (cgroup mode only).
+	LeafFailures uint64
+	// LeftoversKilled counts the leaves of earlier, no longer running
+	// probed processes (killed with -9, say) found in Cgroup at detection:
+	// their processes were killed and the leaves removed.
+	LeftoversKilled int
+}
+
 // ErrHostExecDisabled is returned by DisabledRunner for every run. The exec
 // handler reports it as an errored probe (Unknown plus this error, spec P5):
 // the probe is not run, and the worker discards the attempt. Recognise it
