@@ -21,6 +21,7 @@ import (
 	"github.com/probed/probed/agent/statusview"
 	"github.com/probed/probed/agent/telemetry"
 	"github.com/probed/probed/examples"
+	probeexec "github.com/probed/probed/plugins/exec"
 )
 
 // version is set with -ldflags "-X main.version=...".
@@ -135,7 +136,12 @@ for changes, and serves the pods' statuses on --listen (GET /pods,
 			if err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			if opts.AllowHostExec {
+				logTreeKill(log)
+			}
+			// SIGHUP (the terminal or session went away) stops probed
+			// like SIGTERM: in-flight probes drain, the state is written.
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 			defer stop()
 			if runFor > 0 {
 				var cancel context.CancelFunc
@@ -157,7 +163,7 @@ for changes, and serves the pods' statuses on --listen (GET /pods,
 	f.IntVar(&opts.ExecPoolSize, "exec-pool-size", 64, "most exec probes running at once")
 	f.DurationVar(&opts.SyncFrequency, "sync-frequency", time.Minute, "interval of full pod status regenerations (as the kubelet's --sync-frequency)")
 	f.DurationVar(&opts.Rescan, "rescan-interval", 30*time.Second, "interval of full manifest-directory rescans (besides file events)")
-	f.DurationVar(&runFor, "for", 0, "stop after this long (0: run until SIGINT or SIGTERM)")
+	f.DurationVar(&runFor, "for", 0, "stop after this long (0: run until SIGINT, SIGTERM or SIGHUP)")
 	f.StringVar(&opts.PluginDir, "plugin-dir", "", "directory of probe plugins: every executable file in it is started as a plugin (docs/plugins.md)")
 	f.StringVar(&opts.PluginConfig, "plugin-config", "", "probe plugin configuration file, YAML or JSON: paths, sha256 pins, in-flight caps, parameter schemas (docs/plugins.md)")
 	f.StringVar(&opts.StateDir, "state-dir", "", "directory for the pods' last statuses, read back at start (off when empty)")
@@ -172,6 +178,19 @@ for changes, and serves the pods' statuses on --listen (GET /pods,
 	f.StringVar(&tel.NodeName, "node-name", hostname(), "node name, for the k8s.node.name resource attribute")
 	logs.add(cmd)
 	return cmd
+}
+
+// logTreeKill says at start how exec probe commands' process trees are
+// killed on this host (docs/operations.md, "What exec may do").
+func logTreeKill(log *slog.Logger) {
+	tk := probeexec.HostTreeKill()
+	if tk.Mode == probeexec.TreeKillCgroup {
+		log.Info("exec probes: process trees killed through cgroup v2 leaves", "treeKill", tk.Mode,
+			"cgroup", tk.Cgroup, "leftoversKilled", tk.LeftoversKilled)
+		return
+	}
+	log.Warn("exec probes: cgroup v2 tree kill not available, falling back to process-group kill (a descendant whose parent exited, e.g. a daemon, can escape)",
+		"treeKill", tk.Mode, "reason", tk.Reason)
 }
 
 func hostname() string {
