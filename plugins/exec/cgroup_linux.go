@@ -123,7 +123,10 @@ func (p *cgroupParent) check() error {
 }
 
 // removeLeftovers kills and removes the leaves of probed processes that no
-// longer run (their pid has no /proc entry), and returns how many.
+// longer run (their pid has no /proc entry), and returns how many. Pids are
+// read in this process's PID namespace: two probed processes sharing one
+// cgroup from different PID namespaces would mistake each other's leaves
+// for leftovers (container runtimes give each container its own cgroup).
 func (p *cgroupParent) removeLeftovers() int {
 	entries, err := os.ReadDir(p.dir)
 	if err != nil {

@@ -3,7 +3,9 @@
 // The handler expands the probe's command once per worker (E1), hands it to
 // a Runner on every attempt (E2) and maps what the runner returns to a
 // verdict (E3). Runners: LocalRunner runs the command on this host (the
-// agent's manifest mode), DisabledRunner refuses to run anything; a CRI
+// agent's manifest mode) and kills its whole process tree when the run ends
+// (a cgroup v2 leaf per run where the host allows it, else the process
+// group: HostTreeKill), DisabledRunner refuses to run anything; a CRI
 // runner can implement the same interface.
 package exec
 
