@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -380,6 +381,15 @@ func TestRunExitCodes(t *testing.T) {
 	pod := func(probe string) string {
 		return manifest(t, fmt.Sprintf("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: app\n    image: app\n    readinessProbe:\n      %s\n", probe))
 	}
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	zero := filepath.Join(dir, "zero.yaml")
+	if err := os.Symlink("/dev/zero", zero); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name   string
 		opts   check.Options
@@ -394,6 +404,10 @@ func TestRunExitCodes(t *testing.T) {
 		{"no probes", check.Options{File: manifest(t, "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - {name: app, image: app}\n")},
 			check.ExitOK, []string{"no probes found"}},
 		{"missing file", check.Options{File: filepath.Join(t.TempDir(), "nope.yaml")}, check.ExitBadInput, []string{"nope.yaml"}},
+		// Issue 9 §2: not regular files are refused at once, naming them.
+		{"FIFO", check.Options{File: fifo}, check.ExitBadInput, []string{fifo + ": is a FIFO (named pipe), not a regular file"}},
+		{"/dev/zero", check.Options{File: zero}, check.ExitBadInput, []string{zero + ": is a character device, not a regular file"}},
+		{"directory", check.Options{File: dir}, check.ExitBadInput, []string{dir + ": is a directory, not a regular file"}},
 		{"unknown field", check.Options{File: pod(fmt.Sprintf("httpget: {path: /ok, port: %d}", web))}, check.ExitBadInput,
 			[]string{"pod.yaml: document 1: pod default/p: container \"app\": spec.containers[0].readinessProbe.httpget: unknown field \"httpget\""}},
 		{"invalid probe", check.Options{File: pod(fmt.Sprintf("httpGet: {path: /ok, port: %d}\n      periodSeconds: -1", web))}, check.ExitBadInput,

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -14,6 +13,8 @@ import (
 	yamlv3 "go.yaml.in/yaml/v3"
 	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/probed/probed/runtime/fileread"
 )
 
 // DefaultMaxFileBytes is the default bound on the size of one manifest file:
@@ -95,36 +96,35 @@ func LoadFile(path string, opts Options) ([]Entry, []error) {
 	return r.Entries, r.Errors
 }
 
-// LoadFileAll reads the file at path, refusing files larger than
-// Options.MaxFileBytes, and decodes it with DecodeAll.
+// LoadFileAll reads the file at path, refusing anything that is not a
+// regular file (a FIFO, a device such as /dev/zero, a socket, a directory;
+// symlinks followed) and files larger than Options.MaxFileBytes, without
+// blocking on the open and without reading more than the limit (package
+// runtime/fileread), and decodes it with DecodeAll.
 func LoadFileAll(path string, opts Options) *Result {
-	max := opts.maxBytes()
-	fail := func(detail string, err error) *Result {
-		return &Result{Errors: []error{&Error{File: path, Detail: detail, Err: err}}}
-	}
-	f, err := os.Open(path)
+	data, err := ReadFile(path, opts)
 	if err != nil {
-		return fail(err.Error(), err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return fail(err.Error(), err)
-	}
-	if st.IsDir() {
-		return fail("is a directory", nil)
-	}
-	if st.Size() > max {
-		return fail(tooLarge(st.Size(), max), nil)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return fail(err.Error(), err)
-	}
-	if int64(len(data)) > max {
-		return fail(fmt.Sprintf("file is more than the limit of %d bytes (Options.MaxFileBytes)", max), nil)
+		return &Result{Errors: []error{err}}
 	}
 	return DecodeAll(data, path, opts)
+}
+
+// ReadFile reads the manifest file at path as LoadFileAll does, without
+// decoding it. The error is an *Error for the whole file.
+func ReadFile(path string, opts Options) ([]byte, error) {
+	data, err := fileread.ReadFile(path, opts.maxBytes())
+	if err == nil {
+		return data, nil
+	}
+	detail := err.Error()
+	var fe *fileread.Error
+	if errors.As(err, &fe) {
+		detail = fe.Detail
+		if errors.Is(err, fileread.ErrTooLarge) {
+			detail += " (Options.MaxFileBytes)"
+		}
+	}
+	return nil, &Error{File: path, Detail: detail, Err: err}
 }
 
 func tooLarge(size, max int64) string {

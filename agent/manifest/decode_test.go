@@ -722,7 +722,7 @@ func TestSizeLimit(t *testing.T) {
 	if _, errs := LoadFile(filepath.Join(dir, "nope.yaml"), Options{}); len(errs) != 1 || !strings.Contains(errs[0].Error(), "nope.yaml") {
 		t.Errorf("missing file: %v", errs)
 	}
-	if _, errs := LoadFile(dir, Options{}); len(errs) != 1 || !strings.HasSuffix(errs[0].Error(), "is a directory") {
+	if _, errs := LoadFile(dir, Options{}); len(errs) != 1 || !strings.HasSuffix(errs[0].Error(), "is a directory, not a regular file") {
 		t.Errorf("directory: %v", errs)
 	}
 }

@@ -179,23 +179,15 @@ func (s *Source) Scan() Snapshot {
 }
 
 // load returns the decoded content of path, decoding it again only when
-// the content changed. A file over the size limit is refused unread.
+// the content changed. A file that is not a regular file (a FIFO, a device,
+// a socket, a directory behind a symlink) or is over the size limit is
+// refused unread, without blocking (manifest.ReadFile), and reported like a
+// manifest that does not decode: the other files keep loading.
 func (s *Source) load(path string) (*manifest.Result, error) {
-	fi, err := os.Stat(path)
+	data, err := manifest.ReadFile(path, s.opts.Manifest)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	limit := s.opts.Manifest.MaxFileBytes
-	if limit <= 0 {
-		limit = manifest.DefaultMaxFileBytes
-	}
-	if fi.Size() > limit {
 		delete(s.files, path)
-		return manifest.LoadFileAll(path, s.opts.Manifest), nil
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, err
 	}
 	sum := sha256.Sum256(data)
 	if st, ok := s.files[path]; ok && st.sum == sum {

@@ -1,0 +1,5 @@
+//go:build !unix
+
+package fileread
+
+const openFlags = 0
