@@ -66,7 +66,8 @@ type Agent struct {
 
 	ln net.Listener
 
-	savedVersion uint64 // store version of the last state write (Run's goroutines only)
+	savedVersion uint64        // store version of the last state write (Run's goroutines only)
+	stateWriter  *state.Writer // when StateDir is set
 }
 
 // Options configure the agent. Durations are time.Duration values; the CLI
@@ -242,6 +243,7 @@ func New(opts Options) (*Agent, error) {
 		if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
 			return fail(fmt.Errorf("--state-dir: %w", err))
 		}
+		a.stateWriter = state.NewWriter(opts.StateDir, state.WriterOptions{Logger: opts.Logger})
 		saved, err := state.Load(opts.StateDir)
 		if err != nil {
 			a.log.Error("state not restored", "err", err)
@@ -403,8 +405,7 @@ func (a *Agent) saveState(final bool) {
 	if !final && version == a.savedVersion {
 		return
 	}
-	if err := state.Save(a.opts.StateDir, pods, time.Now()); err != nil {
-		a.log.Error("saving state", "dir", a.opts.StateDir, "err", err)
+	if !a.stateWriter.Save(pods, final) { // logs failures, backing off
 		return
 	}
 	a.savedVersion = version

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/probed/probed/agent/store"
+	"github.com/probed/probed/runtime/fileread"
 )
 
 // FileName is the state file inside the state directory.
@@ -43,8 +44,10 @@ type File struct {
 }
 
 // Load reads the state file of dir. A missing file is no error (nil, nil).
-// A corrupt or foreign file is an error naming the file; the caller reports
-// it and starts without state. Leftover temporary files of an interrupted
+// A corrupt or foreign file, one that is not a regular file (a FIFO, a
+// device such as /dev/zero, a directory; opened without blocking) or one of
+// more than MaxFileBytes is an error naming the file; the caller reports it
+// and starts without state. Leftover temporary files of an interrupted
 // write are removed.
 func Load(dir string) ([]store.SavedPod, error) {
 	if leftovers, err := filepath.Glob(filepath.Join(dir, ".probed-state-*.tmp")); err == nil {
@@ -53,17 +56,14 @@ func Load(dir string) ([]store.SavedPod, error) {
 		}
 	}
 	path := filepath.Join(dir, FileName)
-	fi, err := os.Stat(path)
+	data, err := fileread.ReadFile(path, MaxFileBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
-	if err != nil {
-		return nil, fmt.Errorf("state file %s: %w", path, err)
+	var refused *fileread.Error
+	if errors.As(err, &refused) {
+		return nil, fmt.Errorf("state file %w; ignoring it", err)
 	}
-	if fi.Size() > MaxFileBytes {
-		return nil, fmt.Errorf("state file %s: %d bytes, more than the %d allowed; ignoring it", path, fi.Size(), MaxFileBytes)
-	}
-	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("state file %s: %w", path, err)
 	}

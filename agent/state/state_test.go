@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -100,5 +101,55 @@ func TestCrashMidWriteKeepsPreviousState(t *testing.T) {
 	}
 	if got, err := Load(dir); err != nil || len(got) != 0 {
 		t.Fatalf("after saving no pods: %v, %v", got, err)
+	}
+}
+
+// TestLoadRefusesSpecialFiles: a state file that is a FIFO (no writer),
+// a symlink to /dev/zero or a directory is refused at once, naming the file
+// and what it is, instead of hanging or reading without end (issue 9 §2);
+// a state file over MaxFileBytes is refused naming the limit.
+func TestLoadRefusesSpecialFiles(t *testing.T) {
+	for what, create := range map[string]func(path string) error{
+		"a FIFO (named pipe)": func(p string) error { return syscall.Mkfifo(p, 0o600) },
+		"a character device":  func(p string) error { return os.Symlink("/dev/zero", p) },
+		"a directory":         func(p string) error { return os.Mkdir(p, 0o700) },
+	} {
+		dir := t.TempDir()
+		path := filepath.Join(dir, FileName)
+		if err := create(path); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { _, err := Load(dir); done <- err }()
+		select {
+		case err := <-done:
+			want := "state file " + path + ": is " + what + ", not a regular file; ignoring it"
+			if err == nil || err.Error() != want {
+				t.Errorf("%s: %v, want %q", what, err, want)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("Load of %s did not return", what)
+		}
+		// The next Save replaces it.
+		if what != "a directory" {
+			if err := Save(dir, samplePods(), time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := Load(dir); err != nil || len(got) != 1 {
+				t.Errorf("%s replaced by Save: %v, %v", what, got, err)
+			}
+		}
+	}
+	dir := t.TempDir()
+	big, err := os.Create(filepath.Join(dir, FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := big.Truncate(MaxFileBytes + 1); err != nil {
+		t.Fatal(err)
+	}
+	big.Close()
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "more than the limit of 67108864 bytes") {
+		t.Errorf("oversized state file: %v", err)
 	}
 }
