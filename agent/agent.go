@@ -117,6 +117,9 @@ type Options struct {
 	// PluginDir and PluginConfig select the probe plugins to start
 	// (docs/plugins.md); both empty: no plugins.
 	PluginDir, PluginConfig string
+	// RequirePluginPin refuses plugins without a sha256 pin
+	// (pluginhost.Options.RequirePin).
+	RequirePluginPin bool
 	// Version is probed's version, told to plugins.
 	Version string
 	// Logger; nil: slog.Default().
@@ -173,7 +176,7 @@ func New(opts Options) (*Agent, error) {
 	// the host is empty and every custom kind is a load error.
 	var err error
 	a.plugins, err = pluginhost.New(context.Background(), pluginhost.Options{
-		Dir: opts.PluginDir, ConfigFile: opts.PluginConfig, Logger: opts.Logger,
+		Dir: opts.PluginDir, ConfigFile: opts.PluginConfig, RequirePin: opts.RequirePluginPin, Logger: opts.Logger,
 		MetricsRegisterer: a.reg, HostVersion: opts.Version, TracerProvider: opts.TracerProvider,
 	})
 	if err != nil {

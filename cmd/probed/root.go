@@ -166,6 +166,7 @@ for changes, and serves the pods' statuses on --listen (GET /pods,
 	f.DurationVar(&runFor, "for", 0, "stop after this long (0: run until SIGINT, SIGTERM or SIGHUP)")
 	f.StringVar(&opts.PluginDir, "plugin-dir", "", "directory of probe plugins: every executable file in it is started as a plugin (docs/plugins.md)")
 	f.StringVar(&opts.PluginConfig, "plugin-config", "", "probe plugin configuration file, YAML or JSON: paths, sha256 pins, in-flight caps, parameter schemas (docs/plugins.md)")
+	f.BoolVar(&opts.RequirePluginPin, "require-plugin-pin", false, "refuse to start when any plugin has no sha256 pin in --plugin-config (the error gives each binary's sha256); without it, unpinned plugins are named in one warning")
 	f.StringVar(&opts.StateDir, "state-dir", "", "directory for the pods' last statuses, read back at start (off when empty)")
 	f.DurationVar(&opts.StateInterval, "state-interval", time.Second, "how often changed statuses are written to --state-dir")
 	f.BoolVar(&opts.NoPerPodLabels, "no-per-pod-metric-labels", false, "leave the container, pod, namespace and pod_uid labels of prober_probe_* empty: one series per probe type and result, for very dense nodes")

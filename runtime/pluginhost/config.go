@@ -12,6 +12,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/probed/probed/runtime/fileread"
 	"github.com/probed/probed/runtime/pluginproto"
 )
 
@@ -50,9 +51,9 @@ type PluginConfig struct {
 	// inherits the agent's; these win over the agent's.
 	Env map[string]string `json:"env,omitempty"`
 	// SHA256 pins the binary: the hex SHA-256 it must have. The host checks
-	// it before every start (go-plugin SecureConfig) and refuses a binary
-	// that differs. Own the directory too: the check and the exec are not
-	// atomic.
+	// it before every start (streamed through runtime/fileread, at most
+	// MaxBinaryBytes) and refuses a binary that differs. Own the directory
+	// too: the check and the exec are not atomic.
 	SHA256 string `json:"sha256,omitempty"`
 	// MaxInFlight caps the probes in flight in this plugin; a probe over the
 	// cap waits until its deadline, then is errored.
@@ -74,11 +75,21 @@ type ParamSchema struct {
 	Description string `json:"description,omitempty"`
 }
 
+// MaxConfigBytes bounds the plugin configuration file: 1 MiB.
+const MaxConfigBytes = 1 << 20
+
+// MaxBinaryBytes bounds what is hashed of a pinned plugin binary: 1 GiB. A
+// larger binary (or one that does not end, a device behind a symlink) is
+// refused; the hash streams, so the limit bounds time, not memory.
+const MaxBinaryBytes = 1 << 30
+
 // LoadConfig reads a plugin configuration file (YAML or JSON, strictly:
-// unknown fields are errors) and checks it with Validate. Relative paths are
+// unknown fields are errors) and checks it with Validate. The file must be
+// a regular file of at most MaxConfigBytes (read with runtime/fileread: a
+// FIFO or device is refused without blocking). Relative paths are
 // left as written; New resolves them.
 func LoadConfig(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := fileread.ReadFile(path, MaxConfigBytes)
 	if err != nil {
 		return nil, fmt.Errorf("plugin config: %w", err)
 	}

@@ -20,11 +20,14 @@ package pluginhost
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -32,6 +35,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/fileread"
 )
 
 // Backoff is the restart policy of a plugin that died.
@@ -71,6 +75,16 @@ type Options struct {
 	// Plugins are configured in addition to ConfigFile's (same names are an
 	// error).
 	Plugins []PluginConfig
+	// RequirePin refuses to start when any plugin has no sha256 pin (the
+	// error names each, with its binary's current SHA-256). Without it,
+	// unpinned plugins start and one WARN line names them.
+	RequirePin bool
+	// SocketDir is where the host creates its private directory of plugin
+	// sockets (one subdirectory per plugin, handed to the plugin as
+	// PLUGIN_UNIX_SOCKET_DIR, emptied before each start so a plugin killed
+	// with SIGKILL leaves no socket behind; removed by Close). Default: the
+	// system's temporary directory.
+	SocketDir string
 
 	// Logger receives the host's logs and the plugins' (their stderr, JSON
 	// lines keeping their level); nil: slog.Default(). Plugins log at the
@@ -142,6 +156,10 @@ type Host struct {
 	kinds   map[string]*kindHandler
 	metrics *metrics
 
+	// socketDir holds one directory per plugin for its unix socket
+	// (go-plugin's PLUGIN_UNIX_SOCKET_DIR); Close removes it.
+	socketDir string
+
 	ctx       context.Context // cancelled by Close
 	cancel    context.CancelFunc
 	closeOnce sync.Once
@@ -153,8 +171,10 @@ type Host struct {
 // StartTimeout and ctx. With no plugin at all it returns an empty Host.
 //
 // It fails — after stopping the plugins it started — when the configuration
-// is invalid, a binary is missing, a pinned binary's SHA-256 differs
-// ("refusing to start"), a plugin wrote to stdout before the go-plugin
+// is invalid or not a regular file, RequirePin is set and a plugin has no
+// pin, a binary is missing, a pinned binary's SHA-256 differs or cannot be
+// computed (not a regular file, more than MaxBinaryBytes: "refusing to
+// start"), a plugin wrote to stdout before the go-plugin
 // handshake, speaks another protocol version, does not start in time,
 // reports an invalid kind, or two plugins serve the same kind. Every
 // plugin's error is included.
@@ -179,14 +199,24 @@ func New(ctx context.Context, opts Options) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, c := range cfgs {
-		in, err := newInstance(h, c)
+	if err := checkPinned(cfgs, opts.RequirePin); err != nil {
+		return nil, err
+	}
+	if len(cfgs) > 0 {
+		if h.socketDir, err = os.MkdirTemp(opts.SocketDir, "probed-plugins-"); err != nil {
+			return nil, fmt.Errorf("plugins: socket directory: %w", err)
+		}
+	}
+	for i, c := range cfgs {
+		in, err := newInstance(h, c, filepath.Join(h.socketDir, strconv.Itoa(i)))
 		if err != nil {
+			_ = os.RemoveAll(h.socketDir)
 			return nil, err
 		}
 		h.plugins = append(h.plugins, in)
 	}
 	if h.metrics, err = newMetrics(opts.MetricsRegisterer, h); err != nil {
+		_ = os.RemoveAll(h.socketDir)
 		return nil, err
 	}
 	for _, in := range h.plugins {
@@ -218,10 +248,40 @@ func New(ctx context.Context, opts Options) (*Host, error) {
 		_ = h.Close(closeCtx)
 		return nil, errors.Join(errs...)
 	}
+	var unpinned []string
 	for _, in := range h.plugins {
 		h.log.Info("plugin started", "plugin", in.cfg.Name, "path", in.cfg.Path, "kinds", in.kindNames(), "maxInFlight", cap(in.sem), "pinned", len(in.checksum) > 0)
+		if in.checksum == nil {
+			unpinned = append(unpinned, in.cfg.Name)
+		}
+	}
+	if len(unpinned) > 0 {
+		h.log.Warn("plugins run unpinned: their binaries are not checked before they start (set sha256 in --plugin-config; --require-plugin-pin refuses unpinned plugins)", "plugins", unpinned)
 	}
 	return h, nil
+}
+
+// checkPinned returns, when required, an error naming every plugin without
+// a sha256 pin, with its binary's current SHA-256 to pin (or why it cannot
+// be computed).
+func checkPinned(cfgs []PluginConfig, required bool) error {
+	if !required {
+		return nil
+	}
+	var errs []error
+	for _, c := range cfgs {
+		if c.SHA256 != "" {
+			continue
+		}
+		sum := "cannot be computed"
+		if b, err := fileread.SHA256(c.Path, MaxBinaryBytes); err == nil {
+			sum = "is " + hex.EncodeToString(b)
+		} else {
+			sum += ": " + err.Error()
+		}
+		errs = append(errs, fmt.Errorf("plugin %q (%s) has no sha256 pin and pins are required (RequirePin, --require-plugin-pin); its sha256 %s", c.Name, c.Path, sum))
+	}
+	return errors.Join(errs...)
 }
 
 // indexKinds builds the kind → handler index; two plugins serving one kind
@@ -337,6 +397,11 @@ func (h *Host) Close(ctx context.Context) error {
 			}
 		}
 		h.metrics.unregister()
+		if h.socketDir != "" {
+			if err := os.RemoveAll(h.socketDir); err != nil {
+				errs = append(errs, fmt.Errorf("plugins: socket directory: %w", err))
+			}
+		}
 		h.closeErr = errors.Join(errs...)
 	})
 	return h.closeErr

@@ -1,12 +1,10 @@
 package pluginhost
 
 import (
+	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -21,6 +19,7 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 
+	"github.com/probed/probed/runtime/fileread"
 	"github.com/probed/probed/runtime/pluginproto"
 	pb "github.com/probed/probed/runtime/pluginproto/probeplugin/v1"
 )
@@ -31,6 +30,9 @@ type instance struct {
 	cfg      PluginConfig
 	checksum []byte
 	log      *slog.Logger
+	// socketDir holds the unix socket of the plugin's process: its own
+	// directory under the host's, emptied before each start.
+	socketDir string
 
 	// Fixed by the first start, read only once ready is set.
 	ready   atomic.Bool
@@ -57,8 +59,8 @@ type proc struct {
 	info    *pb.GetInfoResponse
 }
 
-func newInstance(h *Host, c PluginConfig) (*instance, error) {
-	in := &instance{h: h, cfg: c, log: h.log.With("plugin", c.Name), done: make(chan struct{})}
+func newInstance(h *Host, c PluginConfig, socketDir string) (*instance, error) {
+	in := &instance{h: h, cfg: c, log: h.log.With("plugin", c.Name), done: make(chan struct{}), socketDir: socketDir}
 	if c.SHA256 != "" {
 		sum, err := parseChecksum(c.SHA256)
 		if err != nil {
@@ -179,11 +181,14 @@ func (in *instance) start(first bool) (*proc, error) {
 	for k, v := range in.cfg.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
+	cmd.Env = append(cmd.Env, plugin.EnvUnixSocketDir+"="+in.socketDir) // last: ours wins
 	setParentDeathSignal(cmd)
-	var secure *plugin.SecureConfig
-	if in.checksum != nil {
-		// A new hash each start: SecureConfig.Check writes into it.
-		secure = &plugin.SecureConfig{Checksum: in.checksum, Hash: sha256.New()}
+	if err := in.checkPin(); err != nil {
+		return nil, err
+	}
+	// The socket of a previous process killed with SIGKILL is still there.
+	if err := in.resetSocketDir(); err != nil {
+		return nil, err
 	}
 	tp := opts.TracerProvider
 	var traceOpts []otelgrpc.Option
@@ -197,7 +202,6 @@ func (in *instance) start(first bool) (*proc, error) {
 		HandshakeConfig:  pluginproto.Handshake,
 		VersionedPlugins: pluginproto.VersionedPlugins(nil),
 		Cmd:              cmd,
-		SecureConfig:     secure,
 		AutoMTLS:         true,
 		SkipHostEnv:      true, // cmd.Env has it already
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
@@ -259,15 +263,6 @@ func (in *instance) explainStart(err error, stderr string) error {
 		said = "; its stderr ends with: " + stderr
 	}
 	switch {
-	case errors.Is(err, plugin.ErrChecksumsDoNotMatch):
-		actual := "unknown"
-		if sum, herr := fileSHA256(path); herr == nil {
-			actual = sum
-		}
-		return fmt.Errorf("plugin %q: refusing to start %s: its sha256 is %s but the configuration pins %s (rebuild or re-pin the plugin)",
-			name, path, actual, hex.EncodeToString(in.checksum))
-	case strings.Contains(msg, "error verifying checksum"):
-		return fmt.Errorf("plugin %q: refusing to start %s: cannot verify its sha256: %w", name, path, err)
 	case strings.Contains(msg, "Failed to read any lines from plugin's stdout"),
 		strings.Contains(msg, "plugin exited before we could connect"):
 		return fmt.Errorf("plugin %q (%s) exited before the go-plugin handshake%s", name, path, said)
@@ -305,17 +300,39 @@ func (b *tailBuffer) String() string {
 	return string(b.buf)
 }
 
-func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
+// checkPin refuses to start a pinned plugin whose binary's SHA-256
+// differs from the pin, or that cannot be hashed: not a regular file, more
+// than MaxBinaryBytes (hashed streaming through runtime/fileread, so a FIFO
+// or /dev/zero behind the path neither hangs nor runs without end). It runs
+// before every start. (go-plugin's SecureConfig would do the same check,
+// but its unbounded, blocking read is what this replaces.)
+func (in *instance) checkPin() error {
+	if in.checksum == nil {
+		return nil
+	}
+	name, path := in.cfg.Name, in.cfg.Path
+	sum, err := fileread.SHA256(path, MaxBinaryBytes)
 	if err != nil {
-		return "", err
+		return fmt.Errorf("plugin %q: refusing to start %s: cannot verify its sha256: %w", name, path, err)
 	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
+	if !bytes.Equal(sum, in.checksum) {
+		return fmt.Errorf("plugin %q: refusing to start %s: its sha256 is %s but the configuration pins %s (rebuild or re-pin the plugin)",
+			name, path, hex.EncodeToString(sum), hex.EncodeToString(in.checksum))
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return nil
+}
+
+// resetSocketDir empties the instance's socket directory (PLUGIN_UNIX_SOCKET_DIR
+// of its processes; see Host): a process killed with SIGKILL leaves its
+// socket behind, and the next start removes it.
+func (in *instance) resetSocketDir() error {
+	if err := os.RemoveAll(in.socketDir); err != nil {
+		return fmt.Errorf("plugin %q: socket directory: %w", in.cfg.Name, err)
+	}
+	if err := os.Mkdir(in.socketDir, 0o700); err != nil {
+		return fmt.Errorf("plugin %q: socket directory: %w", in.cfg.Name, err)
+	}
+	return nil
 }
 
 // adopt checks GetInfo's answer. On the first start it fixes the kinds and

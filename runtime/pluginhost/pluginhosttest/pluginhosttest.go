@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -142,4 +143,29 @@ func Pod(uid types.UID, annotations map[string]string) (*v1.Pod, v1.PodStatus) {
 		}},
 	}
 	return pod, status
+}
+
+// UnixSockets returns the filesystem paths of the unix sockets process pid
+// holds open (its /proc/<pid>/fd entries matched by inode against
+// /proc/<pid>/net/unix), sorted; abstract and unnamed sockets are left out.
+func UnixSockets(pid int) []string {
+	inodes := map[string]bool{}
+	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	for _, fd := range fds {
+		link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+		if err == nil && strings.HasPrefix(link, "socket:[") {
+			inodes[strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]")] = true
+		}
+	}
+	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/net/unix", pid))
+	var out []string
+	// Num RefCount Protocol Flags Type St Inode Path
+	for _, line := range strings.Split(string(data), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) >= 8 && inodes[f[6]] && strings.HasPrefix(f[7], "/") {
+			out = append(out, f[7])
+		}
+	}
+	sort.Strings(out)
+	return out
 }
