@@ -215,3 +215,54 @@ func TestKillLeavesNoStaleSocket(t *testing.T) {
 		}
 	}
 }
+
+// TestStaleSocketDirsRemoved: a socket directory left by an agent that was
+// killed (its lock free) is removed when a host starts; one whose lock is
+// held (a live agent, maybe in another PID namespace) is kept; the host's
+// own directory lives until Close.
+func TestStaleSocketDirsRemoved(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	mk := func(name string) (dir string, lock *os.File) {
+		dir = filepath.Join(base, name)
+		if err := os.MkdirAll(filepath.Join(dir, "0"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "0", "plugin123"), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		lock, err := os.Create(filepath.Join(dir, ".lock"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { lock.Close() })
+		return dir, lock
+	}
+	stale, staleLock := mk("probed-plugins-1")
+	staleLock.Close()
+	live, liveLock := mk("probed-plugins-2")
+	if err := syscall.Flock(int(liveLock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	h, err := pluginhost.New(context.Background(), pluginhost.Options{Plugins: []pluginhost.PluginConfig{testConfig("t")}, SocketDir: base, Logger: newLogger(&logBuffer{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(stale); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("stale socket directory %s kept (%v)", stale, err)
+	}
+	if _, err := os.Lstat(filepath.Join(live, "0", "plugin123")); err != nil {
+		t.Errorf("live agent's socket directory touched: %v", err)
+	}
+	own := pluginhosttest.UnixSockets(pidOf(t, h, "t"))
+	if len(own) == 0 || !strings.HasPrefix(own[0], base+"/probed-plugins-") {
+		t.Errorf("plugin sockets %v, want them under %s", own, base)
+	}
+	if err := h.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	left, _ := filepath.Glob(filepath.Join(base, "probed-plugins-*"))
+	if len(left) != 1 || left[0] != live {
+		t.Errorf("after Close: %v, want only %s", left, live)
+	}
+}

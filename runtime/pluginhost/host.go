@@ -80,10 +80,11 @@ type Options struct {
 	// unpinned plugins start and one WARN line names them.
 	RequirePin bool
 	// SocketDir is where the host creates its private directory of plugin
-	// sockets (one subdirectory per plugin, handed to the plugin as
-	// PLUGIN_UNIX_SOCKET_DIR, emptied before each start so a plugin killed
-	// with SIGKILL leaves no socket behind; removed by Close). Default: the
-	// system's temporary directory.
+	// sockets, probed-plugins-* (one subdirectory per plugin, handed to the
+	// plugin as PLUGIN_UNIX_SOCKET_DIR, emptied before each start so a
+	// plugin killed with SIGKILL leaves no socket behind; locked while the
+	// host lives; removed by Close, or by the next host when the agent was
+	// killed). Default: the system's temporary directory.
 	SocketDir string
 
 	// Logger receives the host's logs and the plugins' (their stderr, JSON
@@ -157,8 +158,10 @@ type Host struct {
 	metrics *metrics
 
 	// socketDir holds one directory per plugin for its unix socket
-	// (go-plugin's PLUGIN_UNIX_SOCKET_DIR); Close removes it.
-	socketDir string
+	// (go-plugin's PLUGIN_UNIX_SOCKET_DIR), locked while the host lives;
+	// Close removes it.
+	socketDir       string
+	unlockSocketDir func()
 
 	ctx       context.Context // cancelled by Close
 	cancel    context.CancelFunc
@@ -203,20 +206,20 @@ func New(ctx context.Context, opts Options) (*Host, error) {
 		return nil, err
 	}
 	if len(cfgs) > 0 {
-		if h.socketDir, err = os.MkdirTemp(opts.SocketDir, "probed-plugins-"); err != nil {
-			return nil, fmt.Errorf("plugins: socket directory: %w", err)
+		if h.socketDir, h.unlockSocketDir, err = makeSocketDir(opts.SocketDir); err != nil {
+			return nil, err
 		}
 	}
 	for i, c := range cfgs {
 		in, err := newInstance(h, c, filepath.Join(h.socketDir, strconv.Itoa(i)))
 		if err != nil {
-			_ = os.RemoveAll(h.socketDir)
+			h.removeSocketDir()
 			return nil, err
 		}
 		h.plugins = append(h.plugins, in)
 	}
 	if h.metrics, err = newMetrics(opts.MetricsRegisterer, h); err != nil {
-		_ = os.RemoveAll(h.socketDir)
+		h.removeSocketDir()
 		return nil, err
 	}
 	for _, in := range h.plugins {
@@ -397,12 +400,21 @@ func (h *Host) Close(ctx context.Context) error {
 			}
 		}
 		h.metrics.unregister()
-		if h.socketDir != "" {
-			if err := os.RemoveAll(h.socketDir); err != nil {
-				errs = append(errs, fmt.Errorf("plugins: socket directory: %w", err))
-			}
+		if err := h.removeSocketDir(); err != nil {
+			errs = append(errs, fmt.Errorf("plugins: socket directory: %w", err))
 		}
 		h.closeErr = errors.Join(errs...)
 	})
 	return h.closeErr
+}
+
+// removeSocketDir removes the host's socket directory, if any, and
+// releases its lock.
+func (h *Host) removeSocketDir() error {
+	if h.socketDir == "" {
+		return nil
+	}
+	err := os.RemoveAll(h.socketDir)
+	h.unlockSocketDir()
+	return err
 }
