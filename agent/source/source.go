@@ -3,7 +3,10 @@
 // level of the directory is decoded with package manifest; files are read in
 // lexical order. A file that fails to decode is reported (file, document,
 // pod, container, field) and the rest keep loading; a file that is fixed is
-// picked up on the next scan.
+// picked up on the next scan. Entries that are not regular files (a FIFO, a
+// device such as /dev/zero, a socket, a directory behind a symlink) are
+// refused the same way, without blocking or reading without end (package
+// runtime/fileread), so they never stop the scan or the watch.
 package source
 
 import (
