@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -147,7 +148,8 @@ func Pod(uid types.UID, annotations map[string]string) (*v1.Pod, v1.PodStatus) {
 
 // UnixSockets returns the filesystem paths of the unix sockets process pid
 // holds open (its /proc/<pid>/fd entries matched by inode against
-// /proc/<pid>/net/unix), sorted; abstract and unnamed sockets are left out.
+// /proc/<pid>/net/unix), sorted, each once (a listener and its accepted
+// connections share a path); abstract and unnamed sockets are left out.
 func UnixSockets(pid int) []string {
 	inodes := map[string]bool{}
 	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
@@ -162,7 +164,7 @@ func UnixSockets(pid int) []string {
 	// Num RefCount Protocol Flags Type St Inode Path
 	for _, line := range strings.Split(string(data), "\n")[1:] {
 		f := strings.Fields(line)
-		if len(f) >= 8 && inodes[f[6]] && strings.HasPrefix(f[7], "/") {
+		if len(f) >= 8 && inodes[f[6]] && strings.HasPrefix(f[7], "/") && !slices.Contains(out, f[7]) {
 			out = append(out, f[7])
 		}
 	}
