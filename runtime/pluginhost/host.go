@@ -213,13 +213,13 @@ func New(ctx context.Context, opts Options) (*Host, error) {
 	for i, c := range cfgs {
 		in, err := newInstance(h, c, filepath.Join(h.socketDir, strconv.Itoa(i)))
 		if err != nil {
-			h.removeSocketDir()
+			_ = h.removeSocketDir()
 			return nil, err
 		}
 		h.plugins = append(h.plugins, in)
 	}
 	if h.metrics, err = newMetrics(opts.MetricsRegisterer, h); err != nil {
-		h.removeSocketDir()
+		_ = h.removeSocketDir()
 		return nil, err
 	}
 	for _, in := range h.plugins {
