@@ -322,7 +322,10 @@ type Report struct {
 // Run probes once (spec P1–P6): up to MaxAttempts attempts while the handler
 // errors, each with a deadline of the probe's timeout (P3) derived from ctx;
 // then it records the event of the verdict (P5, P6, K4). t.Attempt is set
-// per attempt.
+// per attempt. An attempt the prober could not make for lack of its own
+// resources (EMFILE, ENOBUFS ...: ClassifyAttempt) counts as an error, not
+// as a Failure of the target (a deliberate deviation from the kubelet,
+// docs/probes.md).
 func (r *Runtime) Run(ctx context.Context, p *Prepared, t Target) Report {
 	var rep Report
 	if p.unresolved && r.HasKind(p.Spec.Kind) {
@@ -337,7 +340,7 @@ func (r *Runtime) Run(ctx context.Context, p *Prepared, t Target) Report {
 		for attempt := 1; attempt <= MaxAttempts; attempt++ {
 			t.Attempt = attempt
 			actx, cancel := context.WithTimeout(ctx, timeout)
-			out, err := p.prober.Probe(actx, t)
+			out, err := ClassifyAttempt(p.prober.Probe(actx, t))
 			cancel()
 			rep = Report{Outcome: out, Err: err, Attempts: attempt}
 			if err == nil || ctx.Err() != nil {

@@ -112,6 +112,12 @@ type Outcome struct {
 	// Details are plugin-provided key/value details (probeplugin.v1
 	// ProbeResponse.details); nil for built-in handlers.
 	Details map[string]string
+	// Cause is the Go error behind a Failure (the dial or request error
+	// whose text is Output), nil when there is none. The runtime reads it
+	// only to tell a target's failure from an attempt the prober could not
+	// make for lack of its own resources (ClassifyAttempt); it is never
+	// shown, and it does not cross the plugin protocol.
+	Cause error
 }
 
 // Built-in handler kinds. A probe's kind is chosen in the kubelet's order

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	ggrpc "google.golang.org/grpc"
@@ -65,17 +66,14 @@ func (handler) Prepare(spec *runtime.Spec) (runtime.Prober, error) {
 		service = *g.Service
 	}
 	timeout := spec.Timeout()
-	d := dialer.New(timeout)
 	return &prober{
 		port:    strconv.Itoa(int(g.Port)),
 		service: service,
 		timeout: timeout,
+		dialer:  dialer.New(timeout),
 		opts: []ggrpc.DialOption{
 			ggrpc.WithUserAgent(runtime.KubeProbeUserAgent),
 			ggrpc.WithTransportCredentials(creds),
-			ggrpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-				return d.DialContext(ctx, "tcp", addr)
-			}),
 		},
 	}, nil
 }
@@ -84,7 +82,41 @@ type prober struct {
 	port    string
 	service string
 	timeout time.Duration
-	opts    []ggrpc.DialOption
+	dialer  *net.Dialer
+	opts    []ggrpc.DialOption // without the dialer, which is per attempt
+}
+
+// dialErrors keeps the last error of one attempt's dials: grpc-go retries a
+// failed connect until the deadline and reports only the deadline, so the
+// attempt keeps the cause itself (the Failure's Cause, which lets the
+// runtime tell a prober out of descriptors from a target that is down).
+type dialErrors struct {
+	mu   sync.Mutex
+	last error
+}
+
+func (d *dialErrors) set(err error) {
+	d.mu.Lock()
+	d.last = err
+	d.mu.Unlock()
+}
+
+func (d *dialErrors) get() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.last
+}
+
+// dialOptions returns the prober's options plus a dialer that records its
+// errors in errs.
+func (p *prober) dialOptions(errs *dialErrors) []ggrpc.DialOption {
+	return append(p.opts[:len(p.opts):len(p.opts)], ggrpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		c, err := p.dialer.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			errs.set(err)
+		}
+		return c, err
+	}))
 }
 
 // Probe checks t.PodIP:port (joined IPv6-safely) once. Connect and RPC share
@@ -102,6 +134,9 @@ type prober struct {
 //   - any other RPC error → Failure `error: health rpc probe failed: <err>`.
 //
 // <timeout> is the probe timeout printed as a Go duration ("1s").
+// A connect failure carries the last dial error as the Outcome's Cause: when
+// it shows the prober out of its own resources (socket: too many open
+// files), the runtime makes the run errored (runtime.ClassifyAttempt).
 // Outcome.StatusCode is the serving status number when the server answered
 // (SERVING = 1), else 0. Exception (not in the kubelet, whose context is
 // never cancelled): when ctx is cancelled before its deadline, Probe returns
@@ -113,7 +148,8 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 	addr := net.JoinHostPort(t.PodIP, p.port)
 	// passthrough: the address goes to the dialer as it is, as with the
 	// kubelet's (blocking) Dial; no name resolution.
-	conn, err := ggrpc.NewClient("passthrough:///"+addr, p.opts...)
+	var dialErrs dialErrors
+	conn, err := ggrpc.NewClient("passthrough:///"+addr, p.dialOptions(&dialErrs)...)
 	if err != nil {
 		return failure(fmt.Sprintf("error: failed to connect service at %q: %v", addr, err)), nil
 	}
@@ -123,10 +159,12 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 		if cancelled(ctx) {
 			return canceled(addr, ctx.Err())
 		}
+		out := failure(fmt.Sprintf("error: failed to connect service at %q: %v", addr, err))
 		if errors.Is(err, context.DeadlineExceeded) {
-			return failure(fmt.Sprintf("timeout: failed to connect service %q within %v: %v", addr, p.timeout, err)), nil
+			out = failure(fmt.Sprintf("timeout: failed to connect service %q within %v: %v", addr, p.timeout, err))
 		}
-		return failure(fmt.Sprintf("error: failed to connect service at %q: %v", addr, err)), nil
+		out.Cause = dialErrs.get()
+		return out, nil
 	}
 
 	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: p.service})

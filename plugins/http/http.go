@@ -299,7 +299,10 @@ func (p *prober) clientTimeout(ctx context.Context) time.Duration {
 // (H6):
 //
 //   - transport error, refused connection, timeout (H4) or too many
-//     redirects (H5) → Failure, output = the Go error string, nil error;
+//     redirects (H5) → Failure, output = the Go error string, nil error
+//     (the error is the Outcome's Cause: the runtime makes the run errored
+//     when the prober itself is out of descriptors or ports,
+//     runtime.ClassifyAttempt);
 //   - the body is read up to runtime.MaxOutputBytes (10 KiB); a longer body
 //     is truncated silently and the rest is never read. A read error other
 //     than reaching the limit — including the timeout firing while the body
@@ -337,7 +340,7 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 	if err != nil {
 		// With a CheckRedirect error resp is non-nil, but its body is
 		// already closed.
-		return runtime.Outcome{Result: runtime.Failure, Output: err.Error()}, nil
+		return runtime.Outcome{Result: runtime.Failure, Output: err.Error(), Cause: err}, nil
 	}
 	defer resp.Body.Close()
 

@@ -288,7 +288,9 @@ func (s *server) Configure(ctx context.Context, req *pb.ConfigureRequest) (*pb.C
 // one attempt with a deadline of req.remaining. Errors, as gRPC status:
 // NotFound for a kind the plugin does not serve, InvalidArgument for a
 // request that cannot be decoded, FailedPrecondition for a Prepare error,
-// Unknown for a handler error, Internal for a handler panic.
+// Unknown for a handler error (and for a Failure whose Cause shows the
+// plugin out of local resources, runtime.ClassifyAttempt), Internal for a
+// handler panic.
 func (s *server) Probe(ctx context.Context, req *pb.ProbeRequest) (resp *pb.ProbeResponse, err error) {
 	k := s.kinds[req.GetKind()]
 	if k == nil {
@@ -310,7 +312,10 @@ func (s *server) Probe(ctx context.Context, req *pb.ProbeRequest) (resp *pb.Prob
 		defer cancel()
 	}
 	start := time.Now()
-	out, perr := prober.Probe(ctx, pluginproto.TargetFromRequest(req))
+	// A Failure the plugin could not help (its own descriptors or ports
+	// ran out) goes back as an error: errored on the host, never a Failure
+	// of the target (the runtime's rule, runtime.ClassifyAttempt).
+	out, perr := runtime.ClassifyAttempt(prober.Probe(ctx, pluginproto.TargetFromRequest(req)))
 	if perr != nil {
 		return nil, status.Error(codes.Unknown, perr.Error())
 	}

@@ -82,9 +82,12 @@ func (p *prober) addr(podIP string) string {
 //
 //   - connected → Success, output "";
 //   - any dial error (refused, timeout, name resolution, bad address) →
-//     Failure, output = the Go error string, nil error.
+//     Failure, output = the Go error string, nil error, the dial error as
+//     the Outcome's Cause.
 //
-// The error is always nil: a TCP attempt always reaches a verdict.
+// The error is always nil. The runtime makes a Failure whose Cause shows
+// the prober out of its own resources (socket: too many open files, no
+// free local port) an errored run instead (runtime.ClassifyAttempt).
 func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, error) {
 	return dial(ctx, p.dialer, p.addr(t.PodIP)), nil
 }
@@ -93,7 +96,7 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 func dial(ctx context.Context, d *net.Dialer, addr string) runtime.Outcome {
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return runtime.Outcome{Result: runtime.Failure, Output: err.Error()}
+		return runtime.Outcome{Result: runtime.Failure, Output: err.Error(), Cause: err}
 	}
 	// Upstream only logs a close error; the verdict stays Success.
 	_ = conn.Close()

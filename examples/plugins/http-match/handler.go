@@ -181,7 +181,11 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 	req.Header.Set("Accept", "*/*")
 	resp, err := p.client.Do(req)
 	if err != nil {
-		return fail(0, "%v", err), nil
+		// The error is the Cause: the SDK makes an attempt the plugin
+		// could not make (its descriptors ran out) errored, not a Failure.
+		o := fail(0, "%v", err)
+		o.Cause = err
+		return o, nil
 	}
 	defer resp.Body.Close()
 	code := resp.StatusCode
