@@ -255,7 +255,7 @@ func New(opts Options) (*Agent, error) {
 			a.log.Info("state restored", "dir", opts.StateDir, "pods", len(saved))
 		}
 	}
-	if a.ln, err = net.Listen("tcp", opts.Listen); err != nil {
+	if a.ln, err = api.Listen(opts.Listen, api.ServerConfig{}, a.log); err != nil {
 		return fail(fmt.Errorf("--listen %s: %w", opts.Listen, err))
 	}
 	return a, nil
@@ -299,7 +299,7 @@ type PodHistory struct {
 // timeout (manager.Drain) and apply their results, writes the state file,
 // and waits for restart commands.
 func (a *Agent) Run(ctx context.Context) error {
-	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := api.NewServer(a.Handler(), api.ServerConfig{})
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(a.ln) }()
 

@@ -20,7 +20,11 @@ type runtimeMetrics struct {
 	lag    *prometheus.HistogramVec
 	lagObs [runtime.NumLanes]prometheus.Observer
 	probes *prometheus.CounterVec
-	gauges *statsCollector
+	// errored counts errored runs by reason (runtime.ErroredReason): a
+	// prober out of descriptors or ports shows here, by errno, instead of
+	// as failures of its targets.
+	errored *prometheus.CounterVec
+	gauges  *statsCollector
 }
 
 func newRuntimeMetrics(reg prometheus.Registerer, m *manager) (*runtimeMetrics, error) {
@@ -35,12 +39,16 @@ func newRuntimeMetrics(reg prometheus.Registerer, m *manager) (*runtimeMetrics, 
 			Name: "probed_probes_total",
 			Help: "Executed probe runs by handler kind, probe type and handler result (success, warning, failure, unknown, errored).",
 		}, []string{"handler", "probe_type", "result"}),
+		errored: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "probed_probes_errored_total",
+			Help: "Errored probe runs (not counted toward thresholds, spec P5) by handler kind, probe type and reason: the errno when the prober itself ran out of a local resource (EMFILE, ENFILE, ENOBUFS, ENOMEM, EADDRNOTAVAIL, EAGAIN), else handler_error.",
+		}, []string{"handler", "probe_type", "reason"}),
 		gauges: &statsCollector{m: m},
 	}
 	for lane := range rm.lagObs {
 		rm.lagObs[lane] = rm.lag.WithLabelValues(laneNames[lane])
 	}
-	for _, c := range []prometheus.Collector{rm.lag, rm.probes, rm.gauges} {
+	for _, c := range []prometheus.Collector{rm.lag, rm.probes, rm.errored, rm.gauges} {
 		if err := reg.Register(c); err != nil {
 			rm.unregister()
 			return nil, err
@@ -59,6 +67,8 @@ func (rm *runtimeMetrics) countProbe(kind string, pt runtime.ProbeType, rep runt
 	result := "errored"
 	if rep.Err == nil {
 		result = rep.Outcome.Result.String()
+	} else {
+		rm.errored.WithLabelValues(kind, pt.Lower(), runtime.ErroredReason(rep.Err)).Inc()
 	}
 	rm.probes.WithLabelValues(kind, pt.Lower(), result).Inc()
 }
@@ -66,6 +76,7 @@ func (rm *runtimeMetrics) countProbe(kind string, pt runtime.ProbeType, rep runt
 func (rm *runtimeMetrics) unregister() {
 	rm.reg.Unregister(rm.lag)
 	rm.reg.Unregister(rm.probes)
+	rm.reg.Unregister(rm.errored)
 	rm.reg.Unregister(rm.gauges)
 }
 

@@ -1,6 +1,8 @@
 // Package api serves the agent's HTTP API: /pods (a v1.PodList like the
 // kubelet's /pods), /healthz, the kubelet's probe metrics on /metrics/probes
-// (spec X3), the runtime's metrics on /metrics, /events and /debug/scheduler.
+// (spec X3), the runtime's metrics on /metrics, /events and /debug/scheduler,
+// from a server that bounds itself (NewServer, Listen: timeouts, a header
+// cap, a cap on connections).
 package api
 
 import (
