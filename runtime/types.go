@@ -249,3 +249,13 @@ const KubeProbeUserAgent = "kube-probe/1.37"
 // MaxOutputBytes is the most output a handler keeps: 10 KiB, the kubelet's
 // limit for HTTP bodies and exec output (H6, E2).
 const MaxOutputBytes = 10 * 1024
+
+// MaxResponseHeaderBytes caps the response header bytes an HTTP handler
+// reads (net/http Transport.MaxResponseHeaderBytes): 64 KiB. The kubelet
+// keeps Go's default of 10 MiB, so 30 probes of targets answering 10 MiB
+// headers took an agent to 605 MB (issue 9 §5); 64 KiB is 6 times the
+// 10 KiB of body a probe keeps (H6) and room for large cookies and security
+// headers. A response whose headers are longer fails the attempt with Go's
+// error, as the kubelet's does past its limit: `Get "<url>": net/http:
+// server response headers exceeded 65536 bytes; aborted`.
+const MaxResponseHeaderBytes = 64 << 10

@@ -168,7 +168,10 @@ func (h *handler) client(timeout time.Duration, h2c bool) *nethttp.Client {
 // "Connection: close" over HTTP/1.1), no proxy is consulted (HTTP_PROXY and
 // friends are ignored: Proxy is nil), compression is off (no
 // "Accept-Encoding: gzip"), connections come from dialer.New(timeout) and
-// the TLS handshake is bounded by TLSHandshakeTimeout.
+// the TLS handshake is bounded by TLSHandshakeTimeout. Response headers are
+// read up to runtime.MaxResponseHeaderBytes (64 KiB; the kubelet keeps Go's
+// 10 MiB): longer ones fail the attempt ("net/http: server response headers
+// exceeded 65536 bytes; aborted").
 //
 // Protocols: HTTP/1.1, plus HTTP/2 negotiated over TLS unless disableHTTP2.
 // With h2c (httpGet.protocol: HTTP2, BR-26) it speaks HTTP/2 only: with prior
@@ -187,13 +190,14 @@ func newTransport(timeout time.Duration, h2c, disableHTTP2 bool) *nethttp.Transp
 		protocols.SetHTTP2(true)
 	}
 	return &nethttp.Transport{
-		Proxy:               nil,
-		DialContext:         dialer.New(timeout).DialContext,
-		TLSClientConfig:     &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // H3: probes never verify certificates (BR-04).
-		TLSHandshakeTimeout: TLSHandshakeTimeout,
-		DisableKeepAlives:   true,
-		DisableCompression:  true,
-		Protocols:           &protocols,
+		Proxy:                  nil,
+		DialContext:            dialer.New(timeout).DialContext,
+		TLSClientConfig:        &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // H3: probes never verify certificates (BR-04).
+		TLSHandshakeTimeout:    TLSHandshakeTimeout,
+		DisableKeepAlives:      true,
+		DisableCompression:     true,
+		MaxResponseHeaderBytes: runtime.MaxResponseHeaderBytes,
+		Protocols:              &protocols,
 	}
 }
 

@@ -130,6 +130,9 @@ func (Handler) Prepare(spec *runtime.Spec) (runtime.Prober, error) {
 			TLSClientConfig:     &tls.Config{InsecureSkipVerify: true},
 			TLSHandshakeTimeout: timeout,
 			DisableKeepAlives:   true,
+			// A hostile target's headers cost at most 64 KiB per probe,
+			// as with the built-in http handler.
+			MaxResponseHeaderBytes: runtime.MaxResponseHeaderBytes,
 		},
 		// Redirects to the same host are followed (at most 10 requests);
 		// a redirect elsewhere is not, and its 3xx answer is checked.
