@@ -153,7 +153,7 @@ spec:
 `
 
 // TestLowFileLimitNoFalseRestarts (issue 9 §1) runs the real agent under
-// RLIMIT_NOFILE 128 with 150 healthy HTTP liveness targets that take 1 s to
+// RLIMIT_NOFILE 128 with 150 healthy HTTP liveness targets that take 2 s to
 // answer (150 probe sockets in flight, more than the limit leaves) and 20
 // healthy TCP ones, plus 200 idle keep-alive connections to its API:
 //
@@ -233,8 +233,10 @@ func TestLowFileLimitNoFalseRestarts(t *testing.T) {
 		t.Errorf("%d idle keep-alive clients served at once, want at most the connection cap %d (a quarter of RLIMIT_NOFILE %d)", answered, apiCap, nofile)
 	}
 
-	// Probe pressure: every HTTP probe holds its socket for a second.
-	delay.Store(int64(time.Second))
+	// Probe pressure: every HTTP probe holds its socket for 2 s, longer
+	// than its period, so each is in flight all the time (BR-10: interval
+	// = max(period, duration)), however late the scheduler runs.
+	delay.Store(int64(2 * time.Second))
 	time.Sleep(pressureFor)
 	delay.Store(0)
 	for _, c := range conns {
