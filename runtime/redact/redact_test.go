@@ -80,10 +80,10 @@ func TestIsSecretKey(t *testing.T) {
 
 func TestSecretsFromContainer(t *testing.T) {
 	c := &v1.Container{Env: []v1.EnvVar{
-		{Name: "DB_PASSWORD", Value: "pw1"},                         // short, but secret-named
-		{Name: "DSN", Value: "postgres://app:hunter22@db/app"},       // long
-		{Name: "PORT", Value: "8080"},                                // short, not secret-named: kept
-		{Name: "FROM_SECRET", ValueFrom: &v1.EnvVarSource{}},         // unknown to probed
+		{Name: "DB_PASSWORD", Value: "pw1"},                           // short, but secret-named
+		{Name: "DSN", Value: "postgres://app:hunter22@db/app"},        // long
+		{Name: "PORT", Value: "8080"},                                 // short, not secret-named: kept
+		{Name: "FROM_SECRET", ValueFrom: &v1.EnvVarSource{}},          // unknown to probed
 		{Name: "GREETING", Value: "sekrit-value-in-a-plain-variable"}, // long
 	}}
 	s := redact.ForContainer(c, map[string]string{"password": "redispw", "path": "/ready"})
