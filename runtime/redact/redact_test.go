@@ -51,6 +51,7 @@ func TestText(t *testing.T) {
 		{"mysql --password hunter2 -h db", "mysql --password REDACTED -h db"},
 		{"redis --auth=s3cret ok", "redis --auth=REDACTED ok"},
 		{"token:\nnext line", "token:\nnext line"},
+		{"--token\nnext line", "--token\nnext line"},
 		{"HTTP probe failed with statuscode: 500", "HTTP probe failed with statuscode: 500"},
 		{"dial tcp 127.0.0.1:1: connect: connection refused", "dial tcp 127.0.0.1:1: connect: connection refused"},
 	} {
@@ -178,4 +179,33 @@ func TestHandler(t *testing.T) {
 	if !log.Handler().Enabled(context.Background(), slog.LevelDebug) {
 		t.Error("Enabled not passed on")
 	}
+}
+
+// BenchmarkText: the cost of redacting one typical failure message (each
+// non-success run pays it once).
+func BenchmarkText(b *testing.B) {
+	msg := `Get "http://10.0.0.1:8080/healthz?token=abc": dial tcp 10.0.0.1:8080: connect: connection refused`
+	s := redact.ForContainer(&v1.Container{Env: []v1.EnvVar{{Name: "DB_PASSWORD", Value: "hunter22"}, {Name: "PORT", Value: "8080"}}}, nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = s.Text(msg)
+	}
+}
+
+// FuzzText: any text is redacted without a panic, the rule is idempotent,
+// and a value after "token=" never survives.
+func FuzzText(f *testing.F) {
+	for _, s := range []string{"", "a", "token=", "?", "://", "x://", "/?", "--pass", `"key":"`, "Basic ", "Bearer", "a=b?c=d#e",
+		`Get "http://u:p@h/x?token=abc": EOF`, "-token\t\tv", "'auth': 'x", "k:\x00v"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		once := redact.Text(s)
+		if twice := redact.Text(once); twice != once {
+			t.Errorf("not idempotent: %q → %q → %q", s, once, twice)
+		}
+		if out := redact.Text(s + " token=PLANTED-SECRET"); strings.Contains(out, "PLANTED-SECRET") {
+			t.Errorf("planted secret survived in %q", out)
+		}
+	})
 }
