@@ -157,7 +157,8 @@ func resultAttribute(rep runtime.Report) attribute.KeyValue {
 
 // targetAttributes describes what the probe talks to, by semantic
 // convention: server.address/port for network probes, url.full (redacted
-// by runtime/redact: every query value, credential pairs) for HTTP, rpc.* for gRPC, the executable for exec.
+// by runtime/redact: every query value, credential pairs) for HTTP, rpc.*
+// for gRPC, the executable (redacted too) for exec.
 func targetAttributes(spec *runtime.Spec, podIP string) []attribute.KeyValue {
 	p := spec.Probe
 	portOf := func(v intstr.IntOrString) int {

@@ -1,7 +1,7 @@
 // Package runtime runs one probe: it owns the handler registry, the bounded
 // goroutine pools the probes run on, the per-run deadline (spec P3), the retry
-// loop (P2), the mapping of handler verdicts to events (P5, P6, K4) and the
-// runtime's own metrics.
+// loop (P2), the redaction of each run's report (runtime/redact), the mapping
+// of handler verdicts to events (P5, P6, K4) and the runtime's own metrics.
 //
 // Handlers (built-in or plugin clients) implement Handler. The runtime knows
 // nothing about workers, thresholds or pods beyond the identity it passes to
