@@ -42,6 +42,7 @@ import (
 	probeexec "github.com/probed/probed/plugins/exec"
 	"github.com/probed/probed/runtime"
 	"github.com/probed/probed/runtime/pluginhost"
+	"github.com/probed/probed/runtime/redact"
 )
 
 // Agent runs probes for the pods of a source.
@@ -153,6 +154,7 @@ func New(opts Options) (*Agent, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	opts.Logger = slog.New(redact.NewHandler(opts.Logger.Handler())) // no log line shows what the API hides
 	a := &Agent{opts: opts, log: opts.Logger}
 	// undo releases what New built so far when a later step fails.
 	var undo []func(context.Context) error

@@ -89,7 +89,8 @@ type RunRecord struct {
 	Err      error
 	Attempts int
 	// Message is safe to show and log: the failure or warning text, or the
-	// error; never a response body (BR-22). Empty on success.
+	// error, redacted by the runtime (runtime/redact); never a response
+	// body (BR-22). Empty on success.
 	Message string
 	// Cached is the worker's result after the threshold logic (W10–W13).
 	Cached results.Result

@@ -17,6 +17,7 @@ import (
 
 	"github.com/probed/probed/manager/results"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/redact"
 )
 
 // Span names are low-cardinality: "probe liveness", "probe readiness",
@@ -155,8 +156,9 @@ func resultAttribute(rep runtime.Report) attribute.KeyValue {
 }
 
 // targetAttributes describes what the probe talks to, by semantic
-// convention: server.address/port for network probes, url.full (query
-// values redacted) for HTTP, rpc.* for gRPC, the executable for exec.
+// convention: server.address/port for network probes, url.full (redacted
+// by runtime/redact: every query value, credential pairs) for HTTP, rpc.*
+// for gRPC, the executable (redacted too) for exec.
 func targetAttributes(spec *runtime.Spec, podIP string) []attribute.KeyValue {
 	p := spec.Probe
 	portOf := func(v intstr.IntOrString) int {
@@ -184,18 +186,16 @@ func targetAttributes(spec *runtime.Spec, podIP string) []attribute.KeyValue {
 		if scheme == "" {
 			scheme = "http"
 		}
-		u := url.URL{Scheme: scheme, Host: net.JoinHostPort(host, strconv.Itoa(port))}
+		full := (&url.URL{Scheme: scheme, Host: net.JoinHostPort(host, strconv.Itoa(port))}).String()
 		if ref, err := url.Parse(p.HTTPGet.Path); err == nil {
-			u.Path = ref.Path
-			if q := ref.Query(); len(q) > 0 {
-				for k := range q {
-					q[k] = []string{"REDACTED"}
-				}
-				u.RawQuery = q.Encode()
+			target := ref.EscapedPath()
+			if ref.RawQuery != "" {
+				target += "?" + ref.RawQuery
 			}
+			full += redact.URL(target)
 		}
 		out = append(out, attribute.String("server.address", host), attribute.Int("server.port", port),
-			attribute.String("url.full", u.String()), attribute.String("url.scheme", scheme),
+			attribute.String("url.full", full), attribute.String("url.scheme", scheme),
 			attribute.String("http.request.method", "GET"))
 	case p.TCPSocket != nil:
 		host := p.TCPSocket.Host
@@ -209,7 +209,8 @@ func targetAttributes(spec *runtime.Spec, podIP string) []attribute.KeyValue {
 			attribute.String("rpc.system", "grpc"), attribute.String("rpc.service", "grpc.health.v1.Health"),
 			attribute.String("rpc.method", "Check"))
 	case p.Exec != nil && len(p.Exec.Command) > 0:
-		out = append(out, attribute.String("process.executable.name", path.Base(p.Exec.Command[0])))
+		name := redact.ForContainer(spec.Container, nil).Text(path.Base(p.Exec.Command[0]))
+		out = append(out, attribute.String("process.executable.name", name))
 	}
 	return out
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/panjf2000/ants/v2"
 	v1 "k8s.io/api/core/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/probed/probed/runtime/redact"
 )
 
 // Event reasons the runtime records (spec K4; the kubelet's
@@ -310,7 +312,9 @@ func (p *Prepared) bind(r *Runtime) {
 	p.prober = pr
 }
 
-// Report is the outcome of one run.
+// Report is the outcome of one run. Run redacts it (runtime/redact): the
+// Output of a non-success and the Err never carry the container's
+// environment values, URL query values or credentials.
 type Report struct {
 	Outcome Outcome
 	// Err is set when every attempt errored (P2, P5): the worker discards
@@ -348,7 +352,27 @@ func (r *Runtime) Run(ctx context.Context, p *Prepared, t Target) Report {
 			}
 		}
 	}
+	rep = redactReport(p.Spec, rep)
 	r.recordEvent(p, rep)
+	return rep
+}
+
+// redactReport hides secrets in what a run reports (runtime/redact: the
+// container's environment values, secret-named plugin parameters, URL
+// query values, credential pairs), so that events, history, logs and spans
+// built from the report never show them. A success's output is shown
+// nowhere and is left as it is (an HTTP body up to 10 KiB, per run).
+func redactReport(spec *Spec, rep Report) Report {
+	if rep.Err == nil && (rep.Outcome.Result == Success || rep.Outcome.Output == "") {
+		return rep
+	}
+	var params map[string]string
+	if spec.Plugin != nil {
+		params = spec.Plugin.Params
+	}
+	secrets := redact.ForContainer(spec.Container, params)
+	rep.Outcome.Output = secrets.Text(rep.Outcome.Output)
+	rep.Err = secrets.Error(rep.Err)
 	return rep
 }
 

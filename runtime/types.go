@@ -1,8 +1,9 @@
 // Package runtime runs one probe: it owns the handler registry, the bounded
 // goroutine pools the probes run on, the per-run deadline (spec P3), the retry
 // loop (P2), the rule that an attempt the prober could not make for lack of
-// its own resources is errored, not a Failure (ClassifyAttempt), and the
-// mapping of handler verdicts to events (P5, P6, K4).
+// its own resources is errored, not a Failure (ClassifyAttempt), the
+// redaction of each run's report (runtime/redact), and the mapping of handler
+// verdicts to events (P5, P6, K4).
 //
 // Handlers (built-in or plugin clients) implement Handler. The runtime knows
 // nothing about workers, thresholds or pods beyond the identity it passes to

@@ -8,7 +8,6 @@ package api
 import (
 	"encoding/json"
 	"net/http"
-	"regexp"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/probed/probed/agent/events"
 	"github.com/probed/probed/manager/customprobe"
+	"github.com/probed/probed/runtime/redact"
 )
 
 // PodLister lists the pods with their current statuses.
@@ -59,7 +59,7 @@ func New(opts Options) http.Handler {
 	mux.HandleFunc("GET /pods", func(w http.ResponseWriter, _ *http.Request) {
 		list := v1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}}
 		for _, p := range opts.Pods.Pods() {
-			redact(p)
+			redactPod(p)
 			list.Items = append(list.Items, *p)
 		}
 		if list.Items == nil {
@@ -103,20 +103,20 @@ func writeJSON(w http.ResponseWriter, v any) {
 	_ = enc.Encode(v)
 }
 
-// Redacted replaces a secret value in /pods.
-const Redacted = "(redacted)"
+// Redacted replaces a secret value in /pods: runtime/redact's mask, the
+// one every output of probed uses.
+const Redacted = redact.Mask
 
 // plainHeaders are probe headers whose values are shown; every other
 // httpHeaders value (Authorization, cookies, API keys ...) is redacted.
 var plainHeaders = map[string]bool{"Host": true, "Accept": true, "User-Agent": true, "Content-Type": true}
 
-// secretParam matches plugin parameter names whose values /pods hides.
-var secretParam = regexp.MustCompile(`(?i)pass|secret|token|key|auth|cred`)
-
-// redactPluginParams hides the values of secret-looking parameters in the
-// probed.io/probes annotation (a redis password, an API token); a value that
-// does not parse is hidden whole.
-func redactPluginParams(v string) string {
+// redactPluginParams hides secrets in the probed.io/probes annotation: the
+// values of secret-looking parameters (a redis password, an API token) and,
+// in every other parameter, what runtime/redact hides in free text (a
+// "path" with a query, a "header" with "Authorization: Bearer …", the
+// container's env values). A value that does not parse is hidden whole.
+func redactPluginParams(p *v1.Pod, v string) string {
 	var probes []map[string]any
 	if err := json.Unmarshal([]byte(v), &probes); err != nil {
 		return Redacted
@@ -124,11 +124,14 @@ func redactPluginParams(v string) string {
 	for _, pr := range probes {
 		plugin, _ := pr["plugin"].(map[string]any)
 		params, _ := plugin["params"].(map[string]any)
-		for k := range params {
-			if secretParam.MatchString(k) {
-				params[k] = Redacted
+		strs := make(map[string]string, len(params))
+		for k, v := range params {
+			if s, ok := v.(string); ok {
+				strs[k] = s
 			}
 		}
+		name, _ := pr["container"].(string)
+		secretsOf(p, name, strs).Value(params)
 	}
 	out, err := json.Marshal(probes)
 	if err != nil {
@@ -137,47 +140,88 @@ func redactPluginParams(v string) string {
 	return string(out)
 }
 
+// secretsOf returns the known secrets of the named container of p (nil
+// when there is none) and of the given plugin parameters.
+func secretsOf(p *v1.Pod, container string, params map[string]string) redact.Secrets {
+	for _, cs := range [][]v1.Container{p.Spec.Containers, p.Spec.InitContainers} {
+		for i := range cs {
+			if cs[i].Name == container {
+				return redact.ForContainer(&cs[i], params)
+			}
+		}
+	}
+	return redact.ForContainer(nil, params)
+}
+
 // lastApplied is the annotation in which kubectl keeps a copy of the whole
 // applied manifest (env values and probe headers included); manifests
 // exported from a cluster carry it.
 const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 
-// redact removes what /pods must not show: the values of environment
-// variables and of probe headers that may carry credentials, and kubectl's
-// copy of the manifest that holds them too.
-func redact(p *v1.Pod) {
+// redact removes what /pods must not show (runtime/redact's rule): the
+// values of environment variables, of probe and hook headers that may carry
+// credentials, URL query values and credentials in probe and hook paths,
+// credentials and env values in commands and arguments, and kubectl's copy
+// of the manifest that holds them too.
+func redactPod(p *v1.Pod) {
 	if _, ok := p.Annotations[lastApplied]; ok {
 		p.Annotations[lastApplied] = Redacted
 	}
 	if v, ok := p.Annotations[customprobe.Annotation]; ok {
-		p.Annotations[customprobe.Annotation] = redactPluginParams(v)
+		p.Annotations[customprobe.Annotation] = redactPluginParams(p, v)
 	}
 	for _, cs := range [][]v1.Container{p.Spec.Containers, p.Spec.InitContainers} {
 		for i := range cs {
 			c := &cs[i]
-			for j := range c.Env {
-				if c.Env[j].Value != "" {
-					c.Env[j].Value = Redacted
+			secrets := redact.ForContainer(c, nil)
+			redactContainer(secrets, c.Env, &c.Command, &c.Args)
+			for _, pr := range []*v1.Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} {
+				if pr != nil {
+					redactAction(secrets, pr.Exec, pr.HTTPGet)
 				}
 			}
-			for _, pr := range []*v1.Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} {
-				if pr == nil || pr.HTTPGet == nil {
-					continue
-				}
-				for k := range pr.HTTPGet.HTTPHeaders {
-					h := &pr.HTTPGet.HTTPHeaders[k]
-					if !plainHeaders[http.CanonicalHeaderKey(h.Name)] && h.Value != "" {
-						h.Value = Redacted
+			if c.Lifecycle != nil {
+				for _, h := range []*v1.LifecycleHandler{c.Lifecycle.PostStart, c.Lifecycle.PreStop} {
+					if h != nil {
+						redactAction(secrets, h.Exec, h.HTTPGet)
 					}
 				}
 			}
 		}
 	}
 	for i := range p.Spec.EphemeralContainers {
-		for j := range p.Spec.EphemeralContainers[i].Env {
-			if p.Spec.EphemeralContainers[i].Env[j].Value != "" {
-				p.Spec.EphemeralContainers[i].Env[j].Value = Redacted
-			}
+		c := &p.Spec.EphemeralContainers[i].EphemeralContainerCommon
+		secrets := redact.ForContainer(&v1.Container{Env: c.Env}, nil)
+		redactContainer(secrets, c.Env, &c.Command, &c.Args)
+	}
+}
+
+// redactContainer hides env values and redacts the command and arguments
+// (before the env values are masked: secrets knows them).
+func redactContainer(secrets redact.Secrets, env []v1.EnvVar, command, args *[]string) {
+	*command = secrets.Command(*command)
+	*args = secrets.Command(*args)
+	for j := range env {
+		if env[j].Value != "" {
+			env[j].Value = Redacted
+		}
+	}
+}
+
+// redactAction redacts the exec command or the httpGet path and headers
+// of a probe or lifecycle hook.
+func redactAction(secrets redact.Secrets, exec *v1.ExecAction, get *v1.HTTPGetAction) {
+	if exec != nil {
+		exec.Command = secrets.Command(exec.Command)
+	}
+	if get == nil {
+		return
+	}
+	get.Path = secrets.URL(get.Path)
+	for k := range get.HTTPHeaders {
+		h := &get.HTTPHeaders[k]
+		if !plainHeaders[http.CanonicalHeaderKey(h.Name)] && h.Value != "" {
+			h.Value = Redacted
 		}
 	}
 }

@@ -394,3 +394,63 @@ func TestPods_PluginSecretParamsRedacted(t *testing.T) {
 		t.Fatal("the stored pod was modified")
 	}
 }
+
+// Issue 9 §6: /pods applies the one redaction rule (runtime/redact) to
+// what the pod spec says in free text: query values and credentials in
+// probe and hook paths, credentials and env values in commands and
+// arguments, and the path, header and other values of plugin parameters
+// (not only secret-named ones).
+func TestPods_SecretsInPathsCommandsAndParamsRedacted(t *testing.T) {
+	get1 := &v1.HTTPGetAction{Path: "/x?token=API-TOKEN-1&access_token=API-TOKEN-2", Port: intstr.FromInt32(8080)}
+	annotation := `[{"container":"app","type":"readiness","plugin":{"name":"http-match","params":{` +
+		`"path":"/ready?token=API-TOKEN-8","header":"Authorization: Bearer API-BEARER-9","body":"ok","echo":"API-ENV-7"}}}]`
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "hostile", Namespace: "ns", UID: "uid-hostile",
+			Annotations: map[string]string{"probed.io/probes": annotation}},
+		Spec: v1.PodSpec{Containers: []v1.Container{{
+			Name: "app", Image: "app",
+			Command: []string{"app", "--db-url=postgres://app:API-PASS-6@db/app"},
+			Args:    []string{"--api-key", "API-KEY-10", "--verbose"},
+			Env:     []v1.EnvVar{{Name: "API_TOKEN", Value: "API-ENV-7"}},
+			ReadinessProbe: &v1.Probe{ProbeHandler: v1.ProbeHandler{HTTPGet: get1},
+				TimeoutSeconds: 1, PeriodSeconds: 10, SuccessThreshold: 1, FailureThreshold: 3},
+			LivenessProbe: &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{
+				"sh", "-c", "curl -H 'Authorization: Bearer API-BEARER-3' http://u:API-PASS-4@127.0.0.1/ && echo API-ENV-7"}}},
+				TimeoutSeconds: 1, PeriodSeconds: 10, SuccessThreshold: 1, FailureThreshold: 3},
+			Lifecycle: &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"stop", "--password", "API-PASS-5"}}}},
+		}}},
+	}
+	st := store.New(store.Options{Logger: quiet()})
+	st.Put(pod)
+	srv := httptest.NewServer(api.New(api.Options{Pods: st}))
+	defer srv.Close()
+	_, _, body := get(t, srv, "/pods")
+	for _, secret := range []string{"API-TOKEN-1", "API-TOKEN-2", "API-BEARER-3", "API-PASS-4", "API-PASS-5", "API-PASS-6",
+		"API-ENV-7", "API-TOKEN-8", "API-BEARER-9", "API-KEY-10"} {
+		if strings.Contains(string(body), secret) {
+			t.Errorf("/pods shows %s", secret)
+		}
+	}
+	var list v1.PodList
+	if err := json.Unmarshal(body, &list); err != nil || len(list.Items) != 1 {
+		t.Fatalf("%v, %d items", err, len(list.Items))
+	}
+	c := list.Items[0].Spec.Containers[0]
+	for got, want := range map[string]string{
+		c.ReadinessProbe.HTTPGet.Path:                       "/x?token=REDACTED&access_token=REDACTED",
+		strings.Join(c.LivenessProbe.Exec.Command, " "):     "sh -c curl -H 'Authorization: REDACTED' http://u:REDACTED@127.0.0.1/ && echo REDACTED",
+		strings.Join(c.Command, " "):                        "app --db-url=postgres://app:REDACTED@db/app",
+		strings.Join(c.Args, " "):                           "--api-key REDACTED --verbose",
+		strings.Join(c.Lifecycle.PreStop.Exec.Command, " "): "stop --password REDACTED",
+	} {
+		if got != want {
+			t.Errorf("got %q, want %q", got, want)
+		}
+	}
+	ann := list.Items[0].Annotations["probed.io/probes"]
+	for _, want := range []string{`"path":"/ready?token=REDACTED"`, `"header":"Authorization: REDACTED"`, `"body":"ok"`, `"echo":"REDACTED"`} {
+		if !strings.Contains(ann, want) {
+			t.Errorf("annotation %s lacks %s", ann, want)
+		}
+	}
+}

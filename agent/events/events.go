@@ -1,5 +1,6 @@
 // Package events records the probe events of the agent (spec K4 reasons and
-// messages) in a bounded ring, logs each one, and serves them as JSON.
+// messages, redacted by runtime/redact) in a bounded ring, logs each one,
+// and serves them as JSON.
 package events
 
 import (
@@ -12,6 +13,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/clock"
+
+	"github.com/probed/probed/runtime/redact"
 )
 
 // Event is one recorded event.
@@ -57,8 +60,10 @@ func New(size int, log *slog.Logger, clk clock.PassiveClock) *Recorder {
 }
 
 // Eventf records an event about object (a *v1.ObjectReference or *v1.Pod).
+// The message is redacted (runtime/redact: URL query values, credential
+// pairs, auth header values) before it is kept or logged, whoever sent it.
 func (r *Recorder) Eventf(object k8sruntime.Object, eventtype, reason, messageFmt string, args ...interface{}) {
-	ev := Event{Time: r.clock.Now(), Type: eventtype, Reason: reason, Message: fmt.Sprintf(messageFmt, args...), Count: 1}
+	ev := Event{Time: r.clock.Now(), Type: eventtype, Reason: reason, Message: redact.Text(fmt.Sprintf(messageFmt, args...)), Count: 1}
 	switch o := object.(type) {
 	case *v1.ObjectReference:
 		ev.Namespace, ev.Pod, ev.PodUID, ev.FieldPath = o.Namespace, o.Name, string(o.UID), o.FieldPath

@@ -98,3 +98,27 @@ func TestRecorderIsBounded(t *testing.T) {
 		t.Errorf("after a repeat: %+v", got)
 	}
 }
+
+// Issue 9 §6: whoever sends an event, its message is redacted by the one
+// rule (runtime/redact) before it is kept, served or logged.
+func TestEventMessagesRedacted(t *testing.T) {
+	var logs bytes.Buffer
+	rec := events.New(10, slog.New(slog.NewJSONHandler(&logs, nil)), testingclock.NewFakePassiveClock(t0))
+	rec.Eventf(ref("app"), v1.EventTypeWarning, "Unhealthy", "Readiness probe failed: %s",
+		`Get "http://10.0.0.1:8080/x?access_token=EV-TOKEN-1": dial tcp 10.0.0.1:8080: connect: connection refused`)
+	rec.Eventf(ref("app"), v1.EventTypeWarning, "ProbeWarning", "Liveness probe warning: sent Authorization: Bearer %s", "EV-BEARER-2")
+	rec.Eventf(ref("app"), v1.EventTypeNormal, "Killing", "restarting with DB_PASSWORD=EV-PASSWORD-3")
+	list := rec.List()
+	if len(list) != 3 {
+		t.Fatalf("%d events, want 3", len(list))
+	}
+	served, _ := json.Marshal(list)
+	for _, secret := range []string{"EV-TOKEN-1", "EV-BEARER-2", "EV-PASSWORD-3"} {
+		if strings.Contains(string(served), secret) || strings.Contains(logs.String(), secret) {
+			t.Errorf("%s shown:\n%s\n%s", secret, served, logs.String())
+		}
+	}
+	if want := `Readiness probe failed: Get "http://10.0.0.1:8080/x?access_token=REDACTED": dial tcp 10.0.0.1:8080: connect: connection refused`; list[0].Message != want {
+		t.Errorf("message %q, want %q", list[0].Message, want)
+	}
+}

@@ -1,5 +1,6 @@
 // Package history keeps the last results of every probe — time, duration,
-// verdict, message, never a response body (BR-22) — for the agent's
+// verdict, message (redacted by runtime/redact), never a response body
+// (BR-22) — for the agent's
 // GET /pods/{namespace}/{name}/probes. It implements manager.Observer.
 package history
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/redact"
 )
 
 // Record is one executed probe run.
@@ -71,7 +73,7 @@ func (h *History) ProbeRan(r manager.RunRecord) {
 		Time:        r.Start,
 		DurationMS:  float64(r.Duration.Microseconds()) / 1000,
 		Result:      r.Result.String(),
-		Message:     r.Message,
+		Message:     redact.Text(r.Message),
 		Attempts:    r.Attempts,
 		ContainerID: r.ContainerID,
 		Cached:      r.Cached.String(),

@@ -247,3 +247,21 @@ func TestConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// Issue 9 §6: a record's message is redacted by the one rule
+// (runtime/redact), whatever manager sent it.
+func TestRecordMessageRedacted(t *testing.T) {
+	h := history.New(4)
+	h.ProbeRan(run("uid-1", 1, runtime.Failure, `Get "http://h:80/x?token=HIST-TOKEN-1&a=HIST-2": EOF; Authorization: Bearer HIST-3`))
+	p := h.Pod("uid-1")
+	if len(p) != 1 || len(p[0].Results) != 1 || p[0].LastFailure == nil {
+		t.Fatalf("history %+v", p)
+	}
+	want := `Get "http://h:80/x?token=REDACTED&a=REDACTED": EOF; Authorization: REDACTED`
+	if got := p[0].Results[0].Message; got != want {
+		t.Errorf("message %q, want %q", got, want)
+	}
+	if got := p[0].LastFailure.Message; got != want {
+		t.Errorf("last failure %q, want %q", got, want)
+	}
+}

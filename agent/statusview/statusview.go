@@ -9,9 +9,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -51,7 +54,7 @@ func Print(ctx context.Context, opts Options, out io.Writer) error {
 			Probes []history.Probe `json:"probes"`
 		}
 		lastFailure := ""
-		if err := getJSON(ctx, opts.Client, fmt.Sprintf("%s/pods/%s/%s/probes", base, p.Namespace, p.Name), &hist); err == nil {
+		if err := getJSON(ctx, opts.Client, fmt.Sprintf("%s/pods/%s/%s/probes", base, url.PathEscape(p.Namespace), url.PathEscape(p.Name)), &hist); err == nil {
 			lastFailure = newestFailure(hist.Probes)
 		}
 		ready, started, total, restarts := 0, 0, 0, int32(0)
@@ -75,8 +78,8 @@ func Print(ctx context.Context, opts Options, out io.Writer) error {
 		if p.Status.StartTime != nil {
 			age = opts.Now().Sub(p.Status.StartTime.Time).Round(time.Second).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d/%d\t%d\t%s\t%s\t%s\n", p.Namespace, p.Name, ready, total, started, total, restarts,
-			phase(p), age, lastFailure)
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d/%d\t%d\t%s\t%s\t%s\n", printable(p.Namespace), printable(p.Name), ready, total, started, total, restarts,
+			printable(phase(p)), age, lastFailure)
 	}
 	return tw.Flush()
 }
@@ -126,7 +129,37 @@ func newestFailure(probes []history.Probe) string {
 	if r := []rune(msg); len(r) > 80 {
 		msg = string(r[:80]) + "…"
 	}
-	return fmt.Sprintf("%s: %s (%s)", who, strings.ReplaceAll(msg, "\n", " "), best.Time.UTC().Format(time.RFC3339))
+	return fmt.Sprintf("%s: %s (%s)", printable(who), printable(strings.ReplaceAll(msg, "\n", " ")), best.Time.UTC().Format(time.RFC3339))
+}
+
+// printable makes text from the agent safe to print on a terminal: every
+// character that is not printable (strconv.IsPrint: C0 controls such as
+// ESC, BEL, CR and TAB, DEL, C1 controls U+0080–U+009F, format characters
+// such as the bidi overrides) is escaped as strconv.Quote escapes it,
+// without the quotes ("\x1b", "\r", "\a", "\u009b"); invalid UTF-8 shows
+// as U+FFFD. Probe output can carry terminal escape sequences that would
+// otherwise move the cursor, rewrite the screen or set the window title.
+func printable(s string) string {
+	clean := true
+	for _, r := range s {
+		if !strconv.IsPrint(r) || r == utf8.RuneError {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if strconv.IsPrint(r) {
+			b.WriteRune(r)
+			continue
+		}
+		q := strconv.QuoteRune(r) // '\x1b'
+		b.WriteString(q[1 : len(q)-1])
+	}
+	return b.String()
 }
 
 func getJSON(ctx context.Context, c *http.Client, url string, v any) error {

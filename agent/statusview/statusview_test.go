@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -234,5 +235,39 @@ func TestPrintErrors(t *testing.T) {
 	}
 	if buf.Len() != 0 {
 		t.Errorf("printed %q on errors", buf.String())
+	}
+}
+
+// Issue 9 §6: probe output (and any name the agent returns) can carry
+// terminal control characters; `probed status` prints none raw. Each is
+// escaped as strconv.Quote would, without the quotes: ESC sequences (a
+// screen clear, an OSC window title ended by BEL), CR (which would let a
+// message overwrite the row), TAB, DEL, C1 controls (U+009B is CSI) and a
+// bidi override; invalid UTF-8 shows as U+FFFD.
+func TestPrintEscapesControlCharacters(t *testing.T) {
+	at := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	msg := "ok\x1b[2J\x1b]0;pwned\a\rfake\tcol\x7f\u009b31m\u202eevil\xff"
+	pods := []v1.Pod{{ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "a\x1b[31m"}, Status: v1.PodStatus{Phase: v1.PodRunning}}}
+	hists := map[string][]history.Probe{
+		"n/a\x1b[31m": {{Container: "c\a", Type: "liveness", LastFailure: &history.Record{Time: at, Result: "failure", Message: msg}}},
+	}
+	_, rows, out := print(t, newAgentStub(t, pods, hists).srv.URL)
+	for i, r := range out {
+		if r != '\n' && !strconv.IsPrint(r) {
+			t.Errorf("raw control character %U at %d in:\n%q", r, i, out)
+		}
+	}
+	if !utf8.ValidString(out) {
+		t.Errorf("output is not valid UTF-8: %q", out)
+	}
+	if len(rows) != 1 {
+		t.Fatalf("rows %v", rows)
+	}
+	if want := `a\x1b[31m`; rows[0]["NAME"] != want {
+		t.Errorf("NAME %q, want %q", rows[0]["NAME"], want)
+	}
+	want := `c\a liveness: ok\x1b[2J\x1b]0;pwned\a\rfake\tcol\x7f\u009b31m\u202eevil` + "\uFFFD" + ` (2026-11-29T12:00:00Z)`
+	if rows[0]["LAST_FAILURE"] != want {
+		t.Errorf("LAST FAILURE\n %q\nwant %q", rows[0]["LAST_FAILURE"], want)
 	}
 }

@@ -1,0 +1,101 @@
+package agent_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/probed/probed/agent"
+)
+
+// Issue 9 §6, through the real agent: a pod whose HTTP probe path carries
+// ?token= and ?access_token= (the target refuses, so Go's error quotes the
+// URL) and whose exec probe prints an env value shows none of them in
+// /pods, /events, /pods/{namespace}/{name}/probes or the agent's logs; nor
+// does the logged error of a rejected manifest that quotes a credential
+// (the agent's log handler applies the rule).
+func TestAgent_SecretsRedactedInEveryOutput(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedPort := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "leaky.yaml"), fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: leaky
+  namespace: sec
+spec:
+  containers:
+  - name: app
+    image: example/app
+    env:
+    - {name: DB_PASSWORD, value: AGENT-SECRET-1}
+    readinessProbe:
+      httpGet: {path: "/ready?token=AGENT-TOKEN-2&access_token=AGENT-TOKEN-3", port: %d}
+      periodSeconds: 1
+    livenessProbe:
+      exec: {command: ["/bin/sh", "-c", "echo connecting with $(DB_PASSWORD); exit 1"]}
+      periodSeconds: 1
+      failureThreshold: 100
+`, closedPort))
+	// A manifest the agent rejects: its error (logged) quotes the value.
+	writeFile(t, filepath.Join(dir, "rejected.yaml"), `apiVersion: v1
+kind: Pod
+metadata: {name: rejected, namespace: sec}
+spec:
+  containers:
+  - name: app
+    image: example/app
+    readinessProbe:
+      httpGet: {path: "/ready?token=AGENT-TOKEN-4", port: 8080}
+      periodSeconds: "Authorization: Bearer AGENT-TOKEN-5"
+`)
+	r := startAgent(t, dir, func(o *agent.Options) { o.AllowHostExec = true })
+	var hist struct {
+		Probes []struct {
+			Type    string `json:"type"`
+			Results []struct {
+				Message string `json:"message"`
+			} `json:"results"`
+		} `json:"probes"`
+	}
+	r.eventually("the pod", func() bool { _, ok := r.pods()["sec/leaky"]; return ok })
+	r.eventually("both probes failed once", func() bool {
+		r.get("/pods/sec/leaky/probes", &hist)
+		n := 0
+		for _, p := range hist.Probes {
+			if len(p.Results) > 0 {
+				n++
+			}
+		}
+		return n == 2
+	})
+	r.eventually("both Unhealthy events", func() bool { return len(r.events()) >= 2 })
+
+	var outputs []string
+	for _, path := range []string{"/pods", "/events", "/pods/sec/leaky/probes"} {
+		var v any
+		r.get(path, &v)
+		b, _ := json.Marshal(v)
+		outputs = append(outputs, string(b))
+	}
+	r.stop()
+	outputs = append(outputs, r.logs.String())
+	all := strings.Join(outputs, "\n")
+	for _, secret := range []string{"AGENT-SECRET-1", "AGENT-TOKEN-2", "AGENT-TOKEN-3", "AGENT-TOKEN-4", "AGENT-TOKEN-5"} {
+		if strings.Contains(all, secret) {
+			t.Errorf("%s shown:\n%s", secret, all)
+		}
+	}
+	for _, want := range []string{"connecting with REDACTED", "/ready?token=REDACTED\\u0026access_token=REDACTED"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("%q missing:\n%s", want, all)
+		}
+	}
+}

@@ -1,0 +1,104 @@
+package runtime_test
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/tools/record"
+
+	probeexec "github.com/probed/probed/plugins/exec"
+	probehttp "github.com/probed/probed/plugins/http"
+	"github.com/probed/probed/runtime"
+)
+
+// Issue 9 §6: a run's report and its K4 event never show the container's
+// env values (here printed by a real exec probe, and expanded into the
+// command of one that cannot start), nor the query values of an HTTP
+// probe's path (Go's error text quotes the URL), nor a plugin's
+// secret-named parameter value.
+func TestRunRedactsReportsAndEvents(t *testing.T) {
+	rec := record.NewFakeRecorder(16)
+	rt, err := runtime.New(runtime.Options{PoolSize: 2, SlowPoolSize: 2, ExecPoolSize: 2, Recorder: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	for kind, h := range map[string]runtime.Handler{
+		runtime.KindExec: probeexec.New(&probeexec.LocalRunner{}),
+		runtime.KindHTTP: probehttp.New(),
+		"echo-params":    echoParams{},
+	} {
+		if err := rt.Register(kind, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedPort := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", UID: "uid-1"},
+		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "app", Env: []v1.EnvVar{
+			{Name: "DB_PASSWORD", Value: "RT-SECRET-1"}, {Name: "API_TOKEN", Value: "RT-TOKEN-2"}}}}}}
+	c := &pod.Spec.Containers[0]
+	specs := []*runtime.Spec{
+		{Kind: runtime.KindExec, Probe: &v1.Probe{TimeoutSeconds: 5, ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{
+			Command: []string{"/bin/sh", "-c", "echo password=$(DB_PASSWORD) and $(API_TOKEN); exit 1"}}}}},
+		{Kind: runtime.KindExec, Probe: &v1.Probe{TimeoutSeconds: 5, ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{
+			Command: []string{"/nonexistent/check-$(API_TOKEN)"}}}}},
+		{Kind: runtime.KindHTTP, Probe: &v1.Probe{TimeoutSeconds: 5, ProbeHandler: v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{
+			Host: "127.0.0.1", Port: intstr.FromInt(closedPort), Path: "/x?token=RT-QUERY-3&v=RT-QUERY-4"}}}},
+		{Kind: "echo-params", Probe: &v1.Probe{TimeoutSeconds: 5},
+			Plugin: &runtime.PluginAction{Name: "echo-params", Params: map[string]string{"password": "RT-PARAM-5"}}},
+	}
+	var shown []string
+	for _, s := range specs {
+		s.ProbeType, s.Pod, s.Container = runtime.Liveness, pod, c
+		rep := rt.Run(context.Background(), rt.Prepare(s), runtime.Target{PodIP: "127.0.0.1", ContainerID: "containerd://c"})
+		if rep.Err == nil && rep.Outcome.Result != runtime.Failure {
+			t.Errorf("%s: %+v, want a failure or an error", s.Kind, rep)
+		}
+		shown = append(shown, rep.Outcome.Output)
+		if rep.Err != nil {
+			shown = append(shown, rep.Err.Error())
+		}
+	}
+	close(rec.Events)
+	n := 0
+	for e := range rec.Events {
+		shown = append(shown, e)
+		n++
+	}
+	if n != len(specs) {
+		t.Errorf("%d events, want %d", n, len(specs))
+	}
+	all := strings.Join(shown, "\n")
+	for _, secret := range []string{"RT-SECRET-1", "RT-TOKEN-2", "RT-QUERY-3", "RT-QUERY-4", "RT-PARAM-5"} {
+		if strings.Contains(all, secret) {
+			t.Errorf("%s shown:\n%s", secret, all)
+		}
+	}
+	for _, want := range []string{"Liveness probe failed: password=REDACTED and REDACTED", "/nonexistent/check-REDACTED",
+		"/x?token=REDACTED&v=REDACTED", "connection refused", "plugin said REDACTED"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("%q missing:\n%s", want, all)
+		}
+	}
+}
+
+// echoParams is a handler whose probe fails with its parameters in the
+// output, as a careless plugin's error would.
+type echoParams struct{}
+
+func (echoParams) Prepare(spec *runtime.Spec) (runtime.Prober, error) {
+	return runtime.ProberFunc(func(context.Context, runtime.Target) (runtime.Outcome, error) {
+		return runtime.Outcome{Result: runtime.Failure, Output: "plugin said " + spec.Plugin.Params["password"]}, nil
+	}), nil
+}
