@@ -1,0 +1,187 @@
+// Package kubetest connects tests to a real kube-apiserver and etcd (started by
+// test/kube/env.sh; there is no controller-manager, scheduler or kubelet) and
+// does for them what the missing parts would: it creates pods bound to a node
+// and writes their status as the kubelet does.
+//
+// The server is found through one variable, PROBED_TEST_KUBECONFIG (the
+// kubeconfig `env.sh start` writes), never KUBECONFIG: a developer's real
+// cluster is never used by accident. When the variable is unset, every
+// helper calls t.Skip, so `go test ./...` stays green without a server.
+//
+// The server outlives each test and nothing is ever garbage-collected
+// (namespaces never finish deleting without the namespace controller): each
+// test takes a fresh namespace (Namespace) and a fresh node name (NodeName),
+// so that a node's pods are the pods of that test only.
+package kubetest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// EnvKubeconfig names the environment variable holding the path of the test
+// server's kubeconfig (admin: user admin in system:masters).
+const EnvKubeconfig = "PROBED_TEST_KUBECONFIG"
+
+// Timeout bounds each call a helper makes to the server.
+const Timeout = 30 * time.Second
+
+// Config returns the admin rest.Config of the test server, or skips the test
+// when PROBED_TEST_KUBECONFIG is unset. A bad kubeconfig fails the test.
+//
+// Every connection made through the returned config (and its copies) is
+// closed when the test ends, so goleak sees no transport goroutines left:
+// stop what uses the config (informers, agents) in an earlier t.Cleanup or
+// before the test returns. Client-side rate limiting is off (QPS 1000, burst
+// 2000): tests create hundreds of pods.
+func Config(t testing.TB) *rest.Config {
+	t.Helper()
+	path := os.Getenv(EnvKubeconfig)
+	if path == "" {
+		t.Skipf("%s is not set: no test kube-apiserver (start one with test/kube/env.sh start DIR)", EnvKubeconfig)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		t.Fatalf("%s=%s: %v", EnvKubeconfig, path, err)
+	}
+	cfg.QPS, cfg.Burst = 1000, 2000
+	cfg.Timeout = Timeout
+	dialer := &connTracker{}
+	cfg.Dial = dialer.DialContext
+	t.Cleanup(dialer.closeAll)
+	return cfg
+}
+
+// connTracker dials TCP connections and closes them all at the end of the
+// test. Setting rest.Config.Dial also keeps client-go from sharing the
+// transport between tests (its transport cache skips configs with a Dial).
+type connTracker struct {
+	mu     sync.Mutex
+	conns  []net.Conn
+	closed bool
+}
+
+func (d *connTracker) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	conn, err := (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext(ctx, network, address)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		conn.Close()
+		return nil, net.ErrClosed
+	}
+	d.conns = append(d.conns, conn)
+	return conn, nil
+}
+
+func (d *connTracker) closeAll() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closed = true
+	for _, c := range d.conns {
+		c.Close()
+	}
+	d.conns = nil
+}
+
+// Client returns an admin clientset of the test server (see Config).
+func Client(t testing.TB) kubernetes.Interface {
+	t.Helper()
+	return ClientFor(t, Config(t))
+}
+
+// ClientFor returns a clientset for cfg, failing the test on error.
+func ClientFor(t testing.TB, cfg *rest.Config) kubernetes.Interface {
+	t.Helper()
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatalf("clientset: %v", err)
+	}
+	return c
+}
+
+// Context returns a context that ends with the test, bounded by Timeout.
+func Context(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+var unsafeName = regexp.MustCompile(`[^a-z0-9-]+`)
+
+// uniqueName is prefix, the test's name in DNS-label form and a random
+// suffix, at most 63 characters.
+func uniqueName(t testing.TB, prefix string) string {
+	name := unsafeName.ReplaceAllString(strings.ToLower(t.Name()), "-")
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	b := make([]byte, 4)
+	rand.Read(b)
+	return strings.Trim(prefix+"-"+strings.Trim(name, "-"), "-") + "-" + hex.EncodeToString(b)
+}
+
+// Namespace creates a fresh namespace for the test (named after it, with a
+// random suffix) and returns its name. It is never deleted: without a
+// namespace controller deletion never finishes.
+func Namespace(t testing.TB) string {
+	t.Helper()
+	c := Client(t)
+	ns := &v1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name:   uniqueName(t, "t"),
+		Labels: map[string]string{"probed.io/test": "true"},
+	}}
+	if _, err := c.CoreV1().Namespaces().Create(Context(t), ns, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create namespace %s: %v", ns.Name, err)
+	}
+	return ns.Name
+}
+
+// NodeName returns a node name no other test uses. No Node object is created
+// (nothing needs one: pods are bound by spec.nodeName).
+func NodeName(t testing.TB) string { return uniqueName(t, "node") }
+
+// ServiceAccountConfig returns a rest.Config authenticated as the
+// ServiceAccount ns/name (created when missing), through a token from the
+// TokenRequest API (one hour): requests made with it are authorized by RBAC
+// exactly as the agent's in-cluster requests are
+// (system:serviceaccount:NS:NAME, groups system:serviceaccounts and
+// system:serviceaccounts:NS). Its connections are closed with the test.
+func ServiceAccountConfig(t testing.TB, ns, name string) *rest.Config {
+	t.Helper()
+	admin := Config(t)
+	c := ClientFor(t, admin)
+	ctx := Context(t)
+	sa := &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	if _, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create service account %s/%s: %v", ns, name, err)
+	}
+	hour := int64(3600)
+	tr, err := c.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &hour},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("token request for service account %s/%s: %v", ns, name, err)
+	}
+	cfg := rest.AnonymousClientConfig(admin) // server, CA, dialer; no admin credentials
+	cfg.BearerToken = tr.Status.Token
+	return cfg
+}

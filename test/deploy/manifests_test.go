@@ -1,0 +1,187 @@
+package deploy
+
+import (
+	"io/fs"
+	"reflect"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	v1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/probed/probed/deploy"
+)
+
+// TestManifestsDecodeStrictly: every file of deploy/kubernetes decodes
+// strictly into the typed objects the install needs, and a misspelled field
+// would be caught (the decoder is strict, not lenient).
+func TestManifestsDecodeStrictly(t *testing.T) {
+	entries, err := fs.ReadDir(deploy.Kubernetes, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, e := range entries {
+		objects, err := deploy.File(e.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, obj := range objects {
+			kinds = append(kinds, e.Name()+":"+kindOf(obj))
+		}
+	}
+	want := []string{
+		"clusterrole-eviction.yaml:ClusterRole", "clusterrole-eviction.yaml:ClusterRoleBinding",
+		"clusterrole.yaml:ClusterRole", "clusterrolebinding.yaml:ClusterRoleBinding",
+		"daemonset.yaml:DaemonSet", "namespace.yaml:Namespace", "serviceaccount.yaml:ServiceAccount",
+	}
+	sort.Strings(kinds)
+	if !slices.Equal(kinds, want) {
+		t.Errorf("deploy/kubernetes holds %v, want %v", kinds, want)
+	}
+	for _, f := range deploy.Base {
+		if _, err := fs.Stat(deploy.Kubernetes, f); err != nil {
+			t.Errorf("deploy.Base lists %s: %v", f, err)
+		}
+	}
+
+	data, _ := fs.ReadFile(deploy.Kubernetes, "daemonset.yaml")
+	bad := strings.Replace(string(data), "hostNetwork:", "hostNetwrk:", 1)
+	if _, err := deploy.Decode("daemonset.yaml", []byte(bad)); err == nil || !strings.Contains(err.Error(), "hostNetwrk") {
+		t.Errorf("misspelled hostNetwork decoded with error %v, want an unknown-field error naming it", err)
+	}
+}
+
+func kindOf(obj runtime.Object) string {
+	return reflect.TypeOf(obj).Elem().Name()
+}
+
+// TestManifestsDaemonSetIsANodeAgent holds the DaemonSet of deploy/kubernetes
+// to issue 10 §9 (see checkDaemonSet).
+func TestManifestsDaemonSetIsANodeAgent(t *testing.T) {
+	checkDaemonSet(t, only[*appsv1.DaemonSet](t, plain(t, "daemonset.yaml")), agentWant{
+		gate: "probed.io/ready", action: "event", listen: "127.0.0.1:8089", priorityClass: "system-node-critical",
+	})
+}
+
+type agentWant struct {
+	gate, action, listen, priorityClass string
+}
+
+// checkDaemonSet: hostNetwork (probes leave from the node as the kubelet's
+// do) with ClusterFirstWithHostNet, NODE_NAME from the downward API, the
+// cluster-mode arguments, non-root, read-only root filesystem, no privilege
+// escalation, no capabilities, every taint tolerated, linux nodes, the
+// priority class, requests and a memory limit, probed's own probes on
+// /healthz of its port, plugins from a volume, a writable /tmp.
+func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, want agentWant) {
+	t.Helper()
+	spec := ds.Spec.Template.Spec
+	if !spec.HostNetwork || spec.DNSPolicy != v1.DNSClusterFirstWithHostNet {
+		t.Errorf("hostNetwork %v dnsPolicy %q, want true ClusterFirstWithHostNet", spec.HostNetwork, spec.DNSPolicy)
+	}
+	if spec.PriorityClassName != want.priorityClass {
+		t.Errorf("priorityClassName %q, want %q", spec.PriorityClassName, want.priorityClass)
+	}
+	if spec.NodeSelector["kubernetes.io/os"] != "linux" {
+		t.Errorf("nodeSelector %v, want kubernetes.io/os: linux", spec.NodeSelector)
+	}
+	if len(spec.Tolerations) != 1 || spec.Tolerations[0].Operator != v1.TolerationOpExists || spec.Tolerations[0].Key != "" {
+		t.Errorf("tolerations %+v, want one {operator: Exists}", spec.Tolerations)
+	}
+	psc := spec.SecurityContext
+	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser != 65532 {
+		t.Errorf("pod securityContext %+v, want runAsNonRoot, runAsUser 65532", psc)
+	}
+	if len(spec.Containers) != 1 {
+		t.Fatalf("containers %d, want 1", len(spec.Containers))
+	}
+	c := spec.Containers[0]
+	args := strings.Join(c.Args, " ")
+	for _, a := range []string{"run", "--in-cluster", "--readiness-gate=" + want.gate, "--liveness-action=" + want.action,
+		"--listen=" + want.listen, "--plugin-dir=/plugins", "--status-qps=", "--status-burst="} {
+		if !strings.Contains(args, a) {
+			t.Errorf("args %q lack %q", args, a)
+		}
+	}
+	env := map[string]v1.EnvVar{}
+	for _, e := range c.Env {
+		env[e.Name] = e
+	}
+	if e := env["NODE_NAME"]; e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+		t.Errorf("NODE_NAME %+v, want fieldRef spec.nodeName", e)
+	}
+	if _, ok := env["OTEL_TRACES_EXPORTER"]; !ok {
+		t.Errorf("no OTEL_TRACES_EXPORTER in %v", c.Env)
+	}
+	sc := c.SecurityContext
+	if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+		sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []v1.Capability{"ALL"}) {
+		t.Errorf("container securityContext %+v, want readOnlyRootFilesystem, no privilege escalation, drop ALL", sc)
+	}
+	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+		t.Errorf("resources %+v, want cpu and memory requests and a memory limit", c.Resources)
+	}
+	port := c.Ports[0].ContainerPort
+	if !strings.HasSuffix(want.listen, ":"+strconv.Itoa(int(port))) {
+		t.Errorf("container port %d is not the --listen port of %s", port, want.listen)
+	}
+	for name, p := range map[string]*v1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe, "startup": c.StartupProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port.IntValue() != int(port) {
+			t.Errorf("%s probe %+v, want httpGet /healthz on port %d", name, p, port)
+			continue
+		}
+		if strings.HasPrefix(want.listen, "127.0.0.1:") && p.HTTPGet.Host != "127.0.0.1" {
+			t.Errorf("%s probe host %q: probed listens on the node's loopback, the kubelet must probe 127.0.0.1", name, p.HTTPGet.Host)
+		}
+	}
+	mounts := map[string]v1.VolumeMount{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.MountPath] = m
+	}
+	volumes := map[string]v1.Volume{}
+	for _, v := range spec.Volumes {
+		volumes[v.Name] = v
+	}
+	if m, ok := mounts["/plugins"]; !ok || !m.ReadOnly {
+		t.Errorf("no read-only /plugins mount in %+v", c.VolumeMounts)
+	} else if v := volumes[m.Name]; v.HostPath == nil && v.EmptyDir == nil {
+		t.Errorf("plugins volume %+v, want hostPath or emptyDir", v)
+	}
+	if m, ok := mounts["/tmp"]; !ok || volumes[m.Name].EmptyDir == nil {
+		t.Errorf("no emptyDir on /tmp (go-plugin's sockets; the root filesystem is read-only)")
+	}
+}
+
+// only returns the one object of type T among objects.
+func only[T runtime.Object](t *testing.T, objects []runtime.Object) T {
+	t.Helper()
+	var found []T
+	for _, o := range objects {
+		if x, ok := o.(T); ok {
+			found = append(found, x)
+		}
+	}
+	if len(found) != 1 {
+		var zero T
+		t.Fatalf("%d objects of type %T, want 1", len(found), zero)
+	}
+	return found[0]
+}
+
+// rules returns the rules of every ClusterRole among objects, in order.
+func rules(objects []runtime.Object) []rbacv1.PolicyRule {
+	var r []rbacv1.PolicyRule
+	for _, o := range objects {
+		if role, ok := o.(*rbacv1.ClusterRole); ok {
+			r = append(r, role.Rules...)
+		}
+	}
+	return r
+}
