@@ -20,6 +20,7 @@ import (
 	"encoding/hex"
 	"net"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -33,13 +34,15 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // EnvKubeconfig names the environment variable holding the path of the test
 // server's kubeconfig (admin: user admin in system:masters).
 const EnvKubeconfig = "PROBED_TEST_KUBECONFIG"
 
-// Timeout bounds each call a helper makes to the server.
+// Timeout bounds each call a helper makes to the server (through Context;
+// the rest.Config itself has no timeout, which would cut watches).
 const Timeout = 30 * time.Second
 
 // Config returns the admin rest.Config of the test server, or skips the test
@@ -61,7 +64,6 @@ func Config(t testing.TB) *rest.Config {
 		t.Fatalf("%s=%s: %v", EnvKubeconfig, path, err)
 	}
 	cfg.QPS, cfg.Burst = 1000, 2000
-	cfg.Timeout = Timeout
 	dialer := &connTracker{}
 	cfg.Dial = dialer.DialContext
 	t.Cleanup(dialer.closeAll)
@@ -184,4 +186,26 @@ func ServiceAccountConfig(t testing.TB, ns, name string) *rest.Config {
 	cfg := rest.AnonymousClientConfig(admin) // server, CA, dialer; no admin credentials
 	cfg.BearerToken = tr.Status.Token
 	return cfg
+}
+
+// WriteKubeconfig writes cfg (server, CA, bearer token) as a kubeconfig file
+// in a temporary directory of the test and returns its path: for a probed
+// process started with --kubeconfig FILE under that identity. Its
+// connections are the process's own, not closed with the test.
+func WriteKubeconfig(t testing.TB, cfg *rest.Config) string {
+	t.Helper()
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["test"] = &clientcmdapi.Cluster{
+		Server:                   cfg.Host,
+		CertificateAuthority:     cfg.TLSClientConfig.CAFile,
+		CertificateAuthorityData: cfg.TLSClientConfig.CAData,
+	}
+	kc.AuthInfos["test"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
+	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "test"}
+	kc.CurrentContext = "test"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatalf("write kubeconfig: %v", err)
+	}
+	return path
 }

@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/probed/probed/internal/kubetest"
 )
@@ -132,19 +134,29 @@ func TestKubeletStatusWritesKeepTheGateCondition(t *testing.T) {
 // TestServiceAccountConfigIsThatIdentity: the config from the TokenRequest
 // API authenticates as the ServiceAccount (not as admin), and RBAC refuses it
 // what no role grants.
+// The same holds through the kubeconfig file WriteKubeconfig writes (what a
+// probed process started with --kubeconfig reads).
 func TestServiceAccountConfigIsThatIdentity(t *testing.T) {
 	ns := kubetest.Namespace(t)
-	c := kubetest.ClientFor(t, kubetest.ServiceAccountConfig(t, ns, "someone"))
-	ctx := kubetest.Context(t)
-	review, err := c.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	cfg := kubetest.ServiceAccountConfig(t, ns, "someone")
+	fromFile, err := clientcmd.BuildConfigFromFlags("", kubetest.WriteKubeconfig(t, cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "system:serviceaccount:" + ns + ":someone"; review.Status.UserInfo.Username != want {
-		t.Errorf("authenticated as %q, want %q", review.Status.UserInfo.Username, want)
-	}
-	if _, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
-		t.Errorf("list pods without a role: %v, want 403 Forbidden", err)
+	fromFile.Dial = cfg.Dial // closed with the test
+	for how, cfg := range map[string]*rest.Config{"rest.Config": cfg, "kubeconfig file": fromFile} {
+		c := kubetest.ClientFor(t, cfg)
+		ctx := kubetest.Context(t)
+		review, err := c.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("%s: %v", how, err)
+		}
+		if want := "system:serviceaccount:" + ns + ":someone"; review.Status.UserInfo.Username != want {
+			t.Errorf("%s: authenticated as %q, want %q", how, review.Status.UserInfo.Username, want)
+		}
+		if _, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("%s: list pods without a role: %v, want 403 Forbidden", how, err)
+		}
 	}
 }
 
