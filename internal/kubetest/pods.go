@@ -137,11 +137,11 @@ func deriveReady(pod *v1.Pod, status *v1.PodStatus) {
 	for _, cs := range status.ContainerStatuses {
 		containersReady = containersReady && cs.Ready
 	}
-	ready := containersReady
-	reason := ""
+	containersReason := ""
 	if !containersReady {
-		reason = "ContainersNotReady"
+		containersReason = "ContainersNotReady"
 	}
+	ready, reason := containersReady, containersReason
 	for _, gate := range pod.Spec.ReadinessGates {
 		cond := findCondition(status.Conditions, gate.ConditionType)
 		if cond == nil || cond.Status != v1.ConditionTrue {
@@ -151,7 +151,7 @@ func deriveReady(pod *v1.Pod, status *v1.PodStatus) {
 			}
 		}
 	}
-	setCondition(status, v1.ContainersReady, containersReady, map[bool]string{false: "ContainersNotReady"}[containersReady])
+	setCondition(status, v1.ContainersReady, containersReady, containersReason)
 	setCondition(status, v1.PodReady, ready, reason)
 }
 

@@ -51,7 +51,7 @@ func dryRunInstall(t *testing.T, c kubernetes.Interface, objects []runtime.Objec
 	t.Helper()
 	ctx := kubetest.Context(t)
 	target := kubetest.Namespace(t)
-	suffix := "-" + target
+	suffix := "-" + target[len(target)-8:] // its random part: names stay DNS labels
 	for _, obj := range objects {
 		var err error
 		switch o := obj.DeepCopyObject().(type) {
