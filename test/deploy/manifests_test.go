@@ -175,7 +175,8 @@ func only[T runtime.Object](t *testing.T, objects []runtime.Object) T {
 	return found[0]
 }
 
-// rules returns the rules of every ClusterRole among objects, in order.
+// rules returns the rules of every ClusterRole among objects, sorted (helm
+// renders the templates in file-name order, not the install's).
 func rules(objects []runtime.Object) []rbacv1.PolicyRule {
 	var r []rbacv1.PolicyRule
 	for _, o := range objects {
@@ -183,5 +184,6 @@ func rules(objects []runtime.Object) []rbacv1.PolicyRule {
 			r = append(r, role.Rules...)
 		}
 	}
+	sort.Slice(r, func(i, j int) bool { return r[i].String() < r[j].String() })
 	return r
 }
