@@ -112,7 +112,7 @@ https_status() {
 }
 http_status() {
   local port="$1" path="$2" line=""
-  exec 4<>"/dev/tcp/127.0.0.1/$port" || return 1
+  { exec 4<>"/dev/tcp/127.0.0.1/$port"; } 2>/dev/null || return 1
   printf 'GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' "$path" >&4
   IFS= read -r -t 5 line <&4 || true
   exec 4>&- 4<&-
@@ -172,7 +172,7 @@ start_etcd() {
     --initial-cluster "default=http://127.0.0.1:$((ETCD_PORT + 1))" \
     --unsafe-no-fsync --log-level warn </dev/null >"$DIR/logs/etcd.log" 2>&1 &
   ETCD_PID=$!
-  wait_until 30 "$ETCD_PID" etcd etcd_healthy
+  wait_until 60 "$ETCD_PID" etcd etcd_healthy
 }
 
 start_apiserver() {
@@ -189,7 +189,7 @@ start_apiserver() {
     --disable-admission-plugins ServiceAccount \
     </dev/null >"$DIR/logs/kube-apiserver.log" 2>&1 &
   API_PID=$!
-  wait_until 60 "$API_PID" kube-apiserver apiserver_ready
+  wait_until 180 "$API_PID" kube-apiserver apiserver_ready
 }
 
 write_kubeconfig() {
