@@ -8,6 +8,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,7 +28,6 @@ import (
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/manager/customprobe"
 	"github.com/probed/probed/manager/results"
-	"github.com/probed/probed/runtime"
 )
 
 // recorder is the reconciler-shaped callback: it keeps every Update.
@@ -266,22 +268,41 @@ func TestPodsArriveDefaulted(t *testing.T) {
 	}
 }
 
-// gateHandler is an in-process probe kind whose verdict the test sets.
-type gateHandler struct{ open atomic.Bool }
+// startupTarget is the container's startup endpoint on loopback (the pod
+// IP the test writes): 500 until opened, then 200.
+type startupTarget struct {
+	open atomic.Bool
+	srv  *httptest.Server
+}
 
-func (h *gateHandler) Prepare(*runtime.Spec) (runtime.Prober, error) {
-	return runtime.ProberFunc(func(context.Context, runtime.Target) (runtime.Outcome, error) {
-		if h.open.Load() {
-			return runtime.Outcome{Result: runtime.Success}, nil
+func newStartupTarget(t *testing.T) *startupTarget {
+	st := &startupTarget{}
+	st.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if !st.open.Load() {
+			http.Error(w, "starting", http.StatusInternalServerError)
 		}
-		return runtime.Outcome{Result: runtime.Failure, Output: "closed"}, nil
-	}), nil
+	}))
+	t.Cleanup(st.srv.Close)
+	return st
+}
+
+func (st *startupTarget) port(t *testing.T) int {
+	u, err := url.Parse(st.srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := strconv.Atoi(u.Port())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // TestStatusesFollowTheKubeletThroughTheInformer runs cluster mode's chain
 // on the real server: informer → reconciler → real manager, the Statuses as
 // its StatusProvider, the verdicts Fanout feeding the Statuses. The kubelet
-// (the test) says started=true, but the annotation's startup probe has not
+// (the test) says started=true, but the annotation's startup probe (a real
+// httpGet to a loopback server, the pod IP being 127.0.0.1) has not
 // succeeded: Started is false (the overlay); once the probe succeeds it is
 // true. The kubelet then restarts the container: the new container ID
 // reaches GetPodStatus and Started is false again until the probe succeeds
@@ -293,14 +314,12 @@ func TestStatusesFollowTheKubeletThroughTheInformer(t *testing.T) {
 
 	statuses := NewStatuses()
 	liveness, readiness, startup := results.NewManager(), results.NewManager(), results.NewManager()
-	m, err := manager.New(manager.Options{Status: statuses, Liveness: liveness, Readiness: readiness, Startup: startup, Logger: discard()})
+	m, err := manager.New(manager.Options{Status: statuses, Liveness: liveness, Readiness: readiness, Startup: startup,
+		SkipSpecProbes: true, Logger: discard()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	gate := &gateHandler{}
-	if err := m.(interface{ Runtime() *runtime.Runtime }).Runtime().Register("test-gate", gate); err != nil {
-		t.Fatal(err)
-	}
+	gate := newStartupTarget(t)
 	statuses.SetProber(m)
 	rec := reconciler.New(reconciler.Options{Manager: m, Listener: statuses, Logger: discard()})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -318,7 +337,7 @@ func TestStatusesFollowTheKubeletThroughTheInformer(t *testing.T) {
 	runSource(t, cfg, node, rec.Apply)
 
 	pod := newPod(ns, "web", node, "app")
-	pod.Annotations = map[string]string{customprobe.Annotation: `[{"container":"app","type":"startup","periodSeconds":1,"failureThreshold":1000,"plugin":{"name":"test-gate"}}]`}
+	pod.Annotations = map[string]string{customprobe.Annotation: fmt.Sprintf(`[{"container":"app","type":"startup","periodSeconds":1,"failureThreshold":1000,"httpGet":{"path":"/started","port":%d}}]`, gate.port(t))}
 	created := createPod(t, c, pod)
 	running := setRunning(t, c, ns, "web")
 	firstID := running.Status.ContainerStatuses[0].ContainerID

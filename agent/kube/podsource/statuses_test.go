@@ -29,7 +29,7 @@ func newOverlayRig(t *testing.T) *overlayRig {
 	t.Helper()
 	clock := clocktesting.NewFakeClock(time.Now())
 	r := &overlayRig{statuses: NewStatuses(), startup: results.NewManager()}
-	m, err := manager.New(manager.Options{Status: r.statuses, Startup: r.startup, Clock: clock, Logger: discard()})
+	m, err := manager.New(manager.Options{Status: r.statuses, Startup: r.startup, Clock: clock, SkipSpecProbes: true, Logger: discard()})
 	if err != nil {
 		t.Fatal(err)
 	}
