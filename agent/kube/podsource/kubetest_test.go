@@ -182,7 +182,7 @@ func setRunning(t testing.TB, c kubernetes.Interface, ns, name string) *v1.Pod {
 		now := metav1.NewTime(time.Now().Truncate(time.Second))
 		s.Phase = v1.PodRunning
 		s.HostIP, s.PodIP = "127.0.0.1", "127.0.0.1"
-		s.PodIPs = []v1.PodIP{{IP: "127.0.0.1"}}
+		s.HostIPs, s.PodIPs = []v1.HostIP{{IP: "127.0.0.1"}}, []v1.PodIP{{IP: "127.0.0.1"}}
 		s.StartTime = &now
 		s.ContainerStatuses = nil
 		s.Conditions = []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionFalse, Reason: "ContainersNotReady", LastTransitionTime: now}}

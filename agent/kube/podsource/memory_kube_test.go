@@ -90,7 +90,7 @@ func kubeletStatus(s *v1.PodStatus) {
 		AllocatedResources: req,
 		Resources:          &v1.ResourceRequirements{Requests: req, Limits: v1.ResourceList{v1.ResourceMemory: resource.MustParse("256Mi")}},
 		VolumeMounts: []v1.VolumeMountStatus{{Name: "config", MountPath: "/etc/web"},
-			{Name: "kube-api-access-x7k2p", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true, RecursiveReadOnly: ptr(v1.RecursiveReadOnlyDisabled)}},
+			{Name: "kube-api-access-x7k2p", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true}},
 		User: &v1.ContainerUser{Linux: &v1.LinuxContainerUser{UID: 1000, GID: 1000, SupplementalGroups: []int64{1000}}},
 	}}
 }
