@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/probed/probed/agent/health"
 	"github.com/probed/probed/agent/pods"
 	"github.com/probed/probed/manager/customprobe"
 )
@@ -236,25 +237,27 @@ func TestTransformDropsWhatProbedNeverReads(t *testing.T) {
 	}
 }
 
-// TestHealthyUntilSynced: /healthz is unhealthy while the informer has
-// never synced (issue 10 §2.7).
-func TestHealthyUntilSynced(t *testing.T) {
+// TestHealthzUnhealthyUntilSynced: /healthz (agent/health over the
+// source's HasSynced) is unhealthy while the informer has never synced
+// (issue 10 §2.7).
+func TestHealthzUnhealthyUntilSynced(t *testing.T) {
 	s, err := New(Options{Client: unusedClient(t), NodeName: "node-a"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.HasSynced() || s.Healthy() == nil {
+	healthz := health.New(s.HasSynced, nil)
+	if s.HasSynced() || healthz.Check() == nil {
 		t.Fatal("a source that never ran is synced/healthy")
 	}
 	synced := false
 	f := func() bool { return synced }
 	s.synced.Store(&f)
-	if s.Healthy() == nil {
+	if healthz.Check() == nil {
 		t.Fatal("healthy before the initial list")
 	}
 	synced = true
-	if err := s.Healthy(); err != nil {
-		t.Fatalf("healthy after sync: %v", err)
+	if err := healthz.Check(); err != nil {
+		t.Fatalf("unhealthy after sync: %v", err)
 	}
 }
 

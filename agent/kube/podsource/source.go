@@ -140,21 +140,13 @@ func (s *Source) Run(ctx context.Context, apply func(pods.Update)) error {
 // HasSynced reports whether the pods of the informer's initial list have
 // all been handed to apply (the registration's HasSynced). It stays true
 // once true: a later outage of the API server does not unsync the cache.
+// It is the source's part of the agent's /healthz (health.New): unhealthy
+// while the informer has never synced — the API server unreachable or
+// refusing, or Run not called — and healthy afterwards, also during a later
+// outage, when probing goes on for the pods already known (issue 10 §2.7).
 func (s *Source) HasSynced() bool {
 	f := s.synced.Load()
 	return f != nil && (*f)()
-}
-
-// Healthy is the source's part of the agent's /healthz: an error while the
-// informer has never completed its initial list of the node's pods (the API
-// server unreachable or refusing, or Run not called), nil afterwards, also
-// during a later outage, when probing goes on with the pods already known
-// (issue 10 §2.7).
-func (s *Source) Healthy() error {
-	if s.HasSynced() {
-		return nil
-	}
-	return fmt.Errorf("pod informer has not synced: no complete list of the pods of node %q from the API server yet", s.opts.NodeName)
 }
 
 // updateFor maps an add or update event to an Update: Upsert for a pod
