@@ -111,6 +111,19 @@ func (s *Statuses) Pod(uid types.UID) (*v1.Pod, bool) {
 	return e.withStatus(), true
 }
 
+// KubeletPod returns a copy of the pod as the informer holds it: the
+// kubelet's status without probed's overlay (its Started and Ready are the
+// kubelet's own).
+func (s *Statuses) KubeletPod(uid types.UID) (*v1.Pod, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	e, ok := s.pods[uid]
+	if !ok {
+		return nil, false
+	}
+	return e.pod.DeepCopy(), true
+}
+
 // PodByName returns a copy of the pod namespace/name with its status.
 func (s *Statuses) PodByName(namespace, name string) (*v1.Pod, bool) {
 	s.mu.RLock()

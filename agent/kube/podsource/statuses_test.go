@@ -94,6 +94,9 @@ func TestOverlayStartedWaitsForAnnotationStartupProbe(t *testing.T) {
 	if started, ready := startedOf(t, r.statuses, pod, "app"); started || ready {
 		t.Fatalf("app: started=%v ready=%v before the annotation startup probe succeeded, want false/false", started, ready)
 	}
+	if p, ok := r.statuses.KubeletPod(pod.UID); !ok || !*p.Status.ContainerStatuses[0].Started || !p.Status.ContainerStatuses[0].Ready {
+		t.Fatal("KubeletPod: want the kubelet's own started and ready, without the overlay")
+	}
 	// No annotation startup probe: the kubelet's started decides.
 	if started, _ := startedOf(t, r.statuses, pod, "plain"); started {
 		t.Fatal("plain: started although the kubelet says not started")
