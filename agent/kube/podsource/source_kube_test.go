@@ -88,6 +88,10 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // initial sync.
 func runSource(t *testing.T, cfg *rest.Config, node string, apply func(pods.Update)) *Source {
 	t.Helper()
+	// As the agent's client: no overall request timeout, which would cut
+	// every watch after it (the reflector bounds its watches itself).
+	cfg = rest.CopyConfig(cfg)
+	cfg.Timeout = 0
 	s, err := New(Options{Client: clientFor(t, cfg), NodeName: node, Logger: discard()})
 	if err != nil {
 		t.Fatal(err)
