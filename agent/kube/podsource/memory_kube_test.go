@@ -38,7 +38,7 @@ func deploymentPod(ns, node string, i int) *v1.Pod {
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-" + hash, UID: "3f1c2a9e-8d44-4b8e-9a51-0c2f7d1b6e40", Controller: ptr(true), BlockOwnerDeletion: ptr(true)}},
 		},
 		Spec: v1.PodSpec{
-			NodeName: node,
+			NodeName: node, ServiceAccountName: "default",
 			Containers: []v1.Container{{
 				Name: "app", Image: "registry.example.com/team/web:1.2.3",
 				Ports: []v1.ContainerPort{{Name: "http", ContainerPort: 8080}, {Name: "metrics", ContainerPort: 9090}},
