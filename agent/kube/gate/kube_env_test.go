@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -56,10 +57,38 @@ func kubeConfig(t *testing.T) *rest.Config {
 	// Client-side throttling off: the writer's own bucket is what the
 	// tests measure, and the test plays a kubelet writing 500 statuses.
 	cfg.QPS, cfg.Burst = -1, 0
-	// A transport of its own (not client-go's shared cache), so that its
-	// idle connections can be closed when the test ends (goleak).
+	// A transport of its own (not client-go's shared cache) whose
+	// connections all close when the test ends (goleak).
 	cfg.Proxy = func(*http.Request) (*url.URL, error) { return nil, nil }
+	conns := &connTracker{}
+	cfg.Dial = conns.DialContext
+	t.Cleanup(conns.closeAll)
 	return cfg
+}
+
+// connTracker dials and remembers every connection, to close them all.
+type connTracker struct {
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func (d *connTracker) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	c, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, address)
+	if err == nil {
+		d.mu.Lock()
+		d.conns = append(d.conns, c)
+		d.mu.Unlock()
+	}
+	return c, err
+}
+
+func (d *connTracker) closeAll() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range d.conns {
+		_ = c.Close()
+	}
+	d.conns = nil
 }
 
 // client returns a clientset on cfg whose connections close at cleanup.

@@ -80,8 +80,10 @@ type patchCondition struct {
 // (patchStrategy=merge on PodStatus.Conditions), so the element replaces
 // the fields of the condition of that type and leaves every other condition
 // as it is. The UID is a precondition: the API server refuses to change a
-// pod's UID, so a write meant for a pod that was deleted and recreated
-// under the same name fails instead of landing on the new pod.
+// pod's UID (kube-apiserver v1.37 answers 422 Invalid, "metadata.uid: field
+// is immutable"; 409 Conflict when no pod of that name exists), so a write
+// meant for a pod that was deleted and recreated under the same name fails
+// instead of landing on the new pod.
 func statusPatchFor(uid types.UID, c v1.PodCondition) ([]byte, error) {
 	return json.Marshal(statusPatch{
 		Metadata: patchMetadata{UID: uid},
