@@ -142,3 +142,9 @@ func (s *syncBuffer) count(substr string) int {
 	defer s.mu.Unlock()
 	return strings.Count(s.b.String(), substr)
 }
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
