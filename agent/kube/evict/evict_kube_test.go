@@ -11,9 +11,11 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/probed/probed/agent/actuate"
@@ -35,6 +37,12 @@ type evictEnv struct {
 }
 
 func newEvictEnv(t *testing.T) *evictEnv {
+	return newEvictEnvAs(t, func(admin *rest.Config, _ string) *rest.Config { return admin })
+}
+
+// newEvictEnvAs runs the Actuator with the config identity returns for the
+// test's namespace.
+func newEvictEnvAs(t *testing.T, identity func(admin *rest.Config, ns string) *rest.Config) *evictEnv {
 	t.Helper()
 	cfg := kubeConfig(t)
 	e := &evictEnv{admin: clientFor(t, cfg), requests: &counter{}, log: &syncBuffer{},
@@ -43,7 +51,7 @@ func newEvictEnv(t *testing.T) *evictEnv {
 	e.events = events.New(1000, slog.New(slog.DiscardHandler), nil)
 	act, err := evict.New(evict.Options{
 		Action:   evict.ActionEvict,
-		Client:   clientFor(t, e.requests.wrap(cfg)),
+		Client:   clientFor(t, e.requests.wrap(identity(cfg, e.ns))),
 		Recorder: e.events,
 		Clock:    e.clock,
 		Log:      slog.New(slog.NewTextHandler(e.log, nil)),
@@ -241,4 +249,45 @@ func TestEvictionRateBoundPerNode(t *testing.T) {
 			t.Fatalf("%d eviction requests after %d intervals, want %d", n, want-3, want)
 		}
 	}
+}
+
+// Issue 10 §2.8: eviction needs pods/eviction create and nothing more: as
+// a ServiceAccount holding only that, the pod is evicted. Without it the
+// server refuses (403): retried MaxAttempts (5) times, then an
+// EvictionFailed Event.
+func TestEvictionWithTheAgentsRBAC(t *testing.T) {
+	evictOnly := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods/eviction"}, Verbs: []string{"create"}}}
+	t.Run("allowed", func(t *testing.T) {
+		e := newEvictEnvAs(t, func(admin *rest.Config, ns string) *rest.Config {
+			return serviceAccountConfig(t, admin, ns, "probed", evictOnly)
+		})
+		p := e.pod(t, "web", nil)
+		e.fail(p, "containerd://app-1")
+		eventually(t, "the pod terminating", func() bool { return e.terminating(t, "web") })
+	})
+	t.Run("denied", func(t *testing.T) {
+		e := newEvictEnvAs(t, func(admin *rest.Config, ns string) *rest.Config {
+			return serviceAccountConfig(t, admin, ns, "probed", nil)
+		})
+		p := e.pod(t, "web", nil)
+		e.fail(p, "containerd://app-1")
+		for attempt := 1; attempt < evict.DefaultMaxAttempts; attempt++ {
+			eventually(t, fmt.Sprintf("failure %d logged", attempt), func() bool { return e.log.count("eviction failed, will retry") == attempt })
+			e.clock.Step(evict.DefaultRetryMax)
+		}
+		eventually(t, "the EvictionFailed event", func() bool {
+			for _, ev := range e.events.List() {
+				if ev.Reason == evict.ReasonEvictionFailed && strings.Contains(ev.Message, "after 5 attempts") && strings.Contains(ev.Message, "forbidden") {
+					return true
+				}
+			}
+			return false
+		})
+		if n := e.evictions("web"); n != evict.DefaultMaxAttempts {
+			t.Errorf("%d eviction requests, want %d", n, evict.DefaultMaxAttempts)
+		}
+		if e.terminating(t, "web") {
+			t.Error("evicted without the permission")
+		}
+	})
 }

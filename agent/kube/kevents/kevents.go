@@ -118,10 +118,10 @@ type Recorder struct {
 	sink        *sink
 	global      flowcontrol.PassiveRateLimiter
 
-	mu      sync.Mutex
-	objects *lru.Cache // types.UID or namespace/name -> flowcontrol.PassiveRateLimiter
-	started bool
-	closed  bool
+	mu        sync.Mutex
+	objects   *lru.Cache // namespace/name/UID -> flowcontrol.PassiveRateLimiter
+	started   bool       // Run was called
+	accepting bool       // the sink's watcher is registered and Run has not ended
 
 	dropped atomic.Uint64
 }
@@ -192,12 +192,12 @@ func (r *Recorder) Run(ctx context.Context) error {
 	sinkCtx, cancelSink := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelSink()
 	if err := r.broadcaster.StartRecordingToSinkWithContext(sinkCtx); err != nil {
-		r.close()
 		r.broadcaster.Shutdown()
 		return fmt.Errorf("kevents: start recording: %w", err)
 	}
+	r.setAccepting(true) // the sink's watcher is registered: events reach it
 	<-ctx.Done()
-	r.close()
+	r.setAccepting(false)
 	r.broadcaster.Shutdown() // delivers the queued events to the sink's watcher
 	r.sink.waitIdle(r.opts.FlushTimeout)
 	if n := r.sink.inflight.Load(); n > 0 {
@@ -206,20 +206,21 @@ func (r *Recorder) Run(ctx context.Context) error {
 	return nil
 }
 
-func (r *Recorder) close() {
+func (r *Recorder) setAccepting(v bool) {
 	r.mu.Lock()
-	r.closed = true
+	r.accepting = v
 	r.mu.Unlock()
 }
 
 // Dropped is the number of events not sent because a token bucket was empty
-// or the Recorder was stopped.
+// or the Recorder was not running.
 func (r *Recorder) Dropped() uint64 { return r.dropped.Load() }
 
 // Eventf sends an event about object (a *v1.ObjectReference from
 // runtime.ContainerRef, or a *v1.Pod) unless a bucket is empty. It never
-// blocks; events before Run are queued by tools/events (up to 1,000), after
-// Run's end dropped.
+// blocks. An event before Run has started or after it ended is dropped
+// (counted in Dropped): tools/events has no one to hand it to. Other
+// objects are logged and dropped.
 func (r *Recorder) Eventf(object k8sruntime.Object, eventtype, reason, messageFmt string, args ...interface{}) {
 	regarding, key, ok := reference(object)
 	if !ok {
@@ -241,7 +242,7 @@ func (r *Recorder) Eventf(object k8sruntime.Object, eventtype, reason, messageFm
 func (r *Recorder) admit(key string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed {
+	if !r.accepting {
 		return false
 	}
 	var bucket flowcontrol.PassiveRateLimiter

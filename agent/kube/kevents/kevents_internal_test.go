@@ -7,6 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	testingclock "k8s.io/utils/clock/testing"
@@ -26,6 +27,7 @@ func newOffline(t *testing.T, opts Options) *Recorder {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.broadcaster.Shutdown)
+	r.accepting = true // as Run does once the sink's watcher is registered
 	return r
 }
 
@@ -129,5 +131,16 @@ func TestNewErrors(t *testing.T) {
 	}
 	if _, err := New(Options{Client: c, NodeName: strings.Repeat("n", 129)}); err == nil {
 		t.Error("New with a 129-byte node name: no error")
+	}
+}
+
+// TestNotRunningDrops: before Run (and after it) events are dropped and
+// counted, not handed to a broadcaster with no sink.
+func TestNotRunningDrops(t *testing.T) {
+	r := newOffline(t, Options{})
+	r.accepting = false
+	r.Eventf(&v1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "web", UID: "u"}, v1.EventTypeWarning, "Unhealthy", "Liveness probe failed: %s", "x")
+	if r.Dropped() != 1 {
+		t.Fatalf("dropped = %d, want 1", r.Dropped())
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 	v1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/probed/probed/agent/kube/kevents"
@@ -199,4 +200,30 @@ func TestDistinctEventsBoundedPerObject(t *testing.T) {
 	if d := r.Dropped(); d != 75 {
 		t.Errorf("dropped %d, want 75", d)
 	}
+}
+
+// Issue 10 §2.8: sending events needs exactly events.k8s.io events create
+// and patch (the series patch); as a ServiceAccount holding only that, the
+// event and its series arrive.
+func TestEventsWithTheAgentsRBAC(t *testing.T) {
+	cfg := kubeConfig(t)
+	admin := clientFor(t, cfg)
+	ns, node := namespace(t, admin), uniqueName(t, "node")
+	pod, err := admin.CoreV1().Pods(ns).Create(kubeContext(t), sidecarPod(ns, node), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa := serviceAccountConfig(t, cfg, ns, "probed", []rbacv1.PolicyRule{{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}}})
+	saClient := clientFor(t, sa)
+	if _, err := saClient.CoreV1().Pods(ns).List(kubeContext(t), metav1.ListOptions{}); err == nil {
+		t.Fatal("the ServiceAccount may list pods: the test's role is wider than events")
+	}
+	r := startRecorder(t, kevents.Options{Client: saClient, NodeName: node})
+	for range 3 {
+		r.Eventf(runtime.ContainerRef(pod, "app"), v1.EventTypeWarning, runtime.ReasonUnhealthy, "%s probe failed: %s", "Liveness", "timeout")
+	}
+	eventually(t, "an event with a series, written as the ServiceAccount", func() bool {
+		got := listEvents(t, admin.EventsV1().Events(ns))
+		return len(got) == 1 && got[0].Series != nil && got[0].Series.Count >= 2
+	})
 }
