@@ -138,7 +138,9 @@ type Options struct {
 }
 
 // Actuator implements actuate.Actuator for cluster mode. Create it with New
-// and call Run: Run owns the work queue and its worker.
+// and call Run: Run owns the work queue (whose goroutine New starts with
+// ActionEvict) and its worker; call it with a cancelled context if the agent
+// never starts.
 type Actuator struct {
 	opts    Options
 	queue   workqueue.TypedRateLimitingInterface[*item]

@@ -126,8 +126,10 @@ type Recorder struct {
 	dropped atomic.Uint64
 }
 
-// New returns a Recorder for opts; it sends nothing until Run. Errors: a
-// missing Client or NodeName, a NodeName longer than the API's 128 bytes.
+// New returns a Recorder for opts; it sends nothing until Run. New starts
+// tools/events' broadcaster goroutine, which Run stops: call Run (with a
+// cancelled context if the agent never starts). Errors: a missing Client or
+// NodeName, a NodeName longer than the API's 128 bytes.
 func New(opts Options) (*Recorder, error) {
 	if opts.Client == nil {
 		return nil, fmt.Errorf("kevents: no API client")
