@@ -1,6 +1,7 @@
 package evict
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"testing"
@@ -8,6 +9,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/probed/probed/agent/actuate"
@@ -61,5 +64,24 @@ func TestRememberedInstancesAreBounded(t *testing.T) {
 	}
 	if total != 100 {
 		t.Fatalf("%d events, want 100 (the repeat of a remembered instance records nothing)", total)
+	}
+}
+
+// TestRunStopsTheQueue: with ActionEvict New starts the work queue's
+// goroutine; Run with a context already ended stops it (goleak in
+// TestMain).
+func TestRunStopsTheQueue(t *testing.T) {
+	c, err := kubernetes.NewForConfig(&rest.Config{Host: "https://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(Options{Action: ActionEvict, Client: c, Recorder: events.New(10, slog.New(slog.DiscardHandler), nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := a.Run(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,6 +1,7 @@
 package kevents
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -142,5 +143,26 @@ func TestNotRunningDrops(t *testing.T) {
 	r.Eventf(&v1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "web", UID: "u"}, v1.EventTypeWarning, "Unhealthy", "Liveness probe failed: %s", "x")
 	if r.Dropped() != 1 {
 		t.Fatalf("dropped = %d, want 1", r.Dropped())
+	}
+}
+
+// TestRunStopsWhatNewStarted: Run with a context already ended stops the
+// broadcaster New started and its own goroutines (goleak in TestMain).
+func TestRunStopsWhatNewStarted(t *testing.T) {
+	c, err := kubernetes.NewForConfig(&rest.Config{Host: "https://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(Options{Client: c, NodeName: "node-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := r.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Run(ctx); err == nil {
+		t.Fatal("a second Run: no error")
 	}
 }
