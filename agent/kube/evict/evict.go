@@ -6,7 +6,8 @@
 //
 //   - ActionEvent (the default, --liveness-action=event): one Warning Event
 //     on the container (reason LivenessProbeFailed or StartupProbeFailed);
-//     the readiness gate (another package) does the rest.
+//     the readiness gate (another package) does the rest where it can: it
+//     follows readiness and startup probes, not liveness.
 //   - ActionEvict (--liveness-action=evict): the same Event, then one
 //     Eviction (policy/v1, the pods/eviction subresource, so
 //     PodDisruptionBudgets are honoured; never a plain delete) of the pod,
