@@ -110,7 +110,7 @@ type Options struct {
 }
 
 // Recorder sends probe events to the API server. Create it with New; Run
-// starts the sending and owns its goroutines.
+// owns its goroutines and stops them.
 type Recorder struct {
 	opts        Options
 	broadcaster events.EventBroadcaster
@@ -118,18 +118,19 @@ type Recorder struct {
 	sink        *sink
 	global      flowcontrol.PassiveRateLimiter
 
-	mu        sync.Mutex
-	objects   *lru.Cache // namespace/name/UID -> flowcontrol.PassiveRateLimiter
-	started   bool       // Run was called
-	accepting bool       // the sink's watcher is registered and Run has not ended
+	mu         sync.Mutex
+	objects    *lru.Cache // namespace/name/UID -> flowcontrol.PassiveRateLimiter
+	started    bool       // Run was called
+	accepting  bool       // from New until Run's context ends
+	cancelSink context.CancelFunc
 
 	dropped atomic.Uint64
 }
 
-// New returns a Recorder for opts; it sends nothing until Run. New starts
-// tools/events' broadcaster goroutine, which Run stops: call Run (with a
-// cancelled context if the agent never starts). Errors: a missing Client or
-// NodeName, a NodeName longer than the API's 128 bytes.
+// New returns a Recorder for opts, sending from now on. New starts
+// tools/events' goroutines, which Run stops: call Run (with a cancelled
+// context if the agent never starts). Errors: a missing Client or NodeName,
+// a NodeName longer than the API's 128 bytes.
 func New(opts Options) (*Recorder, error) {
 	if opts.Client == nil {
 		return nil, fmt.Errorf("kevents: no API client")
@@ -166,20 +167,31 @@ func New(opts Options) (*Recorder, error) {
 	}
 	s := &sink{inner: &events.EventSinkImpl{Interface: opts.Client.EventsV1()}, instance: opts.NodeName}
 	b := events.NewBroadcaster(s)
-	return &Recorder{
+	r := &Recorder{
 		opts:        opts,
 		broadcaster: b,
 		recorder:    b.NewRecorder(scheme.Scheme, ReportingController),
 		sink:        s,
 		global:      flowcontrol.NewTokenBucketPassiveRateLimiterWithClock(opts.QPS, opts.Burst, opts.Clock),
 		objects:     lru.New(opts.MaxObjects),
-	}, nil
+	}
+	// Recording starts here, so events emitted before Run's goroutine is
+	// scheduled are not lost (tools/events drops events nobody watches).
+	// The sink's context outlives Run's by the flush.
+	sinkCtx, cancelSink := context.WithCancel(context.Background())
+	if err := b.StartRecordingToSinkWithContext(sinkCtx); err != nil {
+		cancelSink()
+		b.Shutdown()
+		return nil, fmt.Errorf("kevents: start recording: %w", err)
+	}
+	r.cancelSink = cancelSink
+	r.accepting = true
+	return r, nil
 }
 
-// Run sends the accepted events until ctx ends, then stops accepting,
-// flushes what was accepted for at most FlushTimeout, and stops every
-// goroutine it and tools/events started. It returns nil; an error only if
-// called twice.
+// Run waits until ctx ends, then stops accepting events, flushes those
+// already accepted for at most FlushTimeout, and stops every goroutine New
+// and tools/events started. It returns nil; an error only if called twice.
 func (r *Recorder) Run(ctx context.Context) error {
 	r.mu.Lock()
 	if r.started {
@@ -189,15 +201,6 @@ func (r *Recorder) Run(ctx context.Context) error {
 	r.started = true
 	r.mu.Unlock()
 
-	// The sink's context outlives ctx by the flush, so events accepted just
-	// before the end are still written.
-	sinkCtx, cancelSink := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelSink()
-	if err := r.broadcaster.StartRecordingToSinkWithContext(sinkCtx); err != nil {
-		r.broadcaster.Shutdown()
-		return fmt.Errorf("kevents: start recording: %w", err)
-	}
-	r.setAccepting(true) // the sink's watcher is registered: events reach it
 	<-ctx.Done()
 	r.setAccepting(false)
 	r.broadcaster.Shutdown() // delivers the queued events to the sink's watcher
@@ -205,6 +208,7 @@ func (r *Recorder) Run(ctx context.Context) error {
 	if n := r.sink.inflight.Load(); n > 0 {
 		r.opts.Log.Warn("events: flush bound reached, unsent events dropped", "inFlight", n, "bound", r.opts.FlushTimeout)
 	}
+	r.cancelSink()
 	return nil
 }
 
@@ -220,9 +224,8 @@ func (r *Recorder) Dropped() uint64 { return r.dropped.Load() }
 
 // Eventf sends an event about object (a *v1.ObjectReference from
 // runtime.ContainerRef, or a *v1.Pod) unless a bucket is empty. It never
-// blocks. An event before Run has started or after it ended is dropped
-// (counted in Dropped): tools/events has no one to hand it to. Other
-// objects are logged and dropped.
+// blocks. An event after Run's context ended is dropped (counted in
+// Dropped). Other objects than pods and references are logged and dropped.
 func (r *Recorder) Eventf(object k8sruntime.Object, eventtype, reason, messageFmt string, args ...interface{}) {
 	regarding, key, ok := reference(object)
 	if !ok {

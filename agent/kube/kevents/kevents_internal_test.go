@@ -27,8 +27,9 @@ func newOffline(t *testing.T, opts Options) *Recorder {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(r.broadcaster.Shutdown)
-	r.accepting = true // as Run does once the sink's watcher is registered
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	t.Cleanup(func() { _ = r.Run(ctx) })
 	return r
 }
 
@@ -135,11 +136,15 @@ func TestNewErrors(t *testing.T) {
 	}
 }
 
-// TestNotRunningDrops: before Run (and after it) events are dropped and
-// counted, not handed to a broadcaster with no sink.
-func TestNotRunningDrops(t *testing.T) {
+// TestAfterRunDrops: after Run's end events are dropped and counted, not
+// handed to a stopped broadcaster.
+func TestAfterRunDrops(t *testing.T) {
 	r := newOffline(t, Options{})
-	r.accepting = false
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := r.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
 	r.Eventf(&v1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "web", UID: "u"}, v1.EventTypeWarning, "Unhealthy", "Liveness probe failed: %s", "x")
 	if r.Dropped() != 1 {
 		t.Fatalf("dropped = %d, want 1", r.Dropped())
