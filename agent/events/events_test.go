@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/probed/probed/agent/events"
@@ -120,5 +121,30 @@ func TestEventMessagesRedacted(t *testing.T) {
 	}
 	if want := `Readiness probe failed: Get "http://10.0.0.1:8080/x?access_token=REDACTED": dial tcp 10.0.0.1:8080: connect: connection refused`; list[0].Message != want {
 		t.Errorf("message %q, want %q", list[0].Message, want)
+	}
+}
+
+// TestTeeSendsEveryEventToEachRecorder: one Eventf through the tee reaches
+// the local ring and a second recorder (client-go's FakeRecorder standing
+// for the API server's) with the same object, type, reason and message; nil
+// recorders are skipped.
+func TestTeeSendsEveryEventToEachRecorder(t *testing.T) {
+	local := events.New(10, slog.New(slog.DiscardHandler), nil)
+	remote := record.NewFakeRecorder(10)
+	rec := events.Tee(local, nil, remote)
+	rec.Eventf(ref("app"), v1.EventTypeWarning, "Unhealthy", "%s probe failed: %s", "Readiness", "HTTP probe failed with statuscode: 503")
+	if got := local.List(); len(got) != 1 || got[0].Message != "Readiness probe failed: HTTP probe failed with statuscode: 503" || got[0].FieldPath != "spec.containers{app}" {
+		t.Fatalf("local events = %+v", got)
+	}
+	select {
+	case e := <-remote.Events:
+		if e != "Warning Unhealthy Readiness probe failed: HTTP probe failed with statuscode: 503" {
+			t.Fatalf("remote event = %q", e)
+		}
+	default:
+		t.Fatal("the second recorder got no event")
+	}
+	if one := events.Tee(local); one != local {
+		t.Errorf("Tee of one recorder = %T, want the recorder itself", one)
 	}
 }

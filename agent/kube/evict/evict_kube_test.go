@@ -1,0 +1,293 @@
+package evict_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/probed/probed/agent/actuate"
+	"github.com/probed/probed/agent/events"
+	"github.com/probed/probed/agent/kube/evict"
+	"github.com/probed/probed/runtime"
+)
+
+// evictEnv is an evicting Actuator against the real API server, on a fake
+// clock, with its requests counted and its log kept.
+type evictEnv struct {
+	admin    kubernetes.Interface
+	ns, node string
+	clock    *testingclock.FakeClock
+	requests *counter
+	log      *syncBuffer
+	events   *events.Recorder
+	act      *evict.Actuator
+}
+
+func newEvictEnv(t *testing.T) *evictEnv {
+	return newEvictEnvAs(t, func(admin *rest.Config, _ string) *rest.Config { return admin })
+}
+
+// newEvictEnvAs runs the Actuator with the config identity returns for the
+// test's namespace.
+func newEvictEnvAs(t *testing.T, identity func(admin *rest.Config, ns string) *rest.Config) *evictEnv {
+	t.Helper()
+	cfg := kubeConfig(t)
+	e := &evictEnv{admin: clientFor(t, cfg), requests: &counter{}, log: &syncBuffer{},
+		clock: testingclock.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
+	e.ns, e.node = namespace(t, e.admin), uniqueName(t, "node")
+	e.events = events.New(1000, slog.New(slog.DiscardHandler), nil)
+	act, err := evict.New(evict.Options{
+		Action:   evict.ActionEvict,
+		Client:   clientFor(t, e.requests.wrap(identity(cfg, e.ns))),
+		Recorder: e.events,
+		Clock:    e.clock,
+		Log:      slog.New(slog.NewTextHandler(e.log, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.act = act
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := act.Run(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return e
+}
+
+func (e *evictEnv) pod(t *testing.T, name string, mutate func(*v1.Pod)) *v1.Pod {
+	t.Helper()
+	p := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: name, Labels: map[string]string{"app": name}},
+		Spec:       v1.PodSpec{NodeName: e.node, Containers: []v1.Container{{Name: "app", Image: "example/app"}}},
+	}
+	if mutate != nil {
+		mutate(p)
+	}
+	return createRunningPod(t, e.admin, p)
+}
+
+func (e *evictEnv) fail(p *v1.Pod, containerID string) {
+	e.act.ContainerFailed(actuate.Failure{Pod: p, Container: "app", ContainerID: containerID, Probe: runtime.Liveness})
+}
+
+func (e *evictEnv) evictions(pod string) int {
+	return e.requests.count("POST", "/pods/"+pod+"/eviction")
+}
+
+func (e *evictEnv) terminating(t *testing.T, name string) bool {
+	t.Helper()
+	p, err := e.admin.CoreV1().Pods(e.ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.DeletionTimestamp != nil
+}
+
+// Issue 10 §2.5: one Eviction per container instance. There is no kubelet,
+// so the evicted pod stays with a deletionTimestamp (graceful deletion
+// waits for a kubelet to confirm). Repeated reports of the same instance
+// send nothing more; a report about the now terminating pod neither.
+func TestEvictOncePerContainerInstance(t *testing.T) {
+	e := newEvictEnv(t)
+	p := e.pod(t, "web", nil)
+	for range 10 {
+		e.fail(p, "containerd://app-1")
+	}
+	eventually(t, "the pod terminating", func() bool { return e.terminating(t, "web") })
+	eventually(t, "the Evicted event", func() bool {
+		for _, ev := range e.events.List() {
+			if ev.Reason == evict.ReasonEvicted && ev.FieldPath == "spec.containers{app}" && ev.Message == "Evicted the pod: container app failed liveness probe" {
+				return true
+			}
+		}
+		return false
+	})
+	if n := e.evictions("web"); n != 1 {
+		t.Fatalf("%d eviction requests, want 1 (requests %v)", n, e.requests.reqs)
+	}
+	got, err := e.admin.CoreV1().Pods(e.ns).Get(context.Background(), "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.fail(got, "containerd://app-2") // a new instance, but the pod is terminating
+	e.fail(p, "containerd://app-1")
+	if n := e.evictions("web"); n != 1 {
+		t.Fatalf("%d eviction requests after repeats, want 1", n)
+	}
+	if e.requests.count("DELETE") != 0 {
+		t.Fatal("a plain delete was sent")
+	}
+}
+
+// Issue 10 §2.5: a PodDisruptionBudget that allows no disruption makes the
+// server answer 429; the actuator logs it and retries with backoff (at least
+// the server's Retry-After), and evicts once the budget is gone.
+func TestPDBBlocksEvictionUntilAllowed(t *testing.T) {
+	e := newEvictEnv(t)
+	p := e.pod(t, "db", nil)
+	zero := intstr.FromInt32(0)
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "db"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MaxUnavailable: &zero, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
+	}
+	if _, err := e.admin.PolicyV1().PodDisruptionBudgets(e.ns).Create(kubeContext(t), pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const refused = "eviction refused (a PodDisruptionBudget allows no disruption now), will retry"
+	e.fail(p, "containerd://app-1")
+	eventually(t, "a 429 logged", func() bool { return e.log.count(refused) == 1 })
+	if n := e.evictions("db"); n != 1 {
+		t.Fatalf("%d eviction requests before the backoff passed, want 1", n)
+	}
+	e.clock.Step(evict.DefaultRetryMax) // past any backoff and Retry-After
+	eventually(t, "a second 429 logged", func() bool { return e.log.count(refused) == 2 })
+	if e.terminating(t, "db") {
+		t.Fatal("evicted through a budget that allows no disruption")
+	}
+	if err := e.admin.PolicyV1().PodDisruptionBudgets(e.ns).Delete(kubeContext(t), "db", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Step(evict.DefaultRetryMax)
+	eventually(t, "the pod terminating", func() bool { return e.terminating(t, "db") })
+	if n := e.evictions("db"); n != 3 {
+		t.Fatalf("%d eviction requests, want 3 (429, 429, evicted)", n)
+	}
+	// The first retry waits the server's Retry-After (10 s), longer than
+	// the first backoff (5 s).
+	for _, line := range strings.Split(e.log.String(), "\n") {
+		if strings.Contains(line, refused) && !strings.Contains(line, " in=10s ") {
+			t.Errorf("retry line %q does not wait the server's Retry-After (10 s)", line)
+		}
+	}
+}
+
+// Issue 10 §2.5: DaemonSet, static and mirror pods are never evicted: no
+// eviction request is sent (counted), and the Event says why. A plain pod
+// failing after them is evicted (the worker is serial, so the exempt pods'
+// requests would have come first).
+func TestExemptPodsAreNeverEvicted(t *testing.T) {
+	e := newEvictEnv(t)
+	ds := e.pod(t, "agent", func(p *v1.Pod) {
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "agent", UID: "ds-uid", Controller: ptrTo(true)}}
+	})
+	static := e.pod(t, "etcd", func(p *v1.Pod) { p.Annotations = map[string]string{evict.ConfigSourceAnnotation: "file"} })
+	mirror := e.pod(t, "apiserver", func(p *v1.Pod) {
+		p.Annotations = map[string]string{evict.ConfigSourceAnnotation: "file", evict.ConfigMirrorAnnotation: "0123abcd"}
+	})
+	plain := e.pod(t, "web", nil)
+	for _, p := range []*v1.Pod{ds, static, mirror, plain} {
+		e.fail(p, "containerd://"+p.Name)
+	}
+	eventually(t, "the plain pod terminating", func() bool { return e.terminating(t, "web") })
+	if n := e.requests.count("/eviction"); n != 1 || e.evictions("web") != 1 {
+		t.Fatalf("%d eviction requests, want only the plain pod's (requests %v)", n, e.requests.reqs)
+	}
+	for _, p := range []*v1.Pod{ds, static, mirror} {
+		if e.terminating(t, p.Name) {
+			t.Errorf("pod %s was evicted", p.Name)
+		}
+	}
+	why := map[string]string{}
+	for _, ev := range e.events.List() {
+		if strings.Contains(ev.Message, "not evicted") {
+			why[ev.Pod] = ev.Message
+		}
+	}
+	for pod, want := range map[string]string{"agent": "DaemonSet pod", "etcd": "static pod (source file)", "apiserver": "mirror pod"} {
+		if !strings.Contains(why[pod], want) {
+			t.Errorf("event of %s = %q, want it to say %q", pod, why[pod], want)
+		}
+	}
+}
+
+// Issue 10 §2.5, the rate bound per node against the real server: 5 pods
+// failing at once get 3 evictions (the burst); the 4th and 5th wait for
+// tokens, one per 10 s of the (fake) clock.
+func TestEvictionRateBoundPerNode(t *testing.T) {
+	e := newEvictEnv(t)
+	var pods []*v1.Pod
+	for i := range 5 {
+		pods = append(pods, e.pod(t, fmt.Sprintf("web-%d", i), nil))
+	}
+	for _, p := range pods {
+		e.fail(p, "containerd://"+p.Name)
+	}
+	evicted := func() int {
+		n := 0
+		for _, p := range pods {
+			if e.terminating(t, p.Name) {
+				n++
+			}
+		}
+		return n
+	}
+	eventually(t, "3 evictions", func() bool { return evicted() == 3 })
+	if n := e.requests.count("/eviction"); n != 3 {
+		t.Fatalf("%d eviction requests with the clock still, want 3 (the burst)", n)
+	}
+	for want := 4; want <= 5; want++ {
+		e.clock.Step(evict.DefaultEvictionInterval)
+		eventually(t, fmt.Sprintf("%d evictions", want), func() bool { return evicted() == want })
+		if n := e.requests.count("/eviction"); n != want {
+			t.Fatalf("%d eviction requests after %d intervals, want %d", n, want-3, want)
+		}
+	}
+}
+
+// Issue 10 §2.8: eviction needs pods/eviction create and nothing more: as
+// a ServiceAccount holding only that, the pod is evicted. Without it the
+// server refuses (403): retried MaxAttempts (5) times, then an
+// EvictionFailed Event.
+func TestEvictionWithTheAgentsRBAC(t *testing.T) {
+	evictOnly := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods/eviction"}, Verbs: []string{"create"}}}
+	t.Run("allowed", func(t *testing.T) {
+		e := newEvictEnvAs(t, func(admin *rest.Config, ns string) *rest.Config {
+			return serviceAccountConfig(t, admin, ns, "probed", evictOnly)
+		})
+		p := e.pod(t, "web", nil)
+		e.fail(p, "containerd://app-1")
+		eventually(t, "the pod terminating", func() bool { return e.terminating(t, "web") })
+	})
+	t.Run("denied", func(t *testing.T) {
+		e := newEvictEnvAs(t, func(admin *rest.Config, ns string) *rest.Config {
+			return serviceAccountConfig(t, admin, ns, "probed", nil)
+		})
+		p := e.pod(t, "web", nil)
+		e.fail(p, "containerd://app-1")
+		for attempt := 1; attempt < evict.DefaultMaxAttempts; attempt++ {
+			eventually(t, fmt.Sprintf("failure %d logged", attempt), func() bool { return e.log.count("eviction failed, will retry") == attempt })
+			e.clock.Step(evict.DefaultRetryMax)
+		}
+		eventually(t, "the EvictionFailed event", func() bool {
+			for _, ev := range e.events.List() {
+				if ev.Reason == evict.ReasonEvictionFailed && strings.Contains(ev.Message, "after 5 attempts") && strings.Contains(ev.Message, "forbidden") {
+					return true
+				}
+			}
+			return false
+		})
+		if n := e.evictions("web"); n != evict.DefaultMaxAttempts {
+			t.Errorf("%d eviction requests, want %d", n, evict.DefaultMaxAttempts)
+		}
+		if e.terminating(t, "web") {
+			t.Error("evicted without the permission")
+		}
+	})
+}
