@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/otel/trace"
+	v1 "k8s.io/api/core/v1"
 
 	"github.com/probed/probed/agent/actuate"
 	"github.com/probed/probed/agent/api"
@@ -56,11 +57,18 @@ type Agent struct {
 	plugins *pluginhost.Host
 	results [3]results.Manager // by runtime.ProbeType
 
+	// recorder receives every event: the local ring and log, and in
+	// cluster mode the API server too.
+	recorder runtime.Recorder
+
 	source     pods.Source
+	pods       podLister
 	reconciler *reconciler.Reconciler
 	fanout     *verdicts.Fanout
+	services   []service
 	store      *store.Store         // manifest mode: statuses, kubelet status generation
 	simulator  *simulator.Simulator // manifest mode: the container runtime
+	cluster    *clusterParts        // cluster mode
 
 	probeReg *prometheus.Registry
 	reg      *prometheus.Registry
@@ -125,34 +133,20 @@ type Options struct {
 	Version string
 	// Logger; nil: slog.Default().
 	Logger *slog.Logger
+
+	// Cluster, when set, selects cluster mode: pods from the API server,
+	// verdicts as readiness-gate conditions and Events (docs/cluster.md).
+	// ManifestDir, PodIP, AllowHostExec, OnRestart and StateDir are
+	// manifest mode's and unused then.
+	Cluster *ClusterOptions
 }
 
 // New builds an agent: it checks the options, opens the listener and builds
-// the runtime, manager and store. Nothing runs until Run.
+// the runtime, the manager and the rooms of the mode (manifest directory, or
+// cluster mode with Options.Cluster). Nothing runs until Run.
 func New(opts Options) (*Agent, error) {
-	if opts.ManifestDir == "" {
-		return nil, errors.New("no manifest directory (--manifests)")
-	}
-	if opts.Listen == "" {
-		opts.Listen = "127.0.0.1:8089"
-	}
-	if opts.PodIP == "" {
-		opts.PodIP = "127.0.0.1"
-	}
-	if net.ParseIP(opts.PodIP) == nil {
-		return nil, fmt.Errorf("--pod-ip %q is not an IP address", opts.PodIP)
-	}
-	if opts.SyncFrequency <= 0 {
-		opts.SyncFrequency = time.Minute
-	}
-	if opts.StateInterval <= 0 {
-		opts.StateInterval = time.Second
-	}
-	if opts.OnRestartTimeout <= 0 {
-		opts.OnRestartTimeout = time.Minute
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
+	if err := setDefaults(&opts); err != nil {
+		return nil, err
 	}
 	opts.Logger = slog.New(redact.NewHandler(opts.Logger.Handler())) // no log line shows what the API hides
 	a := &Agent{opts: opts, log: opts.Logger}
@@ -167,6 +161,7 @@ func New(opts Options) (*Agent, error) {
 		return nil, err
 	}
 	a.events = events.New(1000, opts.Logger, nil)
+	a.recorder = a.events
 	a.hist = history.New(opts.History)
 	a.probeReg = prometheus.NewRegistry()
 	a.probeReg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -185,14 +180,16 @@ func New(opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("plugins: %w", err)
 	}
 	undo = append(undo, a.plugins.Close)
-	src, err := source.New(source.Options{Dir: opts.ManifestDir, Logger: opts.Logger, Rescan: opts.Rescan,
-		Manifest: manifest.Options{KnownPluginKind: a.plugins.HasKind}})
-	if err != nil {
-		return fail(err)
+	if opts.Cluster != nil {
+		// The API server's event sink before the runtime, which records
+		// the K4 events through a.recorder.
+		if err := a.connectCluster(); err != nil {
+			return fail(err)
+		}
+		undo = append(undo, a.cluster.stop)
 	}
-	a.source = src
 
-	if a.rt, err = runtime.New(runtime.Options{PoolSize: opts.PoolSize, SlowPoolSize: opts.SlowPoolSize, ExecPoolSize: opts.ExecPoolSize, Recorder: a.events, Logger: opts.Logger}); err != nil {
+	if a.rt, err = runtime.New(runtime.Options{PoolSize: opts.PoolSize, SlowPoolSize: opts.SlowPoolSize, ExecPoolSize: opts.ExecPoolSize, Recorder: a.recorder, Logger: opts.Logger}); err != nil {
 		return fail(err)
 	}
 	undo = append(undo, a.rt.Close)
@@ -210,11 +207,19 @@ func New(opts Options) (*Agent, error) {
 	for i := range a.results {
 		a.results[i] = results.NewManager()
 	}
-	a.store = store.New(store.Options{Logger: opts.Logger, PodIP: opts.PodIP})
-	a.simulator = simulator.New(simulator.Options{Store: a.store, Recorder: a.events, Logger: opts.Logger,
-		OnRestart: opts.OnRestart, OnRestartTimeout: opts.OnRestartTimeout})
-	a.mgr, err = manager.New(manager.Options{
-		Status:                   a.store,
+
+	var m *mode
+	if opts.Cluster != nil {
+		m, err = a.clusterMode()
+	} else {
+		m, err = a.manifestMode()
+	}
+	if err != nil {
+		return fail(err)
+	}
+	a.source, a.pods, a.services = m.source, m.pods, m.services
+	mopts := manager.Options{
+		Status:                   m.status,
 		Liveness:                 a.results[runtime.Liveness],
 		Readiness:                a.results[runtime.Readiness],
 		Startup:                  a.results[runtime.Startup],
@@ -225,28 +230,112 @@ func New(opts Options) (*Agent, error) {
 		Observer:                 a.hist,
 		NoPerPodLabels:           opts.NoPerPodLabels,
 		TracerProvider:           opts.TracerProvider,
-	})
-	if err != nil {
+	}
+	if m.managerOptions != nil {
+		m.managerOptions(&mopts)
+	}
+	if a.mgr, err = manager.New(mopts); err != nil {
 		return fail(err)
 	}
 	undo = append(undo, a.mgr.Close)
-	a.store.SetProber(a.mgr)
+	m.bind(a.mgr)
 	a.reconciler = reconciler.New(reconciler.Options{
 		Manager:       a.mgr,
-		Listener:      manifestListener{store: a.store, hist: a.hist},
+		Listener:      append(m.listeners, historyListener{a.hist}),
 		SyncFrequency: opts.SyncFrequency,
-		// Each periodic pod sync also regenerates the statuses: every
-		// status generation triggers readiness of not-ready containers
-		// (M7c).
-		OnSync:        a.store.Resync,
+		OnSync:        m.onSync,
 		OnWorkersGone: a.hist.Forget,
 		Logger:        opts.Logger,
 	})
-	a.fanout = verdicts.New(a.results[runtime.Liveness], a.results[runtime.Readiness], a.results[runtime.Startup],
-		a.store, actuate.OnFailure(a.store.Pod, a.simulator))
+	a.fanout = verdicts.New(a.results[runtime.Liveness], a.results[runtime.Readiness], a.results[runtime.Startup], m.consumers...)
+	if a.ln, err = api.Listen(opts.Listen, api.ServerConfig{}, a.log); err != nil {
+		return fail(fmt.Errorf("--listen %s: %w", opts.Listen, err))
+	}
+	return a, nil
+}
+
+// setDefaults checks the options and fills in the defaults.
+func setDefaults(opts *Options) error {
+	if opts.Cluster == nil && opts.ManifestDir == "" {
+		return errors.New("no manifest directory (--manifests) and no cluster (--kubeconfig, --in-cluster)")
+	}
+	if opts.Listen == "" {
+		opts.Listen = "127.0.0.1:8089"
+	}
+	if opts.PodIP == "" {
+		opts.PodIP = "127.0.0.1"
+	}
+	if net.ParseIP(opts.PodIP) == nil {
+		return fmt.Errorf("--pod-ip %q is not an IP address", opts.PodIP)
+	}
+	if opts.SyncFrequency <= 0 {
+		opts.SyncFrequency = time.Minute
+	}
+	if opts.StateInterval <= 0 {
+		opts.StateInterval = time.Second
+	}
+	if opts.OnRestartTimeout <= 0 {
+		opts.OnRestartTimeout = time.Minute
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return nil
+}
+
+// mode is what differs between manifest and cluster mode: the pod source,
+// the status provider, and the consumers of pods and results.
+type mode struct {
+	source pods.Source
+	// status is the manager's StatusProvider; pods serves the API.
+	status manager.StatusProvider
+	pods   podLister
+	// bind hands the built manager to the rooms that need it (the
+	// status providers' UpdatePodStatus).
+	bind func(manager.Manager)
+	// managerOptions adjusts the manager's options (cluster mode: only the
+	// annotation's probes).
+	managerOptions func(*manager.Options)
+	listeners      listeners
+	consumers      []verdicts.Consumer
+	onSync         func()
+	// services run beside the probes (Run starts and stops them).
+	services []service
+}
+
+// service is a room with its own goroutines: Run until ctx is done. stopFirst
+// services end when shutdown begins (before the in-flight probes drain: the
+// condition writer writes nothing at SIGTERM); the others after the drain (the
+// event sink flushes the last events).
+type service struct {
+	name      string
+	run       func(ctx context.Context) error
+	stopFirst bool
+}
+
+// podLister is what the API and the history read pods from: the store
+// (manifest mode) or the informer's statuses (cluster mode).
+type podLister interface {
+	Pods() []*v1.Pod
+	PodByName(namespace, name string) (*v1.Pod, bool)
+}
+
+// manifestMode builds the rooms of manifest mode: the directory source, the
+// status store that plays the kubelet, the container simulator, the state
+// directory.
+func (a *Agent) manifestMode() (*mode, error) {
+	opts := a.opts
+	src, err := source.New(source.Options{Dir: opts.ManifestDir, Logger: opts.Logger, Rescan: opts.Rescan,
+		Manifest: manifest.Options{KnownPluginKind: a.plugins.HasKind}})
+	if err != nil {
+		return nil, err
+	}
+	a.store = store.New(store.Options{Logger: opts.Logger, PodIP: opts.PodIP})
+	a.simulator = simulator.New(simulator.Options{Store: a.store, Recorder: a.recorder, Logger: opts.Logger,
+		OnRestart: opts.OnRestart, OnRestartTimeout: opts.OnRestartTimeout})
 	if opts.StateDir != "" {
 		if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
-			return fail(fmt.Errorf("--state-dir: %w", err))
+			return nil, fmt.Errorf("--state-dir: %w", err)
 		}
 		a.stateWriter = state.NewWriter(opts.StateDir, state.WriterOptions{Logger: opts.Logger})
 		saved, err := state.Load(opts.StateDir)
@@ -257,10 +346,19 @@ func New(opts Options) (*Agent, error) {
 			a.log.Info("state restored", "dir", opts.StateDir, "pods", len(saved))
 		}
 	}
-	if a.ln, err = api.Listen(opts.Listen, api.ServerConfig{}, a.log); err != nil {
-		return fail(fmt.Errorf("--listen %s: %w", opts.Listen, err))
-	}
-	return a, nil
+	return &mode{
+		source:    src,
+		status:    a.store,
+		pods:      a.store,
+		bind:      func(m manager.Manager) { a.store.SetProber(m) },
+		listeners: listeners{a.store},
+		consumers: []verdicts.Consumer{a.store, actuate.OnFailure(a.store.Pod, a.simulator)},
+		// Each periodic pod sync also regenerates the statuses: every
+		// status generation triggers readiness of not-ready containers
+		// (M7c).
+		onSync:   a.store.Resync,
+		services: []service{{name: "state writer", run: a.saveStateEvery, stopFirst: true}},
+	}, nil
 }
 
 // Addr is the address the API listens on.
@@ -269,7 +367,7 @@ func (a *Agent) Addr() net.Addr { return a.ln.Addr() }
 // Handler returns the agent's HTTP API.
 func (a *Agent) Handler() http.Handler {
 	return api.New(api.Options{
-		Pods:         a.store,
+		Pods:         a.pods,
 		ProbeMetrics: a.probeReg,
 		Metrics:      a.reg,
 		Events:       a.events,
@@ -279,7 +377,7 @@ func (a *Agent) Handler() http.Handler {
 			return map[string]any{"scheduler": st, "plugins": a.plugins.Status()}
 		},
 		History: func(namespace, name string) (any, bool) {
-			pod, ok := a.store.PodByName(namespace, name)
+			pod, ok := a.pods.PodByName(namespace, name)
 			if !ok {
 				return nil, false
 			}
@@ -316,26 +414,37 @@ func (a *Agent) Run(ctx context.Context) error {
 	}()
 
 	// inputCtx ends first at shutdown: no pod is added or resynced while
-	// the manager drains.
+	// the manager drains, and the stopFirst services end (the condition
+	// writer sends nothing after SIGTERM).
 	inputCtx, stopInput := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(3)
-	go func() {
-		defer wg.Done()
-		if err := a.source.Run(inputCtx, a.reconciler.Apply); err != nil {
-			a.log.Error("pod source stopped", "err", err)
+	// serviceCtx ends after the drain.
+	serviceCtx, stopServices := context.WithCancel(context.Background())
+	var inputWG, serviceWG sync.WaitGroup
+	start := func(wg *sync.WaitGroup, ctx context.Context, name string, run func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := run(ctx); err != nil {
+				a.log.Error(name+" stopped", "err", err)
+			}
+		}()
+	}
+	start(&inputWG, inputCtx, "pod source", func(ctx context.Context) error { return a.source.Run(ctx, a.reconciler.Apply) })
+	start(&inputWG, inputCtx, "reconciler", func(ctx context.Context) error { a.reconciler.Run(ctx); return nil })
+	for _, svc := range a.services {
+		if svc.stopFirst {
+			start(&inputWG, inputCtx, svc.name, svc.run)
+		} else {
+			start(&serviceWG, serviceCtx, svc.name, svc.run)
 		}
-	}()
-	go func() {
-		defer wg.Done()
-		a.reconciler.Run(inputCtx)
-	}()
-	go func() {
-		defer wg.Done()
-		a.saveStateEvery(inputCtx)
-	}()
-	a.log.Info("probed running", "manifests", a.opts.ManifestDir, "listen", a.ln.Addr().String(),
-		"allowHostExec", a.opts.AllowHostExec, "stateDir", a.opts.StateDir)
+	}
+	if a.opts.Cluster != nil {
+		a.log.Info("probed running in cluster mode", "node", a.opts.Cluster.NodeName, "readinessGate", a.opts.Cluster.ReadinessGate,
+			"livenessAction", a.opts.Cluster.LivenessAction, "listen", a.ln.Addr().String())
+	} else {
+		a.log.Info("probed running", "manifests", a.opts.ManifestDir, "listen", a.ln.Addr().String(),
+			"allowHostExec", a.opts.AllowHostExec, "stateDir", a.opts.StateDir)
+	}
 
 	var err error
 	select {
@@ -345,7 +454,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.log.Info("probed shutting down: letting in-flight probes finish")
 	stopInput()
-	wg.Wait()
+	inputWG.Wait()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(shutdownCtx)
@@ -354,14 +463,18 @@ func (a *Agent) Run(ctx context.Context) error {
 	cancelDrain()
 	stopResults()
 	resultsWG.Wait()
+	stopServices()
+	serviceWG.Wait()
 	if rerr := a.rt.Close(shutdownCtx); rerr != nil && closeErr == nil {
 		closeErr = rerr
 	}
 	if perr := a.plugins.Close(shutdownCtx); perr != nil && closeErr == nil {
 		closeErr = perr
 	}
-	a.saveState(true)
-	a.simulator.Wait()
+	if a.store != nil {
+		a.saveState(true)
+		a.simulator.Wait()
+	}
 	if err == nil {
 		err = closeErr
 	}
@@ -370,35 +483,49 @@ func (a *Agent) Run(ctx context.Context) error {
 
 // saveStateEvery writes the state file every StateInterval while the store
 // changed, until ctx is done.
-func (a *Agent) saveStateEvery(ctx context.Context) {
+func (a *Agent) saveStateEvery(ctx context.Context) error {
 	if a.opts.StateDir == "" {
-		return
+		return nil
 	}
 	t := time.NewTicker(a.opts.StateInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-t.C:
 			a.saveState(false)
 		}
 	}
 }
 
-// manifestListener is manifest mode's pods.Listener: the store, and the
-// probe history forgets removed pods.
-type manifestListener struct {
-	store *store.Store
-	hist  *history.History
+// listeners tells each of its pods.Listeners in turn.
+type listeners []pods.Listener
+
+func (ls listeners) PodAdded(p *pods.Pod) {
+	for _, l := range ls {
+		l.PodAdded(p)
+	}
 }
 
-func (l manifestListener) PodAdded(p *pods.Pod)         { l.store.PodAdded(p) }
-func (l manifestListener) PodStatusChanged(p *pods.Pod) { l.store.PodStatusChanged(p) }
-func (l manifestListener) PodRemoved(p *pods.Pod) {
-	l.store.PodRemoved(p)
-	l.hist.Forget(p.Pod.UID)
+func (ls listeners) PodStatusChanged(p *pods.Pod) {
+	for _, l := range ls {
+		l.PodStatusChanged(p)
+	}
 }
+
+func (ls listeners) PodRemoved(p *pods.Pod) {
+	for _, l := range ls {
+		l.PodRemoved(p)
+	}
+}
+
+// historyListener forgets the probe history of removed pods.
+type historyListener struct{ hist *history.History }
+
+func (historyListener) PodAdded(*pods.Pod)         {}
+func (historyListener) PodStatusChanged(*pods.Pod) {}
+func (l historyListener) PodRemoved(p *pods.Pod)   { l.hist.Forget(p.Pod.UID) }
 
 // saveState writes the state file when the store changed since the last
 // write (or always, when final).

@@ -92,6 +92,7 @@ func newRunCmd(stderr io.Writer) *cobra.Command {
 	var logs logFlags
 	var tel telemetry.Options
 	var runFor time.Duration
+	var kube kubeFlags
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Probe the pods of a manifest directory (default: the bundled examples)",
@@ -100,7 +101,13 @@ DaemonSets, ReplicaSets, ReplicationControllers, Jobs and CronJobs) from
 --manifests, probes them with the kubelet's semantics, watches the directory
 for changes, and serves the pods' statuses on --listen (GET /pods,
 /pods/{namespace}/{name}/probes, /healthz, /metrics/probes, /metrics, /events,
-/debug/scheduler). Without --manifests it runs the bundled examples.`,
+/debug/scheduler). Without --manifests it runs the bundled examples.
+
+With --kubeconfig or --in-cluster it runs in cluster mode instead: it watches
+the pods bound to --node-name through the API server, runs the probes of their
+probed.io/probes annotation (the kubelet keeps running the spec's probes), and
+writes its verdicts as the --readiness-gate condition of the pods that list
+that gate, and as Events (docs/cluster.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := logs.logger(stderr)
@@ -108,7 +115,10 @@ for changes, and serves the pods' statuses on --listen (GET /pods,
 				return err
 			}
 			opts.Logger = log
-			if opts.ManifestDir == "" {
+			if opts.Cluster, err = kube.cluster(cmd, tel.NodeName); err != nil {
+				return err
+			}
+			if opts.Cluster == nil && opts.ManifestDir == "" {
 				dir, err := writeExamples()
 				if err != nil {
 					return err
@@ -176,7 +186,8 @@ for changes, and serves the pods' statuses on --listen (GET /pods,
 	f.StringVar(&tel.Protocol, "otel-protocol", "", "OTLP protocol: grpc or http/protobuf (default: $OTEL_EXPORTER_OTLP_PROTOCOL, else grpc)")
 	f.StringVar(&tel.Sampler, "otel-sampler", "", "traces sampler (default: $OTEL_TRACES_SAMPLER, else probed_default: every failed, errored or changed probe and a ratio of the rest)")
 	f.StringVar(&tel.SamplerArg, "otel-sampler-arg", "", "sampler ratio (default: $OTEL_TRACES_SAMPLER_ARG, else 0.01 for probed_default)")
-	f.StringVar(&tel.NodeName, "node-name", hostname(), "node name, for the k8s.node.name resource attribute")
+	f.StringVar(&tel.NodeName, "node-name", nodeName(), "this node's name: in cluster mode, whose pods are probed; also the k8s.node.name resource attribute (default: $NODE_NAME, else the host name)")
+	kube.add(cmd)
 	logs.add(cmd)
 	return cmd
 }
@@ -194,7 +205,12 @@ func logTreeKill(log *slog.Logger) {
 		"treeKill", tk.Mode, "reason", tk.Reason)
 }
 
-func hostname() string {
+// nodeName is --node-name's default: $NODE_NAME (the downward API's
+// spec.nodeName in the DaemonSet), else the host name.
+func nodeName() string {
+	if n := os.Getenv("NODE_NAME"); n != "" {
+		return n
+	}
 	h, _ := os.Hostname()
 	return h
 }
