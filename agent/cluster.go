@@ -2,7 +2,10 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"log/slog"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -14,6 +17,7 @@ import (
 	"github.com/probed/probed/agent/kube/gate"
 	"github.com/probed/probed/agent/kube/kevents"
 	"github.com/probed/probed/agent/kube/podsource"
+	"github.com/probed/probed/agent/pods"
 	"github.com/probed/probed/agent/verdicts"
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/manager/customprobe"
@@ -160,7 +164,7 @@ func (a *Agent) clusterMode() (*mode, error) {
 			o.SkipSpecProbes = true
 			o.Annotation = annotation
 		},
-		listeners: listeners{parts.statuses, parts.gate},
+		listeners: listeners{parts.statuses, parts.gate, annotationCheck{opts: annotation, recorder: a.recorder, log: a.log}},
 		consumers: []verdicts.Consumer{parts.statuses, parts.gate, actuate.OnFailure(parts.statuses.Pod, parts.actuator)},
 		onSync:    parts.statuses.Resync,
 		services: []service{
@@ -173,4 +177,55 @@ func (a *Agent) clusterMode() (*mode, error) {
 			{name: "event sink", run: parts.events.Run},
 		},
 	}, nil
+}
+
+// annotationCheck reports a pod's invalid probed.io/probes annotation when
+// the pod arrives or its probes change (issue 10 §2.2): one Warning Event on
+// the pod (reason InvalidProbeAnnotation) and one log line per error naming
+// the pod, the container and the field. The annotation's valid elements
+// still run, and the node's other pods are not affected.
+type annotationCheck struct {
+	opts     customprobe.Options
+	recorder runtime.Recorder
+	log      *slog.Logger
+}
+
+// ReasonInvalidProbeAnnotation is the reason of the Event about an invalid
+// probed.io/probes annotation.
+const ReasonInvalidProbeAnnotation = "InvalidProbeAnnotation"
+
+func (c annotationCheck) PodAdded(p *pods.Pod) {
+	_, errs := customprobe.ParseWith(p.Pod, c.opts)
+	if len(errs) == 0 {
+		return
+	}
+	for _, e := range errs {
+		c.log.Error("invalid probe annotation", "pod", p.Pod.Namespace+"/"+p.Pod.Name, "container", containerOf(p.Pod, e.Field),
+			"field", e.Field, "err", e.ErrorBody())
+	}
+	c.recorder.Eventf(runtime.ContainerRef(p.Pod, ""), v1.EventTypeWarning, ReasonInvalidProbeAnnotation,
+		"%s annotation: %s; its other probes run", customprobe.Annotation, errs.ToAggregate().Error())
+}
+
+func (annotationCheck) PodStatusChanged(*pods.Pod) {}
+func (annotationCheck) PodRemoved(*pods.Pod)       {}
+
+// containerOf names the container of the annotation element a field path
+// points into (metadata.annotations[probed.io/probes][N]...), or "".
+func containerOf(pod *v1.Pod, fieldPath string) string {
+	var n int
+	prefix := "metadata.annotations[" + customprobe.Annotation + "]["
+	if !strings.HasPrefix(fieldPath, prefix) {
+		return ""
+	}
+	if _, err := fmt.Sscanf(fieldPath[len(prefix):], "%d]", &n); err != nil {
+		return ""
+	}
+	var items []struct {
+		Container string `json:"container"`
+	}
+	if json.Unmarshal([]byte(pod.Annotations[customprobe.Annotation]), &items) != nil || n < 0 || n >= len(items) {
+		return ""
+	}
+	return items[n].Container
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -304,5 +305,68 @@ func TestClusterHealthzBeforeSync(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("/healthz = %d with no API server, want 503", resp.StatusCode)
+	}
+}
+
+// Issue 10 §2.2: in cluster mode an exec probe of the annotation and a
+// misspelled field are rejected with an Event on that pod
+// (InvalidProbeAnnotation, naming the fields) and a log line naming pod,
+// container and field; the annotation's valid element still runs, and the
+// node's other pods keep being probed and gated.
+func TestClusterBadAnnotationIsAnEvent(t *testing.T) {
+	admin := kubetest.Client(t)
+	cfg := kubetest.AgentConfig(t)
+	ns, node := kubetest.Namespace(t), kubetest.NodeName(t)
+	tg := newSwitchableTarget(t)
+	bad := kubetest.NewPod(ns, "bad", node, "app")
+	bad.Annotations = map[string]string{customprobe.Annotation: fmt.Sprintf(`[
+		{"container":"app","type":"readiness","exec":{"command":["true"]}},
+		{"container":"app","type":"startup","tcpSocket":{"prot":80}},
+		{"container":"app","type":"liveness","periodSeconds":1,"tcpSocket":{"port":%d}}]`, tg.port)}
+	kubetest.CreatePod(t, admin, bad)
+	kubetest.SetPodRunning(t, admin, ns, "bad", true)
+	gatedPod(t, admin, ns, "good", node, tg.port, true)
+	r := startClusterAgent(t, cfg, node, nil)
+
+	waitGate(t, admin, ns, "good", v1.ConditionTrue)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		evs, err := admin.EventsV1().Events(ns).List(kubetest.Context(t), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, ev := range evs.Items {
+			if ev.Regarding.Name == "bad" && ev.Reason == agent.ReasonInvalidProbeAnnotation {
+				found = true
+				for _, want := range []string{"[0].exec", "container runtime", `[1].tcpSocket`, `unknown field "prot"`} {
+					if !strings.Contains(ev.Note, want) {
+						t.Errorf("event note %q does not say %q", ev.Note, want)
+					}
+				}
+			}
+		}
+		if found {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s event on the pod among %d events", agent.ReasonInvalidProbeAnnotation, len(evs.Items))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	logs := r.logs.String()
+	if !strings.Contains(logs, `"msg":"invalid probe annotation"`) || !strings.Contains(logs, `"container":"app"`) ||
+		!strings.Contains(logs, `"field":"metadata.annotations[probed.io/probes][0].exec"`) {
+		t.Errorf("no log line naming pod, container and field:\n%s", logs)
+	}
+	var hist agent.PodHistory
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		r.get("/pods/"+ns+"/bad/probes", &hist)
+		if len(hist.Probes) == 1 && hist.Probes[0].Type == "liveness" && len(hist.Probes[0].Results) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the annotation's valid liveness probe did not run alone: %+v", hist)
+		}
 	}
 }
