@@ -361,7 +361,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		closeErr = perr
 	}
 	a.saveState(true)
-	a.simulator.Wait()
+	a.simulator.Close() // back-off timers, delayed starts, --on-restart commands
 	if err == nil {
 		err = closeErr
 	}
