@@ -156,10 +156,10 @@ func (s *Simulator) event(r *Restart, eventtype, reason, message string) {
 
 // restarted reports r: Notify and the --on-restart command.
 func (s *Simulator) restarted(r Restart) {
-	if s.opts.Notify != nil {
+	s.runCommand(r)
+	if s.opts.Notify != nil { // after the command is counted: Wait may follow
 		s.opts.Notify(r)
 	}
-	s.runCommand(r)
 }
 
 // kill changes st in place; it returns nil when there is nothing to kill,
@@ -354,7 +354,9 @@ func (s *Simulator) runCommand(r Restart) {
 	}()
 }
 
-// Wait waits for the --on-restart commands in flight.
+// Wait waits for the --on-restart commands in flight. It must not race
+// with the end of a back-off (a start adds a command): call it after Notify
+// reported that start, or use Close.
 func (s *Simulator) Wait() { s.commands.Wait() }
 
 // Pending is the number of containers waiting in CrashLoopBackOff for their
