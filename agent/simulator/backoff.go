@@ -8,6 +8,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/utils/clock"
+
+	"github.com/probed/probed/agent/kubeletstatus"
 )
 
 // The kubelet's crash-loop back-off at v1.37 with the default feature gates
@@ -32,7 +34,7 @@ const (
 	BackOffReset = 600 * time.Second
 	// CrashLoopBackOff is the waiting reason of a container in back-off
 	// (kubecontainer.ErrCrashLoopBackOff).
-	CrashLoopBackOff = "CrashLoopBackOff"
+	CrashLoopBackOff = kubeletstatus.CrashLoopBackOff
 )
 
 func newCrashLoopBackOff(clk clock.Clock) *flowcontrol.Backoff {

@@ -210,7 +210,7 @@ func (s *Simulator) kill(pod *v1.Pod, st *v1.PodStatus, f actuate.Failure) (*Res
 	key := backOffKey(pod, cs.Name, spec)
 	if wait := s.backOffAtKill(key, previousExit, now); wait > 0 {
 		cs.State = v1.ContainerState{Waiting: &v1.ContainerStateWaiting{
-			Reason:  CrashLoopBackOff,
+			Reason:  kubeletstatus.CrashLoopBackOff,
 			Message: backOffMessage(wait, cs.Name, pod),
 		}}
 		s.opts.Logger.Info("container killed, backing off", "pod", pod.Namespace+"/"+pod.Name, "container", cs.Name, "reason", r.Reason,
@@ -226,12 +226,7 @@ func (s *Simulator) kill(pod *v1.Pod, st *v1.PodStatus, f actuate.Failure) (*Res
 // start gives cs a new container ID, running since now, with a higher
 // restart count, and fills r in.
 func (s *Simulator) start(cs *v1.ContainerStatus, r *Restart, now time.Time) {
-	notStarted := false
-	cs.Ready = false
-	cs.Started = &notStarted
-	cs.RestartCount++
-	cs.ContainerID = kubeletstatus.NewContainerID()
-	cs.State = v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: metav1.NewTime(now)}}
+	kubeletstatus.StartAgain(cs, metav1.NewTime(now))
 	r.NewContainerID = cs.ContainerID
 	r.RestartCount = cs.RestartCount
 	r.Restarted = true
@@ -287,7 +282,7 @@ func (s *Simulator) startAfterBackOff(r Restart, key string, killedAt time.Time)
 	started := false
 	s.opts.Store.Mutate(r.Pod.UID, func(pod *v1.Pod, st *v1.PodStatus) bool {
 		cs, _ := findContainer(pod, st, r.OldContainerID)
-		if cs == nil || cs.State.Waiting == nil || cs.State.Waiting.Reason != CrashLoopBackOff {
+		if cs == nil || cs.State.Waiting == nil || cs.State.Waiting.Reason != kubeletstatus.CrashLoopBackOff {
 			return false
 		}
 		s.backOff.Next(key, killedAt)

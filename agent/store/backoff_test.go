@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/probed/probed/agent/events"
+	"github.com/probed/probed/agent/store"
 	"github.com/probed/probed/manager/results"
 )
 
@@ -106,9 +107,14 @@ func TestK2_CrashLoopBackOffSequence(t *testing.T) {
 		if !r.Restarted || r.BackOff != wait || r.RestartCount != int32(i+1) || r.OldContainerID != id || r.NewContainerID == id {
 			t.Fatalf("kill %d: restart %+v, want restart %d after %s", i+1, r, i+1, wait)
 		}
+		// Running since now, unless its liveness probe already killed
+		// the new container again (its first tick may be now).
 		cs = e.container(pod.UID, "app")
-		if cs.State.Running == nil || cs.ContainerID != r.NewContainerID || cs.RestartCount != int32(i+1) ||
-			!cs.State.Running.StartedAt.Time.Equal(e.clk.Now()) {
+		if last := cs.LastTerminationState.Terminated; cs.ContainerID == r.NewContainerID && cs.State.Running != nil {
+			if cs.RestartCount != int32(i+1) || !cs.State.Running.StartedAt.Time.Equal(e.clk.Now()) {
+				t.Fatalf("kill %d: status after the back-off %+v", i+1, cs)
+			}
+		} else if last == nil || last.ContainerID != r.NewContainerID || !last.StartedAt.Time.Equal(e.clk.Now()) {
 			t.Fatalf("kill %d: status after the back-off %+v", i+1, cs)
 		}
 		id = r.NewContainerID
@@ -213,5 +219,27 @@ func TestW8b_RestartPolicyOnFailureBacksOff(t *testing.T) {
 	cs := e.killed(pod, id)
 	if cs.State.Waiting == nil || cs.State.Waiting.Reason != "CrashLoopBackOff" {
 		t.Fatalf("third kill with OnFailure: %+v, want CrashLoopBackOff", cs.State)
+	}
+}
+
+// TestCrashLoopBackOffForgottenAtRestore: a container saved (--state-dir)
+// waiting in CrashLoopBackOff starts when probed loads it again (new
+// container ID, restartCount+1, running since now), as the kubelet, whose
+// back-off is in memory, starts it at its first pod sync after a restart.
+func TestCrashLoopBackOffForgottenAtRestore(t *testing.T) {
+	e := newEnv(t)
+	tg := newTarget(t)
+	pod := crashLoopPod(tg, "restored", v1.RestartPolicyAlways)
+	e.st.Restore([]store.SavedPod{{UID: pod.UID, Namespace: "ns1", Name: "restored", Status: v1.PodStatus{
+		PodIP: "127.0.0.1",
+		ContainerStatuses: []v1.ContainerStatus{{Name: "app", ContainerID: "probed://old", RestartCount: 4,
+			State:                v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off 40s restarting failed container=app pod=restored_ns1(restored)"}},
+			LastTerminationState: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 137, Reason: "Error", ContainerID: "probed://old"}}}},
+	}}})
+	e.add(pod)
+	cs := e.container(pod.UID, "app")
+	if cs.State.Running == nil || !cs.State.Running.StartedAt.Time.Equal(e.clk.Now()) || cs.RestartCount != 5 ||
+		cs.ContainerID == "probed://old" || !generatedID.MatchString(cs.ContainerID) || cs.LastTerminationState.Terminated == nil {
+		t.Fatalf("restored container %+v, want started again", cs)
 	}
 }
