@@ -473,7 +473,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if a.store != nil {
 		a.saveState(true)
-		a.simulator.Wait()
+		a.simulator.Close() // back-off timers, delayed starts, --on-restart commands
 	}
 	if err == nil {
 		err = closeErr

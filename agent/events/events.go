@@ -19,9 +19,10 @@ import (
 
 // Event is one recorded event.
 type Event struct {
-	Time      time.Time `json:"time"`
-	Type      string    `json:"type"`   // Normal or Warning
-	Reason    string    `json:"reason"` // Unhealthy, ProbeWarning, Killing, ...
+	Time      time.Time `json:"time"`      // the last occurrence
+	FirstTime time.Time `json:"firstTime"` // the first occurrence (Count > 1: folded)
+	Type      string    `json:"type"`      // Normal or Warning
+	Reason    string    `json:"reason"`    // Unhealthy, ProbeWarning, Killing, ...
 	Message   string    `json:"message"`
 	Namespace string    `json:"namespace,omitempty"`
 	Pod       string    `json:"pod,omitempty"`
@@ -31,9 +32,15 @@ type Event struct {
 }
 
 // Recorder keeps the last Size events. It implements runtime.Recorder (the
-// Eventf subset of client-go's record.EventRecorder). Consecutive identical
-// events (same object, reason and message) are folded into one with a count,
-// as the API server's event aggregation does.
+// Eventf subset of client-go's record.EventRecorder). An event identical to
+// one still kept (same pod, object, type, reason and message) is folded into
+// it: its count goes up and its time becomes the new one, as client-go's
+// EventCorrelator (tools/record/events_cache.go, eventLogger keyed by
+// getEventKey, an LRU of 4096) folds them for the kubelet, whether or not
+// other events came between. Events with the same reason but different
+// messages are kept apart: probed does not do the aggregator's "(combined
+// from similar events)" after 10 distinct messages in 10 minutes
+// (docs/probes.md).
 type Recorder struct {
 	clock clock.PassiveClock
 	log   *slog.Logger
@@ -43,6 +50,16 @@ type Recorder struct {
 	ring []Event
 	next int
 	full bool
+	kept map[eventKey]int // ring index of each kept event
+}
+
+// eventKey is what makes two events the same (client-go's getEventKey).
+type eventKey struct {
+	podUID, namespace, pod, fieldPath, eventType, reason, message string
+}
+
+func keyOf(e *Event) eventKey {
+	return eventKey{e.PodUID, e.Namespace, e.Pod, e.FieldPath, e.Type, e.Reason, e.Message}
 }
 
 // New returns a Recorder holding up to size events (default 1000).
@@ -56,14 +73,15 @@ func New(size int, log *slog.Logger, clk clock.PassiveClock) *Recorder {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	return &Recorder{clock: clk, log: log, size: size, ring: make([]Event, size)}
+	return &Recorder{clock: clk, log: log, size: size, ring: make([]Event, size), kept: map[eventKey]int{}}
 }
 
 // Eventf records an event about object (a *v1.ObjectReference or *v1.Pod).
 // The message is redacted (runtime/redact: URL query values, credential
 // pairs, auth header values) before it is kept or logged, whoever sent it.
 func (r *Recorder) Eventf(object k8sruntime.Object, eventtype, reason, messageFmt string, args ...interface{}) {
-	ev := Event{Time: r.clock.Now(), Type: eventtype, Reason: reason, Message: redact.Text(fmt.Sprintf(messageFmt, args...)), Count: 1}
+	now := r.clock.Now()
+	ev := Event{Time: now, FirstTime: now, Type: eventtype, Reason: reason, Message: redact.Text(fmt.Sprintf(messageFmt, args...)), Count: 1}
 	switch o := object.(type) {
 	case *v1.ObjectReference:
 		ev.Namespace, ev.Pod, ev.PodUID, ev.FieldPath = o.Namespace, o.Name, string(o.UID), o.FieldPath
@@ -78,25 +96,24 @@ func (r *Recorder) Eventf(object k8sruntime.Object, eventtype, reason, messageFm
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if last := r.lastLocked(); last != nil && last.PodUID == ev.PodUID && last.FieldPath == ev.FieldPath &&
-		last.Reason == ev.Reason && last.Message == ev.Message && last.Type == ev.Type {
-		last.Count++
-		last.Time = ev.Time
+	k := keyOf(&ev)
+	if i, ok := r.kept[k]; ok {
+		r.ring[i].Count++
+		r.ring[i].Time = ev.Time
 		return
 	}
+	if r.full {
+		old := keyOf(&r.ring[r.next])
+		if r.kept[old] == r.next {
+			delete(r.kept, old)
+		}
+	}
 	r.ring[r.next] = ev
+	r.kept[k] = r.next
 	r.next = (r.next + 1) % r.size
 	if r.next == 0 {
 		r.full = true
 	}
-}
-
-func (r *Recorder) lastLocked() *Event {
-	if r.next == 0 && !r.full {
-		return nil
-	}
-	i := (r.next - 1 + r.size) % r.size
-	return &r.ring[i]
 }
 
 // List returns the recorded events, oldest first.

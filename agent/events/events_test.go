@@ -148,3 +148,38 @@ func TestTeeSendsEveryEventToEachRecorder(t *testing.T) {
 		t.Errorf("Tee of one recorder = %T, want the recorder itself", one)
 	}
 }
+
+// TestRecorderFoldsRepeatsAcrossOtherEvents: the kubelet's recorder
+// (client-go EventCorrelator) folds an event identical to one it recorded
+// before, even with other events between: a crash loop's Unhealthy, Killing
+// and BackOff events fold into one each with a count (the time is the last
+// one, firstTime the first); an event with another message is kept apart;
+// an event the ring has dropped starts again at count 1.
+func TestRecorderFoldsRepeatsAcrossOtherEvents(t *testing.T) {
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	clk := testingclock.NewFakePassiveClock(t0)
+	r := events.New(4, slog.New(slog.DiscardHandler), clk)
+	for range 3 {
+		r.Eventf(ref("app"), v1.EventTypeWarning, "Unhealthy", "Liveness probe failed: HTTP probe failed with statuscode: 404")
+		r.Eventf(ref("app"), v1.EventTypeNormal, "Killing", "Container app failed liveness probe, will be restarted")
+		r.Eventf(ref("app"), v1.EventTypeWarning, "BackOff", "Back-off restarting failed container app in pod web_ns(uid-1)")
+		clk.SetTime(clk.Now().Add(10 * time.Second))
+	}
+	got := r.List()
+	if len(got) != 3 {
+		t.Fatalf("%d events, want 3 folded: %+v", len(got), got)
+	}
+	for _, e := range got {
+		if e.Count != 3 || !e.FirstTime.Equal(t0) || !e.Time.Equal(t0.Add(20*time.Second)) {
+			t.Errorf("event %s: count %d, first %v, last %v; want 3, %v, %v", e.Reason, e.Count, e.FirstTime, e.Time, t0, t0.Add(20*time.Second))
+		}
+	}
+	r.Eventf(ref("app"), v1.EventTypeWarning, "Unhealthy", "Liveness probe failed: other")
+	r.Eventf(ref("other"), v1.EventTypeWarning, "BackOff", "Back-off restarting failed container app in pod web_ns(uid-1)")
+	// The ring (4) dropped the first Unhealthy: its repeat is new.
+	r.Eventf(ref("app"), v1.EventTypeWarning, "Unhealthy", "Liveness probe failed: HTTP probe failed with statuscode: 404")
+	got = r.List()
+	if len(got) != 4 || got[3].Reason != "Unhealthy" || got[3].Count != 1 || got[0].Reason != "BackOff" || got[0].Count != 3 {
+		t.Errorf("after other messages and a drop: %+v", got)
+	}
+}

@@ -325,3 +325,33 @@ func SpecByName(cs []v1.Container, name string) *v1.Container {
 	}
 	return nil
 }
+
+// CrashLoopBackOff is the waiting reason of a container whose restart backs
+// off (the kubelet's kubecontainer.ErrCrashLoopBackOff).
+const CrashLoopBackOff = "CrashLoopBackOff"
+
+// StartAgain starts a killed or waiting container anew, as the kubelet's
+// startContainer does: a fresh container ID, running since now, restart
+// count + 1, not started (its startup probe pending) and not ready. The last
+// termination state is kept.
+func StartAgain(cs *v1.ContainerStatus, now metav1.Time) {
+	notStarted := false
+	cs.Ready = false
+	cs.Started = &notStarted
+	cs.RestartCount++
+	cs.ContainerID = NewContainerID()
+	cs.State = v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: now}}
+}
+
+// StartBackedOff starts every container of statuses waiting in
+// CrashLoopBackOff (StartAgain): a status restored after probed restarted,
+// whose back-off the restart forgot, as the kubelet's in-memory back-off is
+// forgotten when the kubelet restarts (its first pod sync starts the
+// container).
+func StartBackedOff(statuses []v1.ContainerStatus, now metav1.Time) {
+	for i := range statuses {
+		if w := statuses[i].State.Waiting; w != nil && w.Reason == CrashLoopBackOff {
+			StartAgain(&statuses[i], now)
+		}
+	}
+}

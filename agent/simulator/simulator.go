@@ -1,10 +1,14 @@
 // Package simulator plays the container runtime in manifest mode: when a
 // liveness or startup probe of a running container fails, it kills the
 // container and, when its restart policy allows, starts it again with a new
-// container ID and a higher restart count (spec K1, K2; BR-13, BR-14), records
-// the kubelet's Killing event (K4) and runs the --on-restart command. It is
-// the manifest mode's actuate.Actuator; the container's status lives in the
-// store (package store), which it changes through Store.Mutate.
+// container ID and a higher restart count (spec K1, K2; BR-13, BR-14), backing
+// off between the restarts of a crash-looping container as the kubelet does
+// (CrashLoopBackOff: waiting 10 s, doubling to 5 min, forgotten after 10 min
+// of running; see backoff.go), records the kubelet's Killing and BackOff
+// events (K4) and runs the --on-restart command when a container is really
+// started again. It is the manifest mode's actuate.Actuator; the container's
+// status lives in the store (package store), which it changes through
+// Store.Mutate.
 package simulator
 
 import (
@@ -20,6 +24,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/utils/clock"
 
 	"github.com/probed/probed/agent/actuate"
@@ -46,6 +51,9 @@ type Restart struct {
 	// Restarted is false when the restart policy does not restart the
 	// container: it is then left terminated.
 	Restarted bool
+	// BackOff is how long the container waited in CrashLoopBackOff
+	// between its kill and this start; 0: started at the kill.
+	BackOff time.Duration
 }
 
 // Mutator is the part of the store the simulator changes containers through
@@ -58,24 +66,47 @@ type Mutator interface {
 type Options struct {
 	// Store holds the containers' statuses (required).
 	Store Mutator
-	// Recorder receives the Killing event (K4); nil: none.
+	// Recorder receives the Killing and BackOff events (K4); nil: none.
 	Recorder runtime.Recorder
-	// OnRestart is a shell command (sh -c) run after each restart
-	// decision, with PROBED_* variables naming the pod and container;
-	// empty: none. OnRestartTimeout bounds it; default 1 min.
+	// OnRestart is a shell command (sh -c) run when a killed container
+	// is started again (at the end of its back-off, if any) or is left
+	// terminated by its restart policy, with PROBED_* variables naming the
+	// pod and container; empty: none. OnRestartTimeout bounds it; default
+	// 1 min.
 	OnRestart        string
 	OnRestartTimeout time.Duration
-	// Notify, when set, is called after each restart decision (tests).
+	// Notify, when set, is called when OnRestart would run (tests).
 	Notify func(Restart)
-	Clock  clock.PassiveClock // nil: the real clock
-	Logger *slog.Logger       // nil: slog.Default()
+	// Clock times the back-offs (their timers, and the 10 min after
+	// which a running container's back-off is forgotten); nil: the real
+	// clock.
+	Clock  clock.WithDelayedExecution
+	Logger *slog.Logger // nil: slog.Default()
 }
 
 // Simulator is the manifest mode's container runtime. It is safe for
-// concurrent use.
+// concurrent use. Close stops its back-off timers.
 type Simulator struct {
 	opts     Options
+	backOff  *flowcontrol.Backoff
 	commands sync.WaitGroup // --on-restart commands in flight
+	starts   sync.WaitGroup // delayed starts in flight
+
+	mu      sync.Mutex
+	closed  bool
+	pending map[pendingKey]*pendingStart // containers waiting in CrashLoopBackOff
+
+	fireMu     sync.Mutex // orders the timers' starts.Add before Close's Wait
+	fireClosed bool
+}
+
+// pendingStart is the timer of a container waiting in CrashLoopBackOff.
+type pendingStart struct{ timer clock.Timer }
+
+// pendingKey names a container waiting for its delayed start.
+type pendingKey struct {
+	pod       types.UID
+	container string
 }
 
 // New returns a Simulator.
@@ -83,43 +114,63 @@ func New(opts Options) *Simulator {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
+
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
 	if opts.OnRestartTimeout <= 0 {
 		opts.OnRestartTimeout = time.Minute
 	}
-	return &Simulator{opts: opts}
+	return &Simulator{opts: opts, backOff: newCrashLoopBackOff(opts.Clock), pending: map[pendingKey]*pendingStart{}}
 }
 
 // ContainerFailed implements actuate.Actuator: it kills the container whose
 // current ID is f.ContainerID, if it is running (K2 acts on running
-// containers only), and restarts it when its restart policy allows (W8b).
+// containers only), and restarts it when its restart policy allows (W8b):
+// at once, or at the end of its crash-loop back-off, meanwhile leaving it
+// waiting with reason CrashLoopBackOff (backoff.go).
 func (s *Simulator) ContainerFailed(f actuate.Failure) {
 	var r *Restart
+	var wait time.Duration
 	s.opts.Store.Mutate(f.Pod.UID, func(pod *v1.Pod, st *v1.PodStatus) bool {
-		r = s.restart(pod, st, f)
+		r, wait = s.kill(pod, st, f)
 		return r != nil
 	})
 	if r == nil {
 		return
 	}
-	if s.opts.Recorder != nil {
-		s.opts.Recorder.Eventf(runtime.ContainerRef(r.Pod, r.Container), v1.EventTypeNormal, "Killing", "%s", r.Message)
+	s.event(r, v1.EventTypeNormal, "Killing", r.Message)
+	if wait > 0 {
+		// events.BackOffStartContainer; kuberuntime doBackOff's text.
+		s.event(r, v1.EventTypeWarning, "BackOff", fmt.Sprintf("Back-off restarting failed container %s in pod %s", r.Container, podDesc(r.Pod)))
+		return
 	}
-	if s.opts.Notify != nil {
-		s.opts.Notify(*r)
-	}
-	s.runCommand(*r)
+	s.restarted(*r)
 }
 
-// restart changes st in place; it returns nil when there is nothing to kill.
-func (s *Simulator) restart(pod *v1.Pod, st *v1.PodStatus, f actuate.Failure) *Restart {
+func (s *Simulator) event(r *Restart, eventtype, reason, message string) {
+	if s.opts.Recorder != nil {
+		s.opts.Recorder.Eventf(runtime.ContainerRef(r.Pod, r.Container), eventtype, reason, "%s", message)
+	}
+}
+
+// restarted reports r: Notify and the --on-restart command.
+func (s *Simulator) restarted(r Restart) {
+	s.runCommand(r)
+	if s.opts.Notify != nil { // after the command is counted: Wait may follow
+		s.opts.Notify(r)
+	}
+}
+
+// kill changes st in place; it returns nil when there is nothing to kill,
+// and the back-off to wait before the start (0: started at once), whose
+// timer it set.
+func (s *Simulator) kill(pod *v1.Pod, st *v1.PodStatus, f actuate.Failure) (*Restart, time.Duration) {
 	cs, spec := findContainer(pod, st, f.ContainerID)
 	if cs == nil || cs.State.Running == nil {
-		return nil
+		return nil, 0
 	}
-	now := metav1.NewTime(s.opts.Clock.Now())
+	now := s.opts.Clock.Now()
 	r := &Restart{
 		Pod:                pod,
 		Container:          cs.Name,
@@ -132,12 +183,18 @@ func (s *Simulator) restart(pod *v1.Pod, st *v1.PodStatus, f actuate.Failure) *R
 		r.Reason = "StartupProbe"
 		r.Message = fmt.Sprintf("Container %s failed startup probe", cs.Name)
 	}
+	// The newest earlier exit of this container, as the kubelet's pod
+	// status before the kill knows it (doBackOff reads that status).
+	var previousExit *time.Time
+	if t := cs.LastTerminationState.Terminated; t != nil && !t.FinishedAt.IsZero() {
+		previousExit = &t.FinishedAt.Time
+	}
 	killed := v1.ContainerStateTerminated{
 		ExitCode:    137,
 		Reason:      "Error",
 		Message:     r.Message,
 		StartedAt:   cs.State.Running.StartedAt,
-		FinishedAt:  now,
+		FinishedAt:  metav1.NewTime(now),
 		ContainerID: cs.ContainerID,
 	}
 	cs.LastTerminationState = v1.ContainerState{Terminated: &killed}
@@ -147,18 +204,115 @@ func (s *Simulator) restart(pod *v1.Pod, st *v1.PodStatus, f actuate.Failure) *R
 	if spec != nil && !manager.ContainerShouldRestart(spec, &pod.Spec, killed.ExitCode) {
 		cs.State = v1.ContainerState{Terminated: &killed}
 		s.opts.Logger.Info("container killed", "pod", pod.Namespace+"/"+pod.Name, "container", cs.Name, "reason", r.Reason, "containerID", cs.ContainerID, "restarted", false)
-		return r
+		return r, 0
 	}
 	r.Message += ", will be restarted"
-	cs.RestartCount++
-	cs.ContainerID = kubeletstatus.NewContainerID()
-	cs.State = v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: now}}
+	key := backOffKey(pod, cs.Name, spec)
+	if wait := s.backOffAtKill(key, previousExit, now); wait > 0 {
+		cs.State = v1.ContainerState{Waiting: &v1.ContainerStateWaiting{
+			Reason:  kubeletstatus.CrashLoopBackOff,
+			Message: backOffMessage(wait, cs.Name, pod),
+		}}
+		s.opts.Logger.Info("container killed, backing off", "pod", pod.Namespace+"/"+pod.Name, "container", cs.Name, "reason", r.Reason,
+			"containerID", cs.ContainerID, "backOff", wait.String())
+		r.BackOff = wait
+		s.schedule(*r, wait, key, now)
+		return r, wait
+	}
+	s.start(cs, r, now)
+	return r, 0
+}
+
+// start gives cs a new container ID, running since now, with a higher
+// restart count, and fills r in.
+func (s *Simulator) start(cs *v1.ContainerStatus, r *Restart, now time.Time) {
+	kubeletstatus.StartAgain(cs, metav1.NewTime(now))
 	r.NewContainerID = cs.ContainerID
 	r.RestartCount = cs.RestartCount
 	r.Restarted = true
-	s.opts.Logger.Info("container restarted", "pod", pod.Namespace+"/"+pod.Name, "container", cs.Name, "reason", r.Reason,
-		"oldContainerID", r.OldContainerID, "containerID", cs.ContainerID, "restartCount", cs.RestartCount)
-	return r
+	s.opts.Logger.Info("container restarted", "pod", r.Pod.Namespace+"/"+r.Pod.Name, "container", cs.Name, "reason", r.Reason,
+		"oldContainerID", r.OldContainerID, "containerID", cs.ContainerID, "restartCount", cs.RestartCount, "backOff", r.BackOff.String())
+}
+
+// schedule starts the container of r, waiting in CrashLoopBackOff since
+// killedAt, after wait, unless the simulator is closed first. It is called
+// inside the kill's Store.Mutate, so a waiting container always has its
+// timer.
+func (s *Simulator) schedule(r Restart, wait time.Duration, key string, killedAt time.Time) {
+	k := pendingKey{pod: r.Pod.UID, container: r.Container}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	if old, ok := s.pending[k]; ok {
+		old.timer.Stop()
+	}
+	p := &pendingStart{}
+	// The callback takes no lock held around clock calls (the fake clock
+	// calls it holding its own lock): it only hands the start to a
+	// goroutine the simulator owns.
+	p.timer = s.opts.Clock.AfterFunc(wait, func() {
+		s.fireMu.Lock()
+		defer s.fireMu.Unlock()
+		if s.fireClosed {
+			return
+		}
+		s.starts.Add(1)
+		go func() {
+			defer s.starts.Done()
+			s.mu.Lock()
+			current := s.pending[k] == p && !s.closed
+			if current {
+				delete(s.pending, k)
+			}
+			s.mu.Unlock()
+			if current {
+				s.startAfterBackOff(r, key, killedAt)
+			}
+		}()
+	})
+	s.pending[k] = p
+}
+
+// startAfterBackOff starts the container of r if it is still the one
+// waiting in CrashLoopBackOff since its kill (the pod may have been removed
+// or replaced meanwhile), the kubelet's pod sync at the end of the back-off.
+func (s *Simulator) startAfterBackOff(r Restart, key string, killedAt time.Time) {
+	started := false
+	s.opts.Store.Mutate(r.Pod.UID, func(pod *v1.Pod, st *v1.PodStatus) bool {
+		cs, _ := findContainer(pod, st, r.OldContainerID)
+		if cs == nil || cs.State.Waiting == nil || cs.State.Waiting.Reason != kubeletstatus.CrashLoopBackOff {
+			return false
+		}
+		s.backOff.Next(key, killedAt)
+		r.Pod = pod
+		s.start(cs, &r, s.opts.Clock.Now())
+		started = true
+		return true
+	})
+	if started {
+		s.restarted(r)
+	}
+}
+
+// Close stops the back-off timers (the containers waiting in
+// CrashLoopBackOff stay waiting) and waits for the delayed starts and the
+// --on-restart commands in flight. The agent calls it at shutdown, after the
+// last probe result was applied.
+func (s *Simulator) Close() {
+	s.mu.Lock()
+	s.closed = true
+	for k, p := range s.pending {
+		p.timer.Stop()
+		delete(s.pending, k)
+	}
+	s.mu.Unlock()
+	s.fireMu.Lock()
+	s.fireClosed = true
+	s.fireMu.Unlock()
+	s.starts.Wait()
+	s.commands.Wait()
 }
 
 // runCommand runs the --on-restart command for r in the background.
@@ -195,8 +349,18 @@ func (s *Simulator) runCommand(r Restart) {
 	}()
 }
 
-// Wait waits for the --on-restart commands in flight.
+// Wait waits for the --on-restart commands in flight. It must not race
+// with the end of a back-off (a start adds a command): call it after Notify
+// reported that start, or use Close.
 func (s *Simulator) Wait() { s.commands.Wait() }
+
+// Pending is the number of containers waiting in CrashLoopBackOff for their
+// start.
+func (s *Simulator) Pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.pending)
+}
 
 func findContainer(pod *v1.Pod, st *v1.PodStatus, id string) (*v1.ContainerStatus, *v1.Container) {
 	for i := range st.ContainerStatuses {

@@ -93,17 +93,38 @@ func isSidecar(p *v1.Pod, name string) bool {
 	return false
 }
 
-// phase is the pod's phase, or NotReady/Running from its Ready condition.
+// phase is the STATUS column as kubectl's printPod computes it for the
+// regular containers: the pod's reason or phase, replaced by the reason of
+// the first container that is waiting (CrashLoopBackOff while a restart backs
+// off) or terminated (its reason, else Signal:N or ExitCode:N); a Running
+// pod whose Ready condition is not true is NotReady.
 func phase(p *v1.Pod) string {
-	if p.Status.Phase != v1.PodRunning {
-		return string(p.Status.Phase)
+	reason := string(p.Status.Phase)
+	if p.Status.Reason != "" {
+		reason = p.Status.Reason
+	}
+	for i := len(p.Status.ContainerStatuses) - 1; i >= 0; i-- {
+		st := p.Status.ContainerStatuses[i].State
+		switch {
+		case st.Waiting != nil && st.Waiting.Reason != "":
+			reason = st.Waiting.Reason
+		case st.Terminated != nil && st.Terminated.Reason != "":
+			reason = st.Terminated.Reason
+		case st.Terminated != nil && st.Terminated.Signal != 0:
+			reason = fmt.Sprintf("Signal:%d", st.Terminated.Signal)
+		case st.Terminated != nil:
+			reason = fmt.Sprintf("ExitCode:%d", st.Terminated.ExitCode)
+		}
+	}
+	if reason != string(v1.PodRunning) {
+		return reason
 	}
 	for _, c := range p.Status.Conditions {
 		if c.Type == v1.PodReady && c.Status != v1.ConditionTrue {
 			return "NotReady"
 		}
 	}
-	return "Running"
+	return reason
 }
 
 // newestFailure formats the most recent failed or errored probe run of a

@@ -271,3 +271,35 @@ func TestPrintEscapesControlCharacters(t *testing.T) {
 		t.Errorf("LAST FAILURE\n %q\nwant %q", rows[0]["LAST_FAILURE"], want)
 	}
 }
+
+// TestPrintStatusCrashLoopBackOff: STATUS shows the reason of a waiting or
+// terminated container as kubectl's STATUS column does: CrashLoopBackOff
+// while a restart backs off (the first such container of the pod wins),
+// the terminated reason (Error) of a container left terminated, ExitCode:N
+// without a reason.
+func TestPrintStatusCrashLoopBackOff(t *testing.T) {
+	waiting := status("app", false, false, 3)
+	waiting.State.Waiting = &v1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off 20s restarting failed container=app pod=crashy_demo(u1)"}
+	running := status("side", true, true, 0)
+	running.State.Running = &v1.ContainerStateRunning{}
+	killed := status("app", false, false, 0)
+	killed.State.Terminated = &v1.ContainerStateTerminated{ExitCode: 137, Reason: "Error"}
+	exited := status("app", false, false, 0)
+	exited.State.Terminated = &v1.ContainerStateTerminated{ExitCode: 3}
+	pods := []v1.Pod{
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "crashy"}, Status: v1.PodStatus{Phase: v1.PodRunning,
+			Conditions: readyCondition(v1.ConditionFalse), ContainerStatuses: []v1.ContainerStatus{running, waiting}}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "never"}, Status: v1.PodStatus{Phase: v1.PodRunning,
+			Conditions: readyCondition(v1.ConditionFalse), ContainerStatuses: []v1.ContainerStatus{killed}}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "exited"}, Status: v1.PodStatus{Phase: v1.PodFailed,
+			ContainerStatuses: []v1.ContainerStatus{exited}}},
+	}
+	_, rows, out := print(t, newAgentStub(t, pods, nil).srv.URL)
+	var got []string
+	for _, r := range rows {
+		got = append(got, r["STATUS"])
+	}
+	if want := []string{"CrashLoopBackOff", "Error", "ExitCode:3"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("STATUS %v, want %v\n%s", got, want, out)
+	}
+}

@@ -23,6 +23,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/probed/probed/agent/actuate"
+	"github.com/probed/probed/agent/events"
 	"github.com/probed/probed/agent/simulator"
 	"github.com/probed/probed/agent/store"
 	"github.com/probed/probed/agent/verdicts"
@@ -129,6 +130,8 @@ type env struct {
 	start    results.Manager
 	logs     *logBuffer
 	restarts chan simulator.Restart
+	sim      *simulator.Simulator
+	events   *events.Recorder
 }
 
 func newEnv(t *testing.T) *env {
@@ -146,8 +149,10 @@ func newEnv(t *testing.T) *env {
 	e.st = store.New(store.Options{Clock: e.clk, Logger: logger, PodIP: "127.0.0.1"})
 	// The store is tested with manifest mode's other rooms: the container
 	// simulator behind the liveness/startup actuator, fed by the fan-out.
-	sim := simulator.New(simulator.Options{Store: e.st, Clock: e.clk, Logger: logger,
+	e.events = events.New(1000, logger, e.clk)
+	sim := simulator.New(simulator.Options{Store: e.st, Clock: e.clk, Logger: logger, Recorder: e.events,
 		Notify: func(r simulator.Restart) { e.restarts <- r }})
+	e.sim = sim
 	fanout := verdicts.New(e.live, e.ready, e.start, e.st, actuate.OnFailure(e.st.Pod, sim))
 	mgr, err := manager.New(manager.Options{
 		Status:       e.st,
@@ -180,6 +185,7 @@ func newEnv(t *testing.T) *env {
 		}
 		cancel()
 		<-done
+		sim.Close()
 	})
 	return e
 }

@@ -156,6 +156,10 @@ func (s *Store) Put(pod *v1.Pod) *v1.Pod {
 		status = *saved.DeepCopy()
 		status.ContainerStatuses = kubeletstatus.Complete(pod.Spec.Containers, status.ContainerStatuses, now, false)
 		status.InitContainerStatuses = kubeletstatus.Complete(pod.Spec.InitContainers, status.InitContainerStatuses, now, true)
+		// A container saved waiting in CrashLoopBackOff starts now: the
+		// back-off was in memory (docs/operations.md).
+		kubeletstatus.StartBackedOff(status.ContainerStatuses, now)
+		kubeletstatus.StartBackedOff(status.InitContainerStatuses, now)
 	} else {
 		status = kubeletstatus.Initial(pod, now, s.podIP)
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -614,6 +615,33 @@ func TestRunBundledExamples(t *testing.T) {
 		t.Errorf("demo/worker is Ready although its exec readiness probe cannot run without --allow-host-exec")
 	}
 	assertEvent(t, base, "demo", "crashy", "Killing", "Container app failed liveness probe, will be restarted")
+	// Issue 11 §3: killed every ~4 s, crashy backs off at its third kill
+	// (kubelet doBackOff): waiting with reason CrashLoopBackOff in /pods,
+	// CrashLoopBackOff in `probed status`, a BackOff event.
+	var waiting *v1.ContainerStateWaiting
+	var uid string
+	eventually(t, p, 40*time.Second, "demo/crashy in CrashLoopBackOff", func() (bool, string) {
+		l, err := getPods(base)
+		if err != nil {
+			return false, err.Error()
+		}
+		b, _ := json.Marshal(summary(l))
+		if pod := findPod(l, "demo", "crashy"); pod != nil {
+			uid = string(pod.UID)
+			if cs := containerStatus(pod, "app"); cs != nil && cs.State.Waiting != nil && cs.State.Waiting.Reason == "CrashLoopBackOff" {
+				waiting = cs.State.Waiting
+				return true, ""
+			}
+		}
+		return false, string(b)
+	})
+	if want := "back-off 10s restarting failed container=app pod=crashy_demo(" + uid + ")"; waiting.Message != want {
+		t.Errorf("waiting message %q, want %q", waiting.Message, want)
+	}
+	assertEvent(t, base, "demo", "crashy", "BackOff", "Back-off restarting failed container app in pod crashy_demo("+uid+")")
+	if stdout, stderr, code := runProbed(t, nil, "status", "--server", base); code != 0 || !regexp.MustCompile(`(?m)^demo\s+crashy\s+\S+\s+\S+\s+2\s+CrashLoopBackOff\s`).MatchString(stdout) {
+		t.Errorf("probed status (exit %d) shows no CrashLoopBackOff for demo/crashy:\n%s%s", code, stdout, stderr)
+	}
 
 	var examplesDir string
 	for _, l := range p.logs() {
