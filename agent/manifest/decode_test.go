@@ -766,12 +766,9 @@ i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
 	many := strings.Repeat(sub.String()+"---\n", 10)
 	cycle := "a: &a [*a]\n"
 
-	// The bounds are for one document each; the race detector slows
-	// parsing about tenfold.
-	perDoc := 50 * time.Millisecond
-	if raceEnabled {
-		perDoc = 250 * time.Millisecond
-	}
+	// The bound is on the work, as allocated bytes per document (an
+	// expanded bomb allocates gigabytes); wall-clock time depends on the
+	// machine's load and is only logged.
 	for _, tc := range []struct {
 		name, src string
 		docs      int
@@ -786,7 +783,7 @@ i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
 			if !strings.HasPrefix(msg, "bomb.yaml: document 1: ") || !strings.Contains(msg, "alias") {
 				t.Errorf("error %q", msg)
 			}
-			if d > time.Duration(tc.docs)*perDoc || alloc > uint64(tc.docs)*(4<<20) {
+			if alloc > uint64(tc.docs)*(4<<20) {
 				t.Errorf("took %v and allocated %d MiB", d, alloc>>20)
 			}
 			t.Logf("%v, %d MiB", d, alloc>>20)
@@ -815,13 +812,15 @@ func TestDeepNesting(t *testing.T) {
 		"a: " + strings.Repeat("[", 100000),
 		strings.Repeat("{\"a\":", 20000) + "1" + strings.Repeat("}", 20000),
 	} {
-		d, _ := measure(func() {
+		d, alloc := measure(func() {
 			if _, errs := Decode([]byte(src), "deep.yaml", Options{}); len(errs) != 1 {
 				t.Errorf("errors %v", errs)
 			}
 		})
-		if d > 2*time.Second {
-			t.Errorf("took %v", d)
+		// Bounded work (allocations), not wall-clock time (the machine's load).
+		if alloc > 64<<20 {
+			t.Errorf("allocated %d MiB", alloc>>20)
 		}
+		t.Logf("%v, %d MiB", d, alloc>>20)
 	}
 }
