@@ -60,7 +60,7 @@ func envDuration(name string, def time.Duration) time.Duration {
 //     targets and, in cluster mode, the test's own client);
 //   - cpu-ms/s: getrusage CPU time of the process per second of the steady
 //     window (includes the targets' accept loops: 1,000 connections/s);
-//   - api-req/min, api-writes/min: the agent's requests to the API server
+//   - api-req/min, api-writes/min, api-patches/min (pods/status): the agent's requests to the API server
 //     during the steady window, counted through rest.Config.WrapTransport
 //     (the watch opened before the window is not counted);
 //   - sync-s, down-s, up-s: seconds until every pod's gate condition is True
@@ -215,9 +215,9 @@ func runBenchAgent(b *testing.B, opts agent.Options) *agent.Agent {
 // steady measures memory, CPU and requests over benchWindow.
 func steady(b *testing.B, baseHeap uint64, counter *requestCounter) {
 	heap, rss := memory(b)
-	var total, writes int64
+	var total, writes, patches int64
 	if counter != nil {
-		total, writes = counter.total.Load(), counter.writes.Load()
+		total, writes, patches = counter.total.Load(), counter.writes.Load(), counter.patches.Load()
 	}
 	cpu0, t0 := cpuTime(b), time.Now()
 	time.Sleep(benchWindow)
@@ -230,6 +230,7 @@ func steady(b *testing.B, baseHeap uint64, counter *requestCounter) {
 		minutes := elapsed.Minutes()
 		b.ReportMetric(float64(counter.total.Load()-total)/minutes, "api-req/min")
 		b.ReportMetric(float64(counter.writes.Load()-writes)/minutes, "api-writes/min")
+		b.ReportMetric(float64(counter.patches.Load()-patches)/minutes, "api-patches/min")
 	}
 }
 
