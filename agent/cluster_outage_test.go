@@ -84,9 +84,11 @@ func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) {
 // failed during the outage were kept and retried. The reflector resumes its
 // watch: at most one list of the node's pods after the restart (client-go
 // retries a watch refused by a server that is down from the same resource
-// version; only a 410 Gone — the restarted server's watch cache starts at
-// etcd's current revision and may not reach back to the agent's — makes it
-// list again, once).
+// version; only an error it does not retry on the resumed watch — a 410
+// Gone, the restarted server's watch cache starting at etcd's current
+// revision and not reaching back to the agent's, or a 403 while the new
+// server's RBAC cache fills — makes it list again, once, from its last
+// resource version).
 func TestClusterAPIServerOutageLosesNothing(t *testing.T) {
 	kubetest.PrivateServer(t)
 	admin := kubetest.Client(t)
