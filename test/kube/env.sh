@@ -5,6 +5,11 @@
 #   test/kube/env.sh start DIR    credentials, etcd and kube-apiserver on free loopback ports;
 #                                 writes DIR/kubeconfig and DIR/pids, prints `export` lines
 #   test/kube/env.sh stop DIR     stops what `start DIR` started (by the PIDs in DIR/pids)
+#   test/kube/env.sh apiserver-stop DIR
+#                                 stops only the kube-apiserver of DIR; etcd (and so the data) stays
+#   test/kube/env.sh apiserver-start DIR
+#                                 starts it again with the command line `start` recorded in
+#                                 DIR/apiserver.env (same flags, port, credentials); waits for /readyz
 #
 # The binaries are built from the Go module proxy (k8s.io/kubernetes, whose go.mod pins
 # go.etcd.io/etcd/server/v3) in a tools module of their own under
@@ -175,19 +180,28 @@ start_etcd() {
   wait_until 60 "$ETCD_PID" etcd etcd_healthy
 }
 
+# start_apiserver: kube-apiserver on a free port, its command line recorded in DIR/apiserver.env
+# (bash `declare -p` form) so that apiserver-start can run it again unchanged.
 start_apiserver() {
   API_PORT="$(free_port)"
   local pki="$DIR/pki"
-  "$BIN/kube-apiserver" --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
-    --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
-    --client-ca-file "$pki/ca.crt" --token-auth-file "$DIR/tokens.csv" \
-    --authorization-mode RBAC \
-    --service-account-issuer https://kubernetes.default.svc.cluster.local \
-    --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
-    --service-cluster-ip-range 10.0.0.0/24 --endpoint-reconciler-type none \
-    --disable-admission-plugins ServiceAccount \
-    </dev/null >"$DIR/logs/kube-apiserver.log" 2>&1 &
+  APISERVER_ARGS=(--etcd-servers "http://127.0.0.1:$ETCD_PORT"
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT"
+    --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key"
+    --client-ca-file "$pki/ca.crt" --token-auth-file "$DIR/tokens.csv"
+    --authorization-mode RBAC
+    --service-account-issuer https://kubernetes.default.svc.cluster.local
+    --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key"
+    --service-cluster-ip-range 10.0.0.0/24 --endpoint-reconciler-type none
+    --disable-admission-plugins ServiceAccount)
+  declare -p API_PORT APISERVER_ARGS > "$DIR/apiserver.env"
+  run_apiserver
+}
+
+# run_apiserver: runs kube-apiserver with APISERVER_ARGS (log appended: a restart keeps the first
+# run's lines) and waits until it is ready.
+run_apiserver() {
+  "$BIN/kube-apiserver" "${APISERVER_ARGS[@]}" </dev/null >>"$DIR/logs/kube-apiserver.log" 2>&1 &
   API_PID=$!
   wait_until 180 "$API_PID" kube-apiserver apiserver_ready
 }
@@ -226,7 +240,7 @@ cmd_start() {
     done
   fi
   (cmd_build) >&2
-  rm -rf "$DIR/etcd" "$DIR/pki" "$DIR/logs" "$DIR/pids" "$DIR/kubeconfig"
+  rm -rf "$DIR/etcd" "$DIR/pki" "$DIR/logs" "$DIR/pids" "$DIR/kubeconfig" "$DIR/apiserver.env"
   mkdir -p "$DIR/logs"
   make_credentials
   # A port taken between the check and the bind (other processes on this machine) is retried.
@@ -277,9 +291,47 @@ cmd_stop() {
   echo "env.sh: stopped kube-apiserver and etcd of $DIR" >&2
 }
 
+# in_use_dir DIR: sets DIR (absolute) for a directory `start` set up, or fails.
+in_use_dir() {
+  DIR="$(cd "$1" 2>/dev/null && pwd)" || die "$1: no such directory"
+  [ -f "$DIR/pids" ] && [ -f "$DIR/apiserver.env" ] || die "nothing started in $DIR (run: $0 start $DIR)"
+}
+
+# cmd_apiserver_stop DIR: stops only kube-apiserver (SIGTERM, as a node's apiserver is restarted);
+# etcd keeps running, so every object survives. DIR/pids keeps etcd's line only.
+cmd_apiserver_stop() {
+  in_use_dir "$1"
+  local pid
+  pid="$(awk '$1 == "kube-apiserver" {print $2}' "$DIR/pids")"
+  [ -n "$pid" ] || { echo "env.sh: kube-apiserver of $DIR is not running" >&2; return 0; }
+  stop_process kube-apiserver "$pid"
+  awk '$1 != "kube-apiserver"' "$DIR/pids" > "$DIR/pids.new" && mv "$DIR/pids.new" "$DIR/pids"
+  echo "env.sh: stopped kube-apiserver of $DIR (etcd still runs)" >&2
+}
+
+# cmd_apiserver_start DIR: runs kube-apiserver again with the recorded command line (same port,
+# so DIR/kubeconfig stays valid) and waits for /readyz.
+cmd_apiserver_start() {
+  in_use_dir "$1"
+  local pid
+  pid="$(awk '$1 == "kube-apiserver" {print $2}' "$DIR/pids")"
+  alive "$pid" && die "kube-apiserver of $DIR already runs (PID $pid)"
+  # shellcheck disable=SC1091
+  source "$DIR/apiserver.env"
+  TOKEN="$(cut -d, -f1 "$DIR/tokens.csv")"
+  port_in_use "$API_PORT" && die "port $API_PORT of $DIR is taken by another process"
+  run_apiserver || die "kube-apiserver of $DIR did not become ready (log: $DIR/logs/kube-apiserver.log)"
+  awk '$1 != "kube-apiserver"' "$DIR/pids" > "$DIR/pids.new" && mv "$DIR/pids.new" "$DIR/pids"
+  echo "kube-apiserver $API_PID" >> "$DIR/pids"
+  echo "env.sh: started kube-apiserver of $DIR again on https://127.0.0.1:$API_PORT" >&2
+}
+
+usage="usage: $0 build | start DIR | stop DIR | apiserver-stop DIR | apiserver-start DIR"
 case "${1:-}" in
   build) cmd_build ;;
   start) [ $# = 2 ] || die "usage: $0 start DIR"; cmd_start "$2" ;;
   stop) [ $# = 2 ] || die "usage: $0 stop DIR"; cmd_stop "$2" ;;
-  *) die "usage: $0 build | start DIR | stop DIR" ;;
+  apiserver-stop) [ $# = 2 ] || die "usage: $0 apiserver-stop DIR"; cmd_apiserver_stop "$2" ;;
+  apiserver-start) [ $# = 2 ] || die "usage: $0 apiserver-start DIR"; cmd_apiserver_start "$2" ;;
+  *) die "$usage" ;;
 esac
