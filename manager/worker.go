@@ -229,12 +229,18 @@ func (w *worker) doProbe(ctx context.Context) bool {
 		return false
 	}
 	// W5.8: initial delay from the running container's StartedAt, whole
-	// seconds. probed then wakes the worker when the delay ends instead of
-	// up to a period later (BR-11; the kubelet waits for its next tick).
+	// seconds. probed then wakes the worker when the delay ends (plus its
+	// phase, under FirstRunSpread whatever the scheduler's age) instead of
+	// up to a period later (BR-11; the kubelet waits for its next tick),
+	// but never later than its next periodic run: the kubelet re-reads the
+	// status at every tick, so a StartedAt that moves earlier (a late or
+	// corrected status) is seen within one period.
 	elapsed := start.Sub(c.State.Running.StartedAt.Time)
 	if int32(elapsed/time.Second) < w.rs.Probe.InitialDelaySeconds {
 		remaining := time.Duration(w.rs.Probe.InitialDelaySeconds)*time.Second - elapsed
-		m.sched.Schedule(w.id, remaining+m.sched.Spread(keyHash(w.key()), w.period()))
+		if wake := remaining + m.sched.PromptSpread(keyHash(w.key()), w.period()); wake < w.period() {
+			m.sched.Schedule(w.id, wake)
+		}
 		return true
 	}
 	// W5.9: startup gating.

@@ -251,6 +251,63 @@ func TestBR11_FirstProbeRightAfterInitialDelay(t *testing.T) {
 	e.expectCached(runtime.Readiness, results.Success)
 }
 
+// BR-11 right after the agent starts: the scheduler is younger than the
+// period, so first placements spread over the whole period (BR-24), but the
+// wake-up at the end of the initial delay still comes within a second.
+func TestBR11_FirstProbeRightAfterInitialDelayWhileSchedulerYoung(t *testing.T) {
+	e := newTestEnv(t)
+	p := execProbe()
+	p.InitialDelaySeconds = 10
+	p.PeriodSeconds = 300
+	t0 := e.clk.Now()
+	e.status.set(testPodUID, runningStatus(t0, true))
+	e.m.AddPod(context.Background(), testPod(probeOf(runtime.Readiness, p)))
+	// The first placement may come anywhere in the period: make it come
+	// during the delay, as it does for a pod whose container started
+	// before the agent.
+	e.m.sched.Trigger(e.worker(testPodUID, testContainerName, runtime.Readiness).id)
+	e.idle()
+	for e.exec.calls.Load() == 0 {
+		if e.clk.Since(t0) > 12*time.Second {
+			t.Fatalf("no attempt by t=%v", e.clk.Since(t0))
+		}
+		e.step(100 * time.Millisecond)
+	}
+	if at := e.clk.Since(t0); at < 10*time.Second || at > 11*time.Second {
+		t.Fatalf("first attempt at t=%v, want within [10s, 11s]", at)
+	}
+}
+
+// W5.8: the kubelet re-reads the status at every tick during the initial
+// delay, so when StartedAt moves earlier (a late or corrected status) the
+// probe runs within one period, not when the delay first computed ends.
+func TestW5_8_InitialDelayRecheckedEveryPeriod(t *testing.T) {
+	e := newTestEnv(t)
+	p := execProbe()
+	p.InitialDelaySeconds = 300
+	p.PeriodSeconds = 10
+	st := runningStatus(e.clk.Now(), true)
+	e.status.set(testPodUID, st)
+	e.m.AddPod(context.Background(), testPod(probeOf(runtime.Readiness, p)))
+	// Let the worker see the delay and re-arm.
+	for i := 0; i < 30; i++ {
+		e.step(time.Second)
+	}
+	if n := e.exec.calls.Load(); n != 0 {
+		t.Fatalf("%d attempts during the initial delay", n)
+	}
+	st.ContainerStatuses[0].State.Running.StartedAt = metav1.NewTime(e.clk.Now().Add(-time.Hour))
+	e.status.set(testPodUID, st)
+	t0 := e.clk.Now()
+	for e.exec.calls.Load() == 0 {
+		if e.clk.Since(t0) > 11*time.Second {
+			t.Fatalf("no attempt %v after StartedAt moved an hour earlier (period 10s)", e.clk.Since(t0))
+		}
+		e.step(100 * time.Millisecond)
+	}
+	e.expectCached(runtime.Readiness, results.Success)
+}
+
 // WK3 TestFailureThreshold (spec §8.2, W10, W11).
 func TestWK3_FailureThreshold(t *testing.T) {
 	p := execProbe()
