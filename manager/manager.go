@@ -328,14 +328,10 @@ func probedContainers(pod *v1.Pod, visit func(c *v1.Container) bool) {
 	}
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
-		if isRestartable(c) && !visit(c) {
+		if runtime.IsRestartable(c) && !visit(c) {
 			return
 		}
 	}
-}
-
-func isRestartable(c *v1.Container) bool {
-	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
 }
 
 func (m *manager) AddPod(ctx context.Context, pod *v1.Pod) {
@@ -365,7 +361,7 @@ func (m *manager) addSpecProbesLocked(pod *v1.Pod) {
 	probedContainers(pod, func(c *v1.Container) bool {
 		key.containerName = c.Name
 		for _, pt := range [...]runtime.ProbeType{runtime.Startup, runtime.Readiness, runtime.Liveness} {
-			probe := specProbe(c, pt)
+			probe := runtime.ProbeOf(c, pt)
 			if probe == nil {
 				continue
 			}
@@ -379,19 +375,6 @@ func (m *manager) addSpecProbesLocked(pod *v1.Pod) {
 		}
 		return true
 	})
-}
-
-// specProbe returns the container's probe of type t.
-func specProbe(c *v1.Container, t runtime.ProbeType) *v1.Probe {
-	switch t {
-	case runtime.Liveness:
-		return c.LivenessProbe
-	case runtime.Readiness:
-		return c.ReadinessProbe
-	case runtime.Startup:
-		return c.StartupProbe
-	}
-	return nil
 }
 
 // startWorker creates a worker and arms it. Caller holds m.mu for writing.

@@ -57,6 +57,29 @@ func (t ProbeType) Lower() string {
 	return "unknown"
 }
 
+// ProbeOf returns the container's probe of type t (livenessProbe,
+// readinessProbe or startupProbe), nil when it has none or t is unknown.
+// The one mapping from a probe type to the container spec's field.
+func ProbeOf(c *v1.Container, t ProbeType) *v1.Probe {
+	switch t {
+	case Liveness:
+		return c.LivenessProbe
+	case Readiness:
+		return c.ReadinessProbe
+	case Startup:
+		return c.StartupProbe
+	}
+	return nil
+}
+
+// IsRestartable reports whether the container's own restartPolicy is
+// Always: for a container listed in spec.initContainers, that makes it a
+// restartable init container (a sidecar), the only init container that may
+// have probes (spec W7, upstream podutil.IsRestartableInitContainer).
+func IsRestartable(c *v1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
+}
+
 // ParseProbeType accepts "liveness", "readiness" or "startup" in any case.
 func ParseProbeType(s string) (ProbeType, error) {
 	switch s {

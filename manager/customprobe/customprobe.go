@@ -276,7 +276,7 @@ func (p *parser) entry(raw json.RawMessage, path *field.Path, index int) (Probe,
 	}
 	if containerOK && typeOK {
 		fp := path.Child("type")
-		if specProbe(ctr, out.Type) != nil {
+		if runtime.ProbeOf(ctr, out.Type) != nil {
 			errs = append(errs, field.Forbidden(fp, fmt.Sprintf("container %q of pod %s already has a %sProbe in its spec; a container has at most one probe of each type",
 				out.Container, p.podRef, out.Type.Lower())))
 		}
@@ -361,25 +361,13 @@ func (p *parser) container(name string, path *field.Path) (*v1.Container, field.
 		if c.Name != name {
 			continue
 		}
-		if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
+		if runtime.IsRestartable(c) {
 			return c, nil
 		}
 		return nil, field.ErrorList{field.Invalid(path, name,
 			fmt.Sprintf("container %q of pod %s is an init container without restartPolicy=Always; it may not have probes", name, p.podRef))}
 	}
 	return nil, field.ErrorList{field.Invalid(path, name, fmt.Sprintf("pod %s has no container %q", p.podRef, name))}
-}
-
-func specProbe(c *v1.Container, t runtime.ProbeType) *v1.Probe {
-	switch t {
-	case runtime.Liveness:
-		return c.LivenessProbe
-	case runtime.Readiness:
-		return c.ReadinessProbe
-	case runtime.Startup:
-		return c.StartupProbe
-	}
-	return nil
 }
 
 func podRef(pod *v1.Pod) string {
