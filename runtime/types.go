@@ -154,6 +154,22 @@ const (
 	KindGRPC = "grpc"
 )
 
+// BuiltinKinds returns the built-in kinds in the kubelet's selection order
+// (P4): exec, http, tcp, grpc. The one list of them: the handlers'
+// constructors (plugins/handlers), the plugin host (a plugin may not serve
+// them) and the custom-probe annotation (no plugin of their name) all read
+// it.
+func BuiltinKinds() []string { return []string{KindExec, KindHTTP, KindTCP, KindGRPC} }
+
+// IsBuiltinKind reports whether kind is one of BuiltinKinds.
+func IsBuiltinKind(kind string) bool {
+	switch kind {
+	case KindExec, KindHTTP, KindTCP, KindGRPC:
+		return true
+	}
+	return false
+}
+
 // KindOf returns the built-in kind of a v1.Probe's handler in the kubelet's
 // selection order (P4), or "" when it has none.
 func KindOf(p *v1.Probe) string {

@@ -94,12 +94,6 @@ type Options struct {
 	ExecUnavailable string
 }
 
-// builtinKinds are the kinds of the v1.Probe handlers: a plugin cannot be
-// named after them (declare the handler itself instead).
-var builtinKinds = map[string]bool{
-	runtime.KindExec: true, runtime.KindHTTP: true, runtime.KindTCP: true, runtime.KindGRPC: true,
-}
-
 var probeTypeNames = []string{"liveness", "readiness", "startup"}
 
 // Parse decodes, defaults and validates the probed.io/probes annotation of
@@ -289,7 +283,7 @@ func (p *parser) entry(raw json.RawMessage, path *field.Path, index int) (Probe,
 			p.seen[k] = index
 		}
 	}
-	if name := out.Plugin.Name; name != "" && !builtinKinds[name] && p.opts.KnownKind != nil && !p.opts.KnownKind(name) {
+	if name := out.Plugin.Name; name != "" && !runtime.IsBuiltinKind(name) && p.opts.KnownKind != nil && !p.opts.KnownKind(name) {
 		e := field.NotFound(path.Child("plugin", "name"), name)
 		e.Detail = fmt.Sprintf("no plugin serves probe kind %q (pod %s, container %q)", name, p.podRef, out.Container)
 		errs = append(errs, e)
@@ -338,7 +332,7 @@ func (p *parser) plugin(raw json.RawMessage, path *field.Path) (runtime.PluginAc
 	case !haveName:
 	case out.Name == "":
 		errs = append(errs, field.Required(path.Child("name"), "the probe kind a plugin serves"))
-	case builtinKinds[out.Name]:
+	case runtime.IsBuiltinKind(out.Name): // a plugin cannot be named after a v1.Probe handler
 		errs = append(errs, field.Invalid(path.Child("name"), out.Name,
 			"is a built-in probe kind; declare it as the container's own probe (exec, httpGet, tcpSocket, grpc) instead"))
 	}

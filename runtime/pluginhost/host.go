@@ -336,7 +336,7 @@ func (h *Host) Handler(kind string) runtime.Handler {
 // a plugin kind is already registered on rt by something else.
 func (h *Host) Register(rt *runtime.Runtime) error {
 	for _, kind := range h.Kinds() {
-		if isBuiltinKind(kind) && rt.HasKind(kind) {
+		if runtime.IsBuiltinKind(kind) && rt.HasKind(kind) {
 			rt.Unregister(kind)
 			h.log.Info("plugin replaces the built-in handler", "kind", kind, "plugin", h.kinds[kind].in.cfg.Name)
 		}
