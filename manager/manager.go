@@ -178,6 +178,9 @@ type manager struct {
 	log      *slog.Logger
 	observer Observer
 	tracer   trace.Tracer
+	// realClock: Options.Clock is the real clock, so spans need no
+	// explicit timestamps (see spanEnd).
+	realClock bool
 	// unsetTP is the global provider while none was set when New ran:
 	// spans start only once otel.SetTracerProvider replaced it.
 	unsetTP trace.TracerProvider
@@ -220,6 +223,7 @@ func New(opts Options) (Manager, error) {
 		skipSpecProbes: opts.SkipSpecProbes,
 		annotation:     opts.Annotation,
 		tracer:         tracerOf(opts.TracerProvider),
+		realClock:      isRealClock(opts.Clock),
 		unsetTP:        defaultGlobal,
 		workers:        newWorkerSet(),
 	}
@@ -287,15 +291,40 @@ func tracerOf(tp trace.TracerProvider) trace.Tracer {
 	return tp.Tracer("github.com/probed/probed/manager")
 }
 
+// initialGlobalTP is OpenTelemetry's global tracer provider as this
+// package found it at init: the delegating default, which only forwards
+// once otel.SetTracerProvider is called (then the global is another value).
+var initialGlobalTP = otel.GetTracerProvider()
+
 // unsetGlobal returns the global tracer provider when no provider has been
-// set yet (OpenTelemetry's delegating default, which only forwards once one
-// is set), else nil.
+// set yet (OpenTelemetry's delegating default), else nil. The default is
+// recognised by identity (the value the global had at this package's init)
+// and by behaviour (its spans carry no span context until it delegates; an
+// SDK's always do), not by its type's name, so a provider set in an earlier
+// package's init is not mistaken for it.
 func unsetGlobal() trace.TracerProvider {
 	tp := otel.GetTracerProvider()
-	if fmt.Sprintf("%T", tp) == "*global.tracerProvider" {
-		return tp
+	if tp != initialGlobalTP || !startsNothing(tp) {
+		return nil
 	}
-	return nil
+	return tp
+}
+
+// startsNothing reports whether tp's spans are neither recording nor carry a
+// span context. The span started to find out is not ended, so nothing is
+// exported.
+func startsNothing(tp trace.TracerProvider) bool {
+	_, span := tp.Tracer("github.com/probed/probed/manager").Start(context.Background(), "probe")
+	return !span.IsRecording() && !span.SpanContext().IsValid()
+}
+
+// isRealClock reports whether c is the real clock (k8s.io/utils/clock).
+func isRealClock(c clock.PassiveClock) bool {
+	switch c.(type) {
+	case clock.RealClock, *clock.RealClock:
+		return true
+	}
+	return false
 }
 
 // Scheduler returns the manager's scheduler, for its statistics.
