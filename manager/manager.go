@@ -327,12 +327,6 @@ func isRealClock(c clock.PassiveClock) bool {
 	return false
 }
 
-// Scheduler returns the manager's scheduler, for its statistics.
-func (m *manager) Scheduler() *scheduler.Scheduler[*worker] { return m.sched }
-
-// Runtime returns the runtime the manager runs probes on.
-func (m *manager) Runtime() *runtime.Runtime { return m.rt }
-
 // dispatch hands a due worker to the pool of its lane. It blocks while the
 // pool is full; the scheduler measures the wait as lag.
 func (m *manager) dispatch(_ scheduler.ID, w *worker) error {
@@ -343,9 +337,6 @@ func (m *manager) dispatch(_ scheduler.ID, w *worker) error {
 	}
 	return nil
 }
-
-// ResultsManager returns the results manager of a probe type.
-func (m *manager) resultsFor(t runtime.ProbeType) results.Manager { return m.results[t] }
 
 // probedContainers lists the containers that get workers (M1): spec
 // containers in order, then restartable (sidecar) init containers in order.
