@@ -326,7 +326,7 @@ type podLister interface {
 func (a *Agent) manifestMode() (*mode, error) {
 	opts := a.opts
 	src, err := source.New(source.Options{Dir: opts.ManifestDir, Logger: opts.Logger, Rescan: opts.Rescan,
-		Manifest: manifest.Options{KnownPluginKind: a.plugins.HasKind}})
+		Manifest: manifest.Options{KnownPluginKind: a.knownProbeKind}})
 	if err != nil {
 		return nil, err
 	}

@@ -4,35 +4,21 @@ import (
 	"context"
 
 	"github.com/probed/probed/plugins/exec"
-	"github.com/probed/probed/plugins/grpc"
-	"github.com/probed/probed/plugins/http"
-	"github.com/probed/probed/plugins/tcp"
+	"github.com/probed/probed/plugins/handlers"
 	"github.com/probed/probed/runtime"
 )
 
 // ExecRunner runs exec probes: the shape of the kubelet's CommandRunner.
 //
-// This file is the manager's one import of the built-in handler packages,
+// This file is the manager's one import of the built-in handlers,
 // so that New with no runtime gives the kubelet's four handlers (DESIGN).
 type ExecRunner = exec.Runner
 
 // RegisterBuiltins registers the built-in http, tcp, exec and grpc handlers
-// on rt; exec commands go to runner (nil: run on this host).
+// on rt; exec commands go to runner (nil: run on this host). It is
+// plugins/handlers.Register, the one constructor of the built-in kinds.
 func RegisterBuiltins(rt *runtime.Runtime, runner ExecRunner) error {
-	if runner == nil {
-		runner = &exec.LocalRunner{}
-	}
-	for kind, h := range map[string]runtime.Handler{
-		runtime.KindHTTP: http.New(),
-		runtime.KindTCP:  tcp.New(),
-		runtime.KindExec: exec.New(runner),
-		runtime.KindGRPC: grpc.New(),
-	} {
-		if err := rt.Register(kind, h); err != nil {
-			return err
-		}
-	}
-	return nil
+	return handlers.Register(rt, runner)
 }
 
 // newDefaultRuntime builds the runtime New uses when none is given.

@@ -178,6 +178,9 @@ type manager struct {
 	log      *slog.Logger
 	observer Observer
 	tracer   trace.Tracer
+	// realClock: Options.Clock is the real clock, so spans need no
+	// explicit timestamps (see spanEnd).
+	realClock bool
 	// unsetTP is the global provider while none was set when New ran:
 	// spans start only once otel.SetTracerProvider replaced it.
 	unsetTP trace.TracerProvider
@@ -220,6 +223,7 @@ func New(opts Options) (Manager, error) {
 		skipSpecProbes: opts.SkipSpecProbes,
 		annotation:     opts.Annotation,
 		tracer:         tracerOf(opts.TracerProvider),
+		realClock:      isRealClock(opts.Clock),
 		unsetTP:        defaultGlobal,
 		workers:        newWorkerSet(),
 	}
@@ -287,22 +291,41 @@ func tracerOf(tp trace.TracerProvider) trace.Tracer {
 	return tp.Tracer("github.com/probed/probed/manager")
 }
 
+// initialGlobalTP is OpenTelemetry's global tracer provider as this
+// package found it at init: the delegating default, which only forwards
+// once otel.SetTracerProvider is called (then the global is another value).
+var initialGlobalTP = otel.GetTracerProvider()
+
 // unsetGlobal returns the global tracer provider when no provider has been
-// set yet (OpenTelemetry's delegating default, which only forwards once one
-// is set), else nil.
+// set yet (OpenTelemetry's delegating default), else nil. The default is
+// recognised by identity (the value the global had at this package's init)
+// and by behaviour (its spans carry no span context until it delegates; an
+// SDK's always do), not by its type's name, so a provider set in an earlier
+// package's init is not mistaken for it.
 func unsetGlobal() trace.TracerProvider {
 	tp := otel.GetTracerProvider()
-	if fmt.Sprintf("%T", tp) == "*global.tracerProvider" {
-		return tp
+	if tp != initialGlobalTP || !startsNothing(tp) {
+		return nil
 	}
-	return nil
+	return tp
 }
 
-// Scheduler returns the manager's scheduler, for its statistics.
-func (m *manager) Scheduler() *scheduler.Scheduler[*worker] { return m.sched }
+// startsNothing reports whether tp's spans are neither recording nor carry a
+// span context. The span started to find out is not ended, so nothing is
+// exported.
+func startsNothing(tp trace.TracerProvider) bool {
+	_, span := tp.Tracer("github.com/probed/probed/manager").Start(context.Background(), "probe")
+	return !span.IsRecording() && !span.SpanContext().IsValid()
+}
 
-// Runtime returns the runtime the manager runs probes on.
-func (m *manager) Runtime() *runtime.Runtime { return m.rt }
+// isRealClock reports whether c is the real clock (k8s.io/utils/clock).
+func isRealClock(c clock.PassiveClock) bool {
+	switch c.(type) {
+	case clock.RealClock, *clock.RealClock:
+		return true
+	}
+	return false
+}
 
 // dispatch hands a due worker to the pool of its lane. It blocks while the
 // pool is full; the scheduler measures the wait as lag.
@@ -315,9 +338,6 @@ func (m *manager) dispatch(_ scheduler.ID, w *worker) error {
 	return nil
 }
 
-// ResultsManager returns the results manager of a probe type.
-func (m *manager) resultsFor(t runtime.ProbeType) results.Manager { return m.results[t] }
-
 // probedContainers lists the containers that get workers (M1): spec
 // containers in order, then restartable (sidecar) init containers in order.
 func probedContainers(pod *v1.Pod, visit func(c *v1.Container) bool) {
@@ -328,14 +348,10 @@ func probedContainers(pod *v1.Pod, visit func(c *v1.Container) bool) {
 	}
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
-		if isRestartable(c) && !visit(c) {
+		if runtime.IsRestartable(c) && !visit(c) {
 			return
 		}
 	}
-}
-
-func isRestartable(c *v1.Container) bool {
-	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
 }
 
 func (m *manager) AddPod(ctx context.Context, pod *v1.Pod) {
@@ -365,7 +381,7 @@ func (m *manager) addSpecProbesLocked(pod *v1.Pod) {
 	probedContainers(pod, func(c *v1.Container) bool {
 		key.containerName = c.Name
 		for _, pt := range [...]runtime.ProbeType{runtime.Startup, runtime.Readiness, runtime.Liveness} {
-			probe := specProbe(c, pt)
+			probe := runtime.ProbeOf(c, pt)
 			if probe == nil {
 				continue
 			}
@@ -379,19 +395,6 @@ func (m *manager) addSpecProbesLocked(pod *v1.Pod) {
 		}
 		return true
 	})
-}
-
-// specProbe returns the container's probe of type t.
-func specProbe(c *v1.Container, t runtime.ProbeType) *v1.Probe {
-	switch t {
-	case runtime.Liveness:
-		return c.LivenessProbe
-	case runtime.Readiness:
-		return c.ReadinessProbe
-	case runtime.Startup:
-		return c.StartupProbe
-	}
-	return nil
 }
 
 // startWorker creates a worker and arms it. Caller holds m.mu for writing.

@@ -39,7 +39,7 @@ func (m *manager) UpdatePodStatus(_ context.Context, pod *v1.Pod, podStatus *v1.
 			continue
 		}
 		spec := &pod.Spec.InitContainers[i]
-		if !isRestartable(spec) {
+		if !runtime.IsRestartable(spec) {
 			// M7h
 			if c.State.Terminated != nil && c.State.Terminated.ExitCode == 0 {
 				c.Ready = true

@@ -65,9 +65,14 @@ func (m *manager) startSpan(ctx context.Context, w *worker, podIP string) (conte
 		return ctx, probeSpan{}
 	}
 	if !w.prepared.CarriesTrace() {
-		return ctx, probeSpan{deferred: true, start: time.Now(), podIP: podIP}
+		return ctx, probeSpan{deferred: true, start: m.clock.Now(), podIP: podIP}
 	}
-	ctx, span := m.tracer.Start(ctx, spanNames[w.rs.ProbeType], spanKindInternal)
+	var span trace.Span
+	if m.realClock {
+		ctx, span = m.tracer.Start(ctx, spanNames[w.rs.ProbeType], spanKindInternal)
+	} else {
+		ctx, span = m.tracer.Start(ctx, spanNames[w.rs.ProbeType], spanKindInternal, trace.WithTimestamp(m.clock.Now()))
+	}
 	if span.IsRecording() {
 		setRunAttributes(span, w, podIP)
 	}
@@ -91,8 +96,20 @@ func (m *manager) endSpan(ctx context.Context, ps *probeSpan, w *worker, rep run
 		}
 	}
 	if span != nil {
-		endSpan(span, w, rep, cached, applied, changed, ps.deferred)
+		endSpan(span, w, rep, cached, applied, changed, ps.deferred, m.spanEnd())
 	}
+}
+
+// spanEnd returns the options that end a span at the manager's clock: none
+// for the real clock (the SDK reads it itself, and an option is an
+// allocation), the clock's now otherwise, so spans are timed on the same
+// clock as the runs and their metrics (DESIGN: all timing goes through
+// Options.Clock).
+func (m *manager) spanEnd() []trace.SpanEndOption {
+	if m.realClock {
+		return nil
+	}
+	return []trace.SpanEndOption{trace.WithTimestamp(m.clock.Now())}
 }
 
 // setRunAttributes puts the pod, container, probe and target attributes on
@@ -222,9 +239,9 @@ func targetAttributes(spec *runtime.Spec, podIP string) []attribute.KeyValue {
 // applied says whether the result reached the results manager (the
 // threshold was met); changed whether that changed the cached result;
 // verdictSet that prober.result and prober.changed are on the span already.
-func endSpan(span trace.Span, w *worker, rep runtime.Report, cached results.Result, applied, changed, verdictSet bool) {
+func endSpan(span trace.Span, w *worker, rep runtime.Report, cached results.Result, applied, changed, verdictSet bool, end []trace.SpanEndOption) {
 	if !span.IsRecording() {
-		span.End()
+		span.End(end...)
 		return
 	}
 	attrs := make([]attribute.KeyValue, 0, 6)
@@ -256,5 +273,5 @@ func endSpan(span trace.Span, w *worker, rep runtime.Report, cached results.Resu
 		}
 	}
 	span.SetAttributes(attrs...)
-	span.End()
+	span.End(end...)
 }

@@ -6,9 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	"k8s.io/utils/clock"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/probed/probed/runtime"
 )
@@ -50,11 +53,24 @@ func (h *spanProbe) Prepare(*runtime.Spec) (runtime.Prober, error) {
 // context out of the process (a plugin) runs under its span, so the
 // plugin's spans are its children. Either way the span ends after the
 // result was applied and carries the same attributes.
+//
+// The span is timed on the manager's clock (DESIGN: all timing goes through
+// Options.Clock): on the real clock it covers the run in real time; on a
+// fake clock that does not move during the run it starts and ends at the
+// fake clock's now (issue 11 §4).
 func TestProbeSpanCoversTheRun(t *testing.T) {
-	for _, carries := range []bool{false, true} {
+	for _, tc := range []struct {
+		carries, realClock bool
+	}{{false, true}, {true, true}, {false, false}, {true, false}} {
+		carries := tc.carries
 		name := "in-process (deferred span)"
 		if carries {
 			name = "trace carrier (span before the run)"
+		}
+		if tc.realClock {
+			name += ", real clock"
+		} else {
+			name += ", fake clock"
 		}
 		t.Run(name, func(t *testing.T) {
 			rec := tracetest.NewSpanRecorder()
@@ -69,7 +85,13 @@ func TestProbeSpanCoversTheRun(t *testing.T) {
 			if err := rt.Register(runtime.KindExec, h); err != nil {
 				t.Fatal(err)
 			}
-			e := newTestEnv(t, func(o *Options) { o.Runtime = rt; o.TracerProvider = tp })
+			e := newTestEnv(t, func(o *Options) {
+				o.Runtime = rt
+				o.TracerProvider = tp
+				if tc.realClock {
+					o.Clock = clock.RealClock{}
+				}
+			})
 			e.status.set("traced", runningStatus(fakeNow, true))
 			p := podWith("traced", probeOf(runtime.Readiness, execProbe()))
 			p.Spec.Containers[0].Name = testContainerName
@@ -88,11 +110,15 @@ func TestProbeSpanCoversTheRun(t *testing.T) {
 			if s.Name() != "probe readiness" {
 				t.Errorf("span name %q", s.Name())
 			}
-			if s.StartTime().Before(before) || s.StartTime().After(ranAt) {
-				t.Errorf("span starts at %v; the run started after %v and probed at %v", s.StartTime(), before, ranAt)
-			}
-			if s.EndTime().Before(ranAt.Add(5 * time.Millisecond)) {
-				t.Errorf("span ends at %v, before the run ended (%v + 5 ms)", s.EndTime(), ranAt)
+			if tc.realClock {
+				if s.StartTime().Before(before) || s.StartTime().After(ranAt) {
+					t.Errorf("span starts at %v; the run started after %v and probed at %v", s.StartTime(), before, ranAt)
+				}
+				if s.EndTime().Before(ranAt.Add(5 * time.Millisecond)) {
+					t.Errorf("span ends at %v, before the run ended (%v + 5 ms)", s.EndTime(), ranAt)
+				}
+			} else if now := e.clk.Now(); !s.StartTime().Equal(now) || !s.EndTime().Equal(now) {
+				t.Errorf("span from %v to %v, want both at the fake clock's %v", s.StartTime(), s.EndTime(), now)
 			}
 			if carries != seen.IsValid() || (carries && seen.SpanID() != s.SpanContext().SpanID()) {
 				t.Errorf("the prober ran under span %v (valid %v); the probe span is %v, carrier %v", seen.SpanID(), seen.IsValid(), s.SpanContext().SpanID(), carries)
@@ -131,5 +157,25 @@ func TestVerdictOptionMatchesResultAttribute(t *testing.T) {
 				t.Errorf("verdictOption(%+v, %v) = %v, want prober.result=%s prober.changed=%s", rep, changed, got, want[0], want[1])
 			}
 		}
+	}
+}
+
+// Issue 11 §4: OpenTelemetry's unset global provider is recognised by
+// identity and behaviour, not by its type's name: the delegating default
+// starts nothing, an SDK provider does.
+func TestUnsetGlobalTracerProviderIsRecognisedByBehaviour(t *testing.T) {
+	if unsetGlobal() == nil {
+		t.Fatal("the global provider was never set, but unsetGlobal did not recognise it")
+	}
+	if !startsNothing(otel.GetTracerProvider()) {
+		t.Fatal("the unset global provider starts spans")
+	}
+	tp := sdktrace.NewTracerProvider()
+	defer tp.Shutdown(context.Background())
+	if startsNothing(tp) {
+		t.Fatal("an SDK provider was taken for the unset global")
+	}
+	if !isRealClock(clock.RealClock{}) || isRealClock(testingclock.NewFakeClock(time.Now())) {
+		t.Fatal("isRealClock")
 	}
 }

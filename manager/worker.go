@@ -98,7 +98,7 @@ func newWorker(m *manager, key probeKey, pod *v1.Pod, c *v1.Container, probe *v1
 	// has restartPolicy Always.
 	for i := range pod.Spec.InitContainers {
 		if pod.Spec.InitContainers[i].Name == c.Name {
-			w.restartableInit = isRestartable(c)
+			w.restartableInit = runtime.IsRestartable(c)
 			break
 		}
 	}
@@ -229,12 +229,18 @@ func (w *worker) doProbe(ctx context.Context) bool {
 		return false
 	}
 	// W5.8: initial delay from the running container's StartedAt, whole
-	// seconds. probed then wakes the worker when the delay ends instead of
-	// up to a period later (BR-11; the kubelet waits for its next tick).
+	// seconds. probed then wakes the worker when the delay ends (plus its
+	// phase, under FirstRunSpread whatever the scheduler's age) instead of
+	// up to a period later (BR-11; the kubelet waits for its next tick),
+	// but never later than its next periodic run: the kubelet re-reads the
+	// status at every tick, so a StartedAt that moves earlier (a late or
+	// corrected status) is seen within one period.
 	elapsed := start.Sub(c.State.Running.StartedAt.Time)
 	if int32(elapsed/time.Second) < w.rs.Probe.InitialDelaySeconds {
 		remaining := time.Duration(w.rs.Probe.InitialDelaySeconds)*time.Second - elapsed
-		m.sched.Schedule(w.id, remaining+m.sched.Spread(keyHash(w.key()), w.period()))
+		if wake := remaining + m.sched.PromptSpread(keyHash(w.key()), w.period()); wake < w.period() {
+			m.sched.Schedule(w.id, wake)
+		}
 		return true
 	}
 	// W5.9: startup gating.
@@ -370,33 +376,47 @@ func findStatus(statuses []v1.ContainerStatus, name string) (*v1.ContainerStatus
 }
 
 // ContainerShouldRestart decides whether a terminated container will be
-// restarted (W8b, ContainerRestartRules on by default since v1.35;
-// pkg/api/v1/pod/util.go ContainerShouldRestart): the first container
-// restart rule matching the exit code decides; then the container's
-// restartPolicy; then the pod's (Always, OnFailure: exit code ≠ 0, Never;
-// unset: Always).
+// restarted (W8b, ContainerRestartRules on by default since v1.35), exactly
+// as the kubelet's pkg/api/v1/pod/util.go ContainerShouldRestart: when the
+// container has its own restartPolicy, the first of its restartPolicyRules
+// whose exit codes match decides if its action is Restart (a rule with an
+// unknown operator matches nothing and the next rule is tried; a matching
+// rule with another action falls through), then that restartPolicy
+// (Always; OnFailure: exit code ≠ 0; Never; an unknown value falls
+// through); then the pod's (Always; OnFailure: exit code ≠ 0; Never;
+// unset or unknown: Always). Rules without a container restartPolicy are
+// ignored, as upstream.
 func ContainerShouldRestart(c *v1.Container, podSpec *v1.PodSpec, exitCode int32) bool {
-	for _, rule := range c.RestartPolicyRules {
-		if rule.ExitCodes != nil && exitCodesMatch(rule.ExitCodes, exitCode) {
-			return rule.Action == v1.ContainerRestartRuleActionRestart
+	if c.RestartPolicy != nil {
+		for _, rule := range c.RestartPolicyRules {
+			if rule.ExitCodes != nil && exitCodesMatch(rule.ExitCodes, exitCode) {
+				if rule.Action == v1.ContainerRestartRuleActionRestart {
+					return true
+				}
+				break // upstream: the first match decides, else the policy
+			}
+		}
+		switch *c.RestartPolicy {
+		case v1.ContainerRestartPolicyAlways:
+			return true
+		case v1.ContainerRestartPolicyOnFailure:
+			return exitCode != 0
+		case v1.ContainerRestartPolicyNever:
+			return false
 		}
 	}
-	if c.RestartPolicy != nil {
-		return policyRestarts(v1.RestartPolicy(*c.RestartPolicy), exitCode)
-	}
-	return policyRestarts(podSpec.RestartPolicy, exitCode)
-}
-
-func policyRestarts(p v1.RestartPolicy, exitCode int32) bool {
-	switch p {
+	switch podSpec.RestartPolicy {
 	case v1.RestartPolicyNever:
 		return false
 	case v1.RestartPolicyOnFailure:
 		return exitCode != 0
 	}
-	return true // Always, or unset
+	return true // Always, unset or unknown
 }
 
+// exitCodesMatch is upstream's findMatchingContainerRestartRule test of one
+// rule: In matches a listed code, NotIn an unlisted one, any other operator
+// nothing.
 func exitCodesMatch(r *v1.ContainerRestartRuleOnExitCodes, code int32) bool {
 	in := false
 	for _, v := range r.Values {

@@ -251,6 +251,63 @@ func TestBR11_FirstProbeRightAfterInitialDelay(t *testing.T) {
 	e.expectCached(runtime.Readiness, results.Success)
 }
 
+// BR-11 right after the agent starts: the scheduler is younger than the
+// period, so first placements spread over the whole period (BR-24), but the
+// wake-up at the end of the initial delay still comes within a second.
+func TestBR11_FirstProbeRightAfterInitialDelayWhileSchedulerYoung(t *testing.T) {
+	e := newTestEnv(t)
+	p := execProbe()
+	p.InitialDelaySeconds = 10
+	p.PeriodSeconds = 300
+	t0 := e.clk.Now()
+	e.status.set(testPodUID, runningStatus(t0, true))
+	e.m.AddPod(context.Background(), testPod(probeOf(runtime.Readiness, p)))
+	// The first placement may come anywhere in the period: make it come
+	// during the delay, as it does for a pod whose container started
+	// before the agent.
+	e.m.sched.Trigger(e.worker(testPodUID, testContainerName, runtime.Readiness).id)
+	e.idle()
+	for e.exec.calls.Load() == 0 {
+		if e.clk.Since(t0) > 12*time.Second {
+			t.Fatalf("no attempt by t=%v", e.clk.Since(t0))
+		}
+		e.step(100 * time.Millisecond)
+	}
+	if at := e.clk.Since(t0); at < 10*time.Second || at > 11*time.Second {
+		t.Fatalf("first attempt at t=%v, want within [10s, 11s]", at)
+	}
+}
+
+// W5.8: the kubelet re-reads the status at every tick during the initial
+// delay, so when StartedAt moves earlier (a late or corrected status) the
+// probe runs within one period, not when the delay first computed ends.
+func TestW5_8_InitialDelayRecheckedEveryPeriod(t *testing.T) {
+	e := newTestEnv(t)
+	p := execProbe()
+	p.InitialDelaySeconds = 300
+	p.PeriodSeconds = 10
+	st := runningStatus(e.clk.Now(), true)
+	e.status.set(testPodUID, st)
+	e.m.AddPod(context.Background(), testPod(probeOf(runtime.Readiness, p)))
+	// Let the worker see the delay and re-arm.
+	for i := 0; i < 30; i++ {
+		e.step(time.Second)
+	}
+	if n := e.exec.calls.Load(); n != 0 {
+		t.Fatalf("%d attempts during the initial delay", n)
+	}
+	st.ContainerStatuses[0].State.Running.StartedAt = metav1.NewTime(e.clk.Now().Add(-time.Hour))
+	e.status.set(testPodUID, st)
+	t0 := e.clk.Now()
+	for e.exec.calls.Load() == 0 {
+		if e.clk.Since(t0) > 11*time.Second {
+			t.Fatalf("no attempt %v after StartedAt moved an hour earlier (period 10s)", e.clk.Since(t0))
+		}
+		e.step(100 * time.Millisecond)
+	}
+	e.expectCached(runtime.Readiness, results.Success)
+}
+
 // WK3 TestFailureThreshold (spec §8.2, W10, W11).
 func TestWK3_FailureThreshold(t *testing.T) {
 	p := execProbe()
@@ -634,5 +691,60 @@ func TestSlowLane(t *testing.T) {
 	e2.runOnce(w2)
 	if int(w2.lane) != runtime.LaneExec {
 		t.Fatalf("exec probe lane = %d, want exec", w2.lane)
+	}
+}
+
+// W8b: ContainerShouldRestart gives the kubelet's answer
+// (pkg/api/v1/pod/util.go ContainerShouldRestart and
+// findMatchingContainerRestartRule), including the cases the API's
+// validation would reject but a manifest or a library user can still feed.
+func TestW8b_ContainerShouldRestartMatchesUpstream(t *testing.T) {
+	always, onFailure, never := v1.ContainerRestartPolicyAlways, v1.ContainerRestartPolicyOnFailure, v1.ContainerRestartPolicyNever
+	unknownPolicy := v1.ContainerRestartPolicy("Sometimes")
+	rule := func(op v1.ContainerRestartRuleOnExitCodesOperator, codes ...int32) v1.ContainerRestartRule {
+		return v1.ContainerRestartRule{Action: v1.ContainerRestartRuleActionRestart, ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: op, Values: codes}}
+	}
+	cases := []struct {
+		name      string
+		policy    *v1.ContainerRestartPolicy
+		rules     []v1.ContainerRestartRule
+		podPolicy v1.RestartPolicy
+		exitCode  int32
+		want      bool
+	}{
+		{"pod Always", nil, nil, v1.RestartPolicyAlways, 0, true},
+		{"pod OnFailure, exit 0", nil, nil, v1.RestartPolicyOnFailure, 0, false},
+		{"pod OnFailure, exit 1", nil, nil, v1.RestartPolicyOnFailure, 1, true},
+		{"pod Never", nil, nil, v1.RestartPolicyNever, 1, false},
+		{"pod unset", nil, nil, "", 0, true},
+		{"pod unknown", nil, nil, "Sometimes", 0, true},
+		{"container Never overrides pod Always", &never, nil, v1.RestartPolicyAlways, 1, false},
+		{"container OnFailure, exit 0", &onFailure, nil, v1.RestartPolicyAlways, 0, false},
+		{"container Always overrides pod Never", &always, nil, v1.RestartPolicyNever, 0, true},
+		{"rule In matches", &never, []v1.ContainerRestartRule{rule(v1.ContainerRestartRuleOnExitCodesOpIn, 42)}, v1.RestartPolicyNever, 42, true},
+		{"rule In misses", &never, []v1.ContainerRestartRule{rule(v1.ContainerRestartRuleOnExitCodesOpIn, 42)}, v1.RestartPolicyNever, 1, false},
+		{"rule NotIn matches", &never, []v1.ContainerRestartRule{rule(v1.ContainerRestartRuleOnExitCodesOpNotIn, 0)}, v1.RestartPolicyNever, 3, true},
+		// The unknown operator: the rule matches nothing, the next rule is
+		// tried, then the container's policy.
+		{"unknown operator, then policy", &never, []v1.ContainerRestartRule{rule("Maybe", 1)}, v1.RestartPolicyAlways, 1, false},
+		{"unknown operator, then NotIn of the same code", &never, []v1.ContainerRestartRule{rule("Maybe", 1), rule(v1.ContainerRestartRuleOnExitCodesOpNotIn, 7)}, v1.RestartPolicyNever, 1, true},
+		{"unknown operator under Always", &always, []v1.ContainerRestartRule{rule("Maybe", 1)}, v1.RestartPolicyNever, 1, true},
+		{"rule without exitCodes is skipped", &never, []v1.ContainerRestartRule{{Action: v1.ContainerRestartRuleActionRestart}}, v1.RestartPolicyNever, 1, false},
+		// Upstream reads the rules only with a container-level policy.
+		{"rules without a container policy are ignored", nil, []v1.ContainerRestartRule{rule(v1.ContainerRestartRuleOnExitCodesOpIn, 42)}, v1.RestartPolicyNever, 42, false},
+		// An unknown container policy falls back to the pod's.
+		{"unknown container policy, pod Never", &unknownPolicy, nil, v1.RestartPolicyNever, 1, false},
+		{"unknown container policy, pod OnFailure exit 0", &unknownPolicy, nil, v1.RestartPolicyOnFailure, 0, false},
+		// A matching rule with another action falls back to the policy.
+		{"matching non-Restart rule, policy Always", &always, []v1.ContainerRestartRule{{Action: "Ignore", ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{1}}}}, v1.RestartPolicyNever, 1, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &v1.Container{Name: "c", RestartPolicy: tc.policy, RestartPolicyRules: tc.rules}
+			spec := &v1.PodSpec{RestartPolicy: tc.podPolicy}
+			if got := ContainerShouldRestart(c, spec, tc.exitCode); got != tc.want {
+				t.Fatalf("ContainerShouldRestart = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

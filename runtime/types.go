@@ -57,6 +57,29 @@ func (t ProbeType) Lower() string {
 	return "unknown"
 }
 
+// ProbeOf returns the container's probe of type t (livenessProbe,
+// readinessProbe or startupProbe), nil when it has none or t is unknown.
+// The one mapping from a probe type to the container spec's field.
+func ProbeOf(c *v1.Container, t ProbeType) *v1.Probe {
+	switch t {
+	case Liveness:
+		return c.LivenessProbe
+	case Readiness:
+		return c.ReadinessProbe
+	case Startup:
+		return c.StartupProbe
+	}
+	return nil
+}
+
+// IsRestartable reports whether the container's own restartPolicy is
+// Always: for a container listed in spec.initContainers, that makes it a
+// restartable init container (a sidecar), the only init container that may
+// have probes (spec W7, upstream podutil.IsRestartableInitContainer).
+func IsRestartable(c *v1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
+}
+
 // ParseProbeType accepts "liveness", "readiness" or "startup" in any case.
 func ParseProbeType(s string) (ProbeType, error) {
 	switch s {
@@ -130,6 +153,22 @@ const (
 	KindTCP  = "tcp"
 	KindGRPC = "grpc"
 )
+
+// BuiltinKinds returns the built-in kinds in the kubelet's selection order
+// (P4): exec, http, tcp, grpc. The one list of them: the handlers'
+// constructors (plugins/handlers), the plugin host (a plugin may not serve
+// them) and the custom-probe annotation (no plugin of their name) all read
+// it.
+func BuiltinKinds() []string { return []string{KindExec, KindHTTP, KindTCP, KindGRPC} }
+
+// IsBuiltinKind reports whether kind is one of BuiltinKinds.
+func IsBuiltinKind(kind string) bool {
+	switch kind {
+	case KindExec, KindHTTP, KindTCP, KindGRPC:
+		return true
+	}
+	return false
+}
 
 // KindOf returns the built-in kind of a v1.Probe's handler in the kubelet's
 // selection order (P4), or "" when it has none.

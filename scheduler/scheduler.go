@@ -24,7 +24,6 @@ package scheduler
 import (
 	"errors"
 	"math/bits"
-	"math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -79,11 +78,11 @@ type Options[T any] struct {
 	// FirstRunSpread bounds the stable per-key phase (see Spread) for
 	// entries added once the scheduler has run for longer than their period;
 	// default 1 s. Right after start the phase spreads over a whole period,
-	// the kubelet's restart jitter (W3, BR-24).
+	// the kubelet's restart jitter (W3, BR-24). The phase is the only
+	// jitter: it is a hash of the key, so it is bounded, stable across runs
+	// and reproducible on a fake clock (the kubelet draws the same window at
+	// random).
 	FirstRunSpread time.Duration
-	// Jitter adds a uniformly random delay in [0, Jitter) to each first
-	// placement, on top of the stable phase; default 0.
-	Jitter time.Duration
 	// ObserveLag, when set, is called from a feeder with the time each run
 	// waited between becoming due and being dispatched.
 	ObserveLag func(lane int, lag time.Duration)
@@ -268,26 +267,31 @@ func (s *Scheduler[T]) Done(id ID) {
 // entry over one period after a restart, as the kubelet's start jitter
 // does, W3/BR-24) and min(period, FirstRunSpread) afterwards (so a pod
 // added later is probed promptly, BR-11, while a mass add is still spread).
-// Jitter, when configured, adds a random part.
 func (s *Scheduler[T]) Spread(key uint64, period time.Duration) time.Duration {
 	window := period
 	if s.clock.Since(s.start) >= period && s.opts.FirstRunSpread < window {
 		window = s.opts.FirstRunSpread
 	}
+	return phaseIn(key, window)
+}
+
+// PromptSpread returns the stable phase of key over min(period,
+// FirstRunSpread) whatever the scheduler's age: for a wake-up whose time is
+// already spread by something else (the end of a container's initial delay,
+// BR-11), so it comes within FirstRunSpread of that time.
+func (s *Scheduler[T]) PromptSpread(key uint64, period time.Duration) time.Duration {
+	return phaseIn(key, min(period, s.opts.FirstRunSpread))
+}
+
+// phaseIn maps the key's hash onto [0, window): the high word of
+// hash×window.
+func phaseIn(key uint64, window time.Duration) time.Duration {
 	if window <= 0 {
 		return 0
 	}
-	// Scale the 64-bit hash onto [0, window): the high word of hash×window.
 	hi, _ := bits.Mul64(mix64(key), uint64(window))
-	phase := time.Duration(hi)
-	if s.opts.Jitter > 0 {
-		phase += rand.N(s.opts.Jitter)
-	}
-	return phase
+	return time.Duration(hi)
 }
-
-// Started returns the time the scheduler was created.
-func (s *Scheduler[T]) Started() time.Time { return s.start }
 
 // Stats returns the current counters.
 func (s *Scheduler[T]) Stats() Stats {

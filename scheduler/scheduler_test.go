@@ -578,3 +578,29 @@ func TestQueuedRunServesMissedTicks(t *testing.T) {
 		t.Fatalf("skipped = %d, want the missed ticks counted", sk)
 	}
 }
+
+// BR-11: the wake-up at the end of an initial delay is spread over at most
+// FirstRunSpread even while the scheduler is younger than the period
+// (when Spread covers the whole period, BR-24).
+func TestBR11_PromptSpreadWhileYoung(t *testing.T) {
+	r, _ := newRecorder(t, Options[int]{})
+	period := 300 * time.Second
+	wide := false
+	for i := 0; i < 200; i++ {
+		if p := r.s.PromptSpread(uint64(i), period); p < 0 || p >= time.Second {
+			t.Fatalf("prompt phase %v, want in [0, 1s)", p)
+		}
+		if r.s.Spread(uint64(i), period) >= time.Second {
+			wide = true
+		}
+	}
+	if !wide {
+		t.Fatal("Spread of a young scheduler never left the first second (BR-24 window not the period)")
+	}
+	if a, b := r.s.PromptSpread(42, 2*time.Second), r.s.PromptSpread(42, 2*time.Second); a != b {
+		t.Fatalf("phase not stable: %v vs %v", a, b)
+	}
+	if p := r.s.PromptSpread(7, 100*time.Millisecond); p >= 100*time.Millisecond {
+		t.Fatalf("prompt phase %v beyond a 100ms period", p)
+	}
+}

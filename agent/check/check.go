@@ -147,7 +147,7 @@ func Run(ctx context.Context, opts Options, out, errOut io.Writer) int {
 				if only != nil && *only != pt {
 					continue
 				}
-				p := probeOf(c, pt)
+				p := runtime.ProbeOf(c, pt)
 				if p == nil {
 					continue
 				}
@@ -162,7 +162,7 @@ func Run(ctx context.Context, opts Options, out, errOut io.Writer) int {
 		}
 		for j := range pod.Spec.InitContainers {
 			c := &pod.Spec.InitContainers[j]
-			if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
+			if runtime.IsRestartable(c) {
 				visit(c)
 			} else if c.Name == opts.Container {
 				// A regular init container exists but has no probes (the
@@ -233,18 +233,6 @@ func runOne(ctx context.Context, rt *runtime.Runtime, spec *runtime.Spec, podIP 
 			row.Message = fmt.Sprintf("HTTP %d", rep.Outcome.StatusCode)
 		}
 	}
-}
-
-func probeOf(c *v1.Container, pt runtime.ProbeType) *v1.Probe {
-	switch pt {
-	case runtime.Liveness:
-		return c.LivenessProbe
-	case runtime.Readiness:
-		return c.ReadinessProbe
-	case runtime.Startup:
-		return c.StartupProbe
-	}
-	return nil
 }
 
 // oneLine keeps the table readable: the first line of a message, at most

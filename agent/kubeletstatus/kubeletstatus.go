@@ -16,6 +16,7 @@ import (
 
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/manager/results"
+	"github.com/probed/probed/runtime"
 )
 
 // Initial builds the runtime status of a pod as it is loaded: the
@@ -65,7 +66,7 @@ func Complete(specs []v1.Container, given []v1.ContainerStatus, now metav1.Time,
 		}
 		st := &cs.State
 		if st.Running == nil && st.Waiting == nil && st.Terminated == nil {
-			if init && !isRestartable(c) {
+			if init && !runtime.IsRestartable(c) {
 				st.Terminated = &v1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: now, FinishedAt: now}
 			} else {
 				st.Running = &v1.ContainerStateRunning{StartedAt: now}
@@ -100,10 +101,6 @@ func Complete(specs []v1.Container, given []v1.ContainerStatus, now metav1.Time,
 	return out
 }
 
-func isRestartable(c *v1.Container) bool {
-	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
-}
-
 // SetConditions sets PodScheduled, Initialized, ContainersReady and Ready
 // the way the kubelet derives them (pkg/kubelet/status/generate.go):
 //   - Initialized: every regular init container terminated with exit 0 and
@@ -128,7 +125,7 @@ func SetConditions(pod *v1.Pod, st *v1.PodStatus, now metav1.Time) {
 		switch {
 		case cs == nil:
 			unknown = append(unknown, c.Name)
-		case isRestartable(c):
+		case runtime.IsRestartable(c):
 			if cs.Started == nil || !*cs.Started {
 				incomplete = append(incomplete, c.Name)
 			}
@@ -160,7 +157,7 @@ func SetConditions(pod *v1.Pod, st *v1.PodStatus, now metav1.Time) {
 		}
 	}
 	for i := range pod.Spec.InitContainers {
-		if isRestartable(&pod.Spec.InitContainers[i]) {
+		if runtime.IsRestartable(&pod.Spec.InitContainers[i]) {
 			check(pod.Spec.InitContainers[i].Name, st.InitContainerStatuses)
 		}
 	}

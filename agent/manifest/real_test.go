@@ -286,7 +286,7 @@ func TestRealManifests(t *testing.T) {
 							if pr.probe == nil {
 								continue
 							}
-							if list.sidecar && !isSidecar(c) {
+							if list.sidecar && !runtime.IsRestartable(c) {
 								t.Errorf("%s/%s: probe on a regular init container", w, c.Name)
 							}
 							got = append(got, renderProbe(w, c, list.sidecar, pr.field, pr.probe))

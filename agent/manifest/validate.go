@@ -82,11 +82,6 @@ func ValidatePod(pod *v1.Pod) field.ErrorList {
 	return errs
 }
 
-// isSidecar reports whether c is a restartable init container.
-func isSidecar(c *v1.Container) bool {
-	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
-}
-
 func validateContainer(c *v1.Container, path *field.Path, init bool, names map[string]bool) field.ErrorList {
 	var errs field.ErrorList
 	switch {
@@ -123,7 +118,7 @@ func validateContainer(c *v1.Container, path *field.Path, init bool, names map[s
 		}
 	}
 
-	if init && !isSidecar(c) {
+	if init && !runtime.IsRestartable(c) {
 		for _, pr := range containerProbes(c) {
 			if pr.probe != nil {
 				errs = append(errs, field.Forbidden(path.Child(pr.field), "may not be set for init containers without restartPolicy=Always"))
@@ -215,7 +210,7 @@ func podWarnings(pod *v1.Pod) []warning {
 		}
 	}
 	for i := range pod.Spec.InitContainers {
-		if c := &pod.Spec.InitContainers[i]; isSidecar(c) {
+		if c := &pod.Spec.InitContainers[i]; runtime.IsRestartable(c) {
 			check(c, spec.Child("initContainers").Index(i))
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/probed/probed/agent/history"
+	"github.com/probed/probed/runtime"
 )
 
 // Options configure Print.
@@ -87,7 +88,7 @@ func Print(ctx context.Context, opts Options, out io.Writer) error {
 func isSidecar(p *v1.Pod, name string) bool {
 	for _, c := range p.Spec.InitContainers {
 		if c.Name == name {
-			return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
+			return runtime.IsRestartable(&c)
 		}
 	}
 	return false

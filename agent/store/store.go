@@ -287,8 +287,8 @@ func (s *Store) Mutate(uid types.UID, change func(pod *v1.Pod, status *v1.PodSta
 // ContainersReady and Ready conditions and the phase. Caller holds mu.
 func (s *Store) regenerateLocked(e *entry) { s.regenerateFromLocked(e, &e.status) }
 
-// regenerateFromLocked regenerates e's status; changes are logged (and
-// OnChange called) relative to before. Caller holds mu.
+// regenerateFromLocked regenerates e's status; changes are logged
+// relative to before. Caller holds mu.
 func (s *Store) regenerateFromLocked(e *entry, before *v1.PodStatus) {
 	status := e.status.DeepCopy()
 	// Like the kubelet's generateAPIPodStatus, container statuses start

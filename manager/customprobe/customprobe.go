@@ -94,12 +94,6 @@ type Options struct {
 	ExecUnavailable string
 }
 
-// builtinKinds are the kinds of the v1.Probe handlers: a plugin cannot be
-// named after them (declare the handler itself instead).
-var builtinKinds = map[string]bool{
-	runtime.KindExec: true, runtime.KindHTTP: true, runtime.KindTCP: true, runtime.KindGRPC: true,
-}
-
 var probeTypeNames = []string{"liveness", "readiness", "startup"}
 
 // Parse decodes, defaults and validates the probed.io/probes annotation of
@@ -276,7 +270,7 @@ func (p *parser) entry(raw json.RawMessage, path *field.Path, index int) (Probe,
 	}
 	if containerOK && typeOK {
 		fp := path.Child("type")
-		if specProbe(ctr, out.Type) != nil {
+		if runtime.ProbeOf(ctr, out.Type) != nil {
 			errs = append(errs, field.Forbidden(fp, fmt.Sprintf("container %q of pod %s already has a %sProbe in its spec; a container has at most one probe of each type",
 				out.Container, p.podRef, out.Type.Lower())))
 		}
@@ -289,7 +283,7 @@ func (p *parser) entry(raw json.RawMessage, path *field.Path, index int) (Probe,
 			p.seen[k] = index
 		}
 	}
-	if name := out.Plugin.Name; name != "" && !builtinKinds[name] && p.opts.KnownKind != nil && !p.opts.KnownKind(name) {
+	if name := out.Plugin.Name; name != "" && !runtime.IsBuiltinKind(name) && p.opts.KnownKind != nil && !p.opts.KnownKind(name) {
 		e := field.NotFound(path.Child("plugin", "name"), name)
 		e.Detail = fmt.Sprintf("no plugin serves probe kind %q (pod %s, container %q)", name, p.podRef, out.Container)
 		errs = append(errs, e)
@@ -338,7 +332,7 @@ func (p *parser) plugin(raw json.RawMessage, path *field.Path) (runtime.PluginAc
 	case !haveName:
 	case out.Name == "":
 		errs = append(errs, field.Required(path.Child("name"), "the probe kind a plugin serves"))
-	case builtinKinds[out.Name]:
+	case runtime.IsBuiltinKind(out.Name): // a plugin cannot be named after a v1.Probe handler
 		errs = append(errs, field.Invalid(path.Child("name"), out.Name,
 			"is a built-in probe kind; declare it as the container's own probe (exec, httpGet, tcpSocket, grpc) instead"))
 	}
@@ -361,25 +355,13 @@ func (p *parser) container(name string, path *field.Path) (*v1.Container, field.
 		if c.Name != name {
 			continue
 		}
-		if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
+		if runtime.IsRestartable(c) {
 			return c, nil
 		}
 		return nil, field.ErrorList{field.Invalid(path, name,
 			fmt.Sprintf("container %q of pod %s is an init container without restartPolicy=Always; it may not have probes", name, p.podRef))}
 	}
 	return nil, field.ErrorList{field.Invalid(path, name, fmt.Sprintf("pod %s has no container %q", p.podRef, name))}
-}
-
-func specProbe(c *v1.Container, t runtime.ProbeType) *v1.Probe {
-	switch t {
-	case runtime.Liveness:
-		return c.LivenessProbe
-	case runtime.Readiness:
-		return c.ReadinessProbe
-	case runtime.Startup:
-		return c.StartupProbe
-	}
-	return nil
 }
 
 func podRef(pod *v1.Pod) string {

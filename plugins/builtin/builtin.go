@@ -1,6 +1,6 @@
-// Package builtin offers the built-in probe handlers (http, tcp, exec,
-// grpc) as a set, and serves them out of process over the plugin contract:
-// `probed plugin serve http|tcp|exec|grpc` is Serve.
+// Package builtin serves the built-in probe handlers (http, tcp, exec,
+// grpc; constructed by plugins/handlers) out of process over the plugin
+// contract: `probed plugin serve http|tcp|exec|grpc` is Serve.
 //
 // Out of process, a built-in kind gives the same verdicts as in process:
 // the host sends the container and the probe (pluginproto.SpecParam) and
@@ -14,11 +14,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/probed/probed/plugins/exec"
-	"github.com/probed/probed/plugins/grpc"
-	"github.com/probed/probed/plugins/http"
+	"github.com/probed/probed/plugins/handlers"
 	"github.com/probed/probed/plugins/sdk"
-	"github.com/probed/probed/plugins/tcp"
 	"github.com/probed/probed/runtime"
 )
 
@@ -31,10 +28,7 @@ var descriptions = map[string]string{
 
 // Kinds returns the built-in kinds, sorted: exec, grpc, http, tcp.
 func Kinds() []string {
-	out := make([]string, 0, len(descriptions))
-	for k := range descriptions {
-		out = append(out, k)
-	}
+	out := runtime.BuiltinKinds()
 	sort.Strings(out)
 	return out
 }
@@ -42,17 +36,7 @@ func Kinds() []string {
 // Handler returns a new in-process handler of a built-in kind; exec
 // commands run on this host (exec.LocalRunner). It fails for other kinds.
 func Handler(kind string) (runtime.Handler, error) {
-	switch kind {
-	case runtime.KindHTTP:
-		return http.New(), nil
-	case runtime.KindTCP:
-		return tcp.New(), nil
-	case runtime.KindExec:
-		return exec.New(&exec.LocalRunner{}), nil
-	case runtime.KindGRPC:
-		return grpc.New(), nil
-	}
-	return nil, fmt.Errorf("%q is not a built-in probe kind (want one of %s)", kind, strings.Join(Kinds(), ", "))
+	return handlers.New(kind, nil)
 }
 
 // Plugin describes a plugin serving the given built-in kinds (at least

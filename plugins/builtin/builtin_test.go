@@ -285,3 +285,20 @@ func BenchmarkProbe(b *testing.B) {
 		})
 	}
 }
+
+// P4: every built-in kind (runtime.BuiltinKinds, the one list) can be
+// served and has a description.
+func TestP4_EveryBuiltinKindIsDescribed(t *testing.T) {
+	if got, want := len(builtin.Kinds()), len(runtime.BuiltinKinds()); got != want {
+		t.Fatalf("%d kinds served, %d built-in kinds", got, want)
+	}
+	for _, kind := range runtime.BuiltinKinds() {
+		p, err := builtin.Plugin("test", kind)
+		if err != nil {
+			t.Fatalf("Plugin(%q): %v", kind, err)
+		}
+		if p.Kinds[0].Description == "" {
+			t.Errorf("built-in kind %q has no description", kind)
+		}
+	}
+}

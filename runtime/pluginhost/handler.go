@@ -28,14 +28,6 @@ var kindPattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$`)
 // rule of plugins/sdk.Kind.Name).
 func validKind(s string) bool { return kindPattern.MatchString(s) }
 
-func isBuiltinKind(kind string) bool {
-	switch kind {
-	case runtime.KindHTTP, runtime.KindTCP, runtime.KindExec, runtime.KindGRPC:
-		return true
-	}
-	return false
-}
-
 // param is one allowed parameter of a kind.
 type param struct {
 	required bool
@@ -109,7 +101,7 @@ func (k *kindHandler) Prepare(spec *runtime.Spec) (runtime.Prober, error) {
 		req.Target.ContainerName = spec.Container.Name
 	}
 	if spec.Plugin == nil {
-		if !isBuiltinKind(k.kind) {
+		if !runtime.IsBuiltinKind(k.kind) {
 			return nil, fmt.Errorf("probe kind %q (plugin %q) needs a plugin handler: declare the probe in the %s annotation", k.kind, k.in.cfg.Name, "probed.io/probes")
 		}
 		raw, err := pluginproto.EncodeBuiltinSpec(spec)

@@ -313,10 +313,9 @@ func (h *Host) Kinds() []string {
 	return out
 }
 
-// HasKind reports whether a plugin serves kind. It is the
-// manifest.Options.KnownPluginKind of the agent: a pod whose
-// probed.io/probes annotation names a kind no plugin serves is then a
-// validation error naming the pod, the container and the kind.
+// HasKind reports whether a plugin serves kind. (The agent checks the
+// probed.io/probes annotation against the runtime, where Register puts
+// these kinds next to the in-process handlers.)
 func (h *Host) HasKind(kind string) bool {
 	_, ok := h.kinds[kind]
 	return ok
@@ -336,7 +335,7 @@ func (h *Host) Handler(kind string) runtime.Handler {
 // a plugin kind is already registered on rt by something else.
 func (h *Host) Register(rt *runtime.Runtime) error {
 	for _, kind := range h.Kinds() {
-		if isBuiltinKind(kind) && rt.HasKind(kind) {
+		if runtime.IsBuiltinKind(kind) && rt.HasKind(kind) {
 			rt.Unregister(kind)
 			h.log.Info("plugin replaces the built-in handler", "kind", kind, "plugin", h.kinds[kind].in.cfg.Name)
 		}
