@@ -29,6 +29,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -186,6 +187,28 @@ func ServiceAccountConfig(t testing.TB, ns, name string) *rest.Config {
 	cfg := rest.AnonymousClientConfig(admin) // server, CA, dialer; no admin credentials
 	cfg.BearerToken = tr.Status.Token
 	return cfg
+}
+
+// GrantRole gives the ServiceAccount ns/name exactly rules in ns: a Role
+// ns/name and a RoleBinding ns/name to it. For tests of what a component
+// does with too few rights (AgentConfig gives the rights of deploy/kubernetes).
+// RBAC takes a moment to see a new binding: wait for what the rules allow.
+func GrantRole(t testing.TB, ns, name string, rules []rbacv1.PolicyRule) {
+	t.Helper()
+	c := Client(t)
+	ctx := Context(t)
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Rules: rules}
+	if _, err := c.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create Role %s/%s: %v", ns, name, err)
+	}
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}},
+	}
+	if _, err := c.RbacV1().RoleBindings(ns).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create RoleBinding %s/%s: %v", ns, name, err)
+	}
 }
 
 // WriteKubeconfig writes cfg (server, CA, bearer token) as a kubeconfig file

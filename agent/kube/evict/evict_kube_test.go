@@ -21,6 +21,7 @@ import (
 	"github.com/probed/probed/agent/actuate"
 	"github.com/probed/probed/agent/events"
 	"github.com/probed/probed/agent/kube/evict"
+	"github.com/probed/probed/internal/kubetest"
 	"github.com/probed/probed/runtime"
 )
 
@@ -30,7 +31,7 @@ type evictEnv struct {
 	admin    kubernetes.Interface
 	ns, node string
 	clock    *testingclock.FakeClock
-	requests *counter
+	requests *kubetest.Requests
 	log      *syncBuffer
 	events   *events.Recorder
 	act      *evict.Actuator
@@ -44,14 +45,14 @@ func newEvictEnv(t *testing.T) *evictEnv {
 // test's namespace.
 func newEvictEnvAs(t *testing.T, identity func(admin *rest.Config, ns string) *rest.Config) *evictEnv {
 	t.Helper()
-	cfg := kubeConfig(t)
-	e := &evictEnv{admin: clientFor(t, cfg), requests: &counter{}, log: &syncBuffer{},
+	cfg := kubetest.Config(t)
+	e := &evictEnv{admin: kubetest.ClientFor(t, cfg), requests: &kubetest.Requests{}, log: &syncBuffer{},
 		clock: testingclock.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
-	e.ns, e.node = namespace(t, e.admin), uniqueName(t, "node")
+	e.ns, e.node = kubetest.Namespace(t), kubetest.NodeName(t)
 	e.events = events.New(1000, slog.New(slog.DiscardHandler), nil)
 	act, err := evict.New(evict.Options{
 		Action:   evict.ActionEvict,
-		Client:   clientFor(t, e.requests.wrap(identity(cfg, e.ns))),
+		Client:   kubetest.ClientFor(t, e.requests.Wrap(identity(cfg, e.ns))),
 		Recorder: e.events,
 		Clock:    e.clock,
 		Log:      slog.New(slog.NewTextHandler(e.log, nil)),
@@ -80,7 +81,8 @@ func (e *evictEnv) pod(t *testing.T, name string, mutate func(*v1.Pod)) *v1.Pod 
 	if mutate != nil {
 		mutate(p)
 	}
-	return createRunningPod(t, e.admin, p)
+	kubetest.CreatePod(t, e.admin, p)
+	return kubetest.SetPodRunning(t, e.admin, p.Namespace, p.Name, true)
 }
 
 func (e *evictEnv) fail(p *v1.Pod, containerID string) {
@@ -88,7 +90,7 @@ func (e *evictEnv) fail(p *v1.Pod, containerID string) {
 }
 
 func (e *evictEnv) evictions(pod string) int {
-	return e.requests.count("POST", "/pods/"+pod+"/eviction")
+	return e.requests.Count("POST", "/pods/"+pod+"/eviction")
 }
 
 func (e *evictEnv) terminating(t *testing.T, name string) bool {
@@ -120,7 +122,7 @@ func TestEvictOncePerContainerInstance(t *testing.T) {
 		return false
 	})
 	if n := e.evictions("web"); n != 1 {
-		t.Fatalf("%d eviction requests, want 1 (requests %v)", n, e.requests.reqs)
+		t.Fatalf("%d eviction requests, want 1 (requests %v)", n, e.requests.All())
 	}
 	got, err := e.admin.CoreV1().Pods(e.ns).Get(context.Background(), "web", metav1.GetOptions{})
 	if err != nil {
@@ -131,7 +133,7 @@ func TestEvictOncePerContainerInstance(t *testing.T) {
 	if n := e.evictions("web"); n != 1 {
 		t.Fatalf("%d eviction requests after repeats, want 1", n)
 	}
-	if e.requests.count("DELETE") != 0 {
+	if e.requests.Count("DELETE") != 0 {
 		t.Fatal("a plain delete was sent")
 	}
 }
@@ -147,7 +149,7 @@ func TestPDBBlocksEvictionUntilAllowed(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "db"},
 		Spec:       policyv1.PodDisruptionBudgetSpec{MaxUnavailable: &zero, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
 	}
-	if _, err := e.admin.PolicyV1().PodDisruptionBudgets(e.ns).Create(kubeContext(t), pdb, metav1.CreateOptions{}); err != nil {
+	if _, err := e.admin.PolicyV1().PodDisruptionBudgets(e.ns).Create(kubetest.Context(t), pdb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	const refused = "eviction refused (a PodDisruptionBudget allows no disruption now), will retry"
@@ -161,7 +163,7 @@ func TestPDBBlocksEvictionUntilAllowed(t *testing.T) {
 	if e.terminating(t, "db") {
 		t.Fatal("evicted through a budget that allows no disruption")
 	}
-	if err := e.admin.PolicyV1().PodDisruptionBudgets(e.ns).Delete(kubeContext(t), "db", metav1.DeleteOptions{}); err != nil {
+	if err := e.admin.PolicyV1().PodDisruptionBudgets(e.ns).Delete(kubetest.Context(t), "db", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.clock.Step(evict.DefaultRetryMax)
@@ -196,8 +198,8 @@ func TestExemptPodsAreNeverEvicted(t *testing.T) {
 		e.fail(p, "containerd://"+p.Name)
 	}
 	eventually(t, "the plain pod terminating", func() bool { return e.terminating(t, "web") })
-	if n := e.requests.count("/eviction"); n != 1 || e.evictions("web") != 1 {
-		t.Fatalf("%d eviction requests, want only the plain pod's (requests %v)", n, e.requests.reqs)
+	if n := e.requests.Count("/eviction"); n != 1 || e.evictions("web") != 1 {
+		t.Fatalf("%d eviction requests, want only the plain pod's (requests %v)", n, e.requests.All())
 	}
 	for _, p := range []*v1.Pod{ds, static, mirror} {
 		if e.terminating(t, p.Name) {
@@ -239,13 +241,13 @@ func TestEvictionRateBoundPerNode(t *testing.T) {
 		return n
 	}
 	eventually(t, "3 evictions", func() bool { return evicted() == 3 })
-	if n := e.requests.count("/eviction"); n != 3 {
+	if n := e.requests.Count("/eviction"); n != 3 {
 		t.Fatalf("%d eviction requests with the clock still, want 3 (the burst)", n)
 	}
 	for want := 4; want <= 5; want++ {
 		e.clock.Step(evict.DefaultEvictionInterval)
 		eventually(t, fmt.Sprintf("%d evictions", want), func() bool { return evicted() == want })
-		if n := e.requests.count("/eviction"); n != want {
+		if n := e.requests.Count("/eviction"); n != want {
 			t.Fatalf("%d eviction requests after %d intervals, want %d", n, want-3, want)
 		}
 	}
@@ -259,7 +261,8 @@ func TestEvictionWithTheAgentsRBAC(t *testing.T) {
 	evictOnly := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods/eviction"}, Verbs: []string{"create"}}}
 	t.Run("allowed", func(t *testing.T) {
 		e := newEvictEnvAs(t, func(admin *rest.Config, ns string) *rest.Config {
-			return serviceAccountConfig(t, admin, ns, "probed", evictOnly)
+			kubetest.GrantRole(t, ns, "probed", evictOnly)
+			return kubetest.ServiceAccountConfig(t, ns, "probed")
 		})
 		p := e.pod(t, "web", nil)
 		e.fail(p, "containerd://app-1")
@@ -267,7 +270,7 @@ func TestEvictionWithTheAgentsRBAC(t *testing.T) {
 	})
 	t.Run("denied", func(t *testing.T) {
 		e := newEvictEnvAs(t, func(admin *rest.Config, ns string) *rest.Config {
-			return serviceAccountConfig(t, admin, ns, "probed", nil)
+			return kubetest.ServiceAccountConfig(t, ns, "probed")
 		})
 		p := e.pod(t, "web", nil)
 		e.fail(p, "containerd://app-1")

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/probed/probed/agent/kube/kevents"
+	"github.com/probed/probed/internal/kubetest"
 	"github.com/probed/probed/runtime"
 )
 
@@ -69,10 +70,10 @@ func listEvents(t *testing.T, r interface {
 // the node, an action naming the probe, no resourceVersion in regarding, the
 // note cut to the API's 1,024 bytes.
 func TestK4_EventsOnThePodAndContainer(t *testing.T) {
-	cfg := kubeConfig(t)
-	c := clientFor(t, cfg)
-	ns, node := namespace(t, c), uniqueName(t, "node")
-	pod, err := c.CoreV1().Pods(ns).Create(kubeContext(t), sidecarPod(ns, node), metav1.CreateOptions{})
+	cfg := kubetest.Config(t)
+	c := kubetest.ClientFor(t, cfg)
+	ns, node := kubetest.Namespace(t), kubetest.NodeName(t)
+	pod, err := c.CoreV1().Pods(ns).Create(kubetest.Context(t), sidecarPod(ns, node), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,15 +131,15 @@ func keys(m map[string]eventsv1.Event) []string {
 // bounded number of API writes and one Event with an EventSeries; the
 // object's bucket let 25 through and dropped the rest.
 func TestIdenticalEventsAreOneSeries(t *testing.T) {
-	cfg := kubeConfig(t)
-	admin := clientFor(t, cfg)
-	ns, node := namespace(t, admin), uniqueName(t, "node")
-	pod, err := admin.CoreV1().Pods(ns).Create(kubeContext(t), sidecarPod(ns, node), metav1.CreateOptions{})
+	cfg := kubetest.Config(t)
+	admin := kubetest.ClientFor(t, cfg)
+	ns, node := kubetest.Namespace(t), kubetest.NodeName(t)
+	pod, err := admin.CoreV1().Pods(ns).Create(kubetest.Context(t), sidecarPod(ns, node), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var requests counter
-	r := startRecorder(t, kevents.Options{Client: clientFor(t, requests.wrap(cfg)), NodeName: node})
+	var requests kubetest.Requests
+	r := startRecorder(t, kevents.Options{Client: kubetest.ClientFor(t, requests.Wrap(cfg)), NodeName: node})
 	for i := range 1000 {
 		ref := runtime.ContainerRef(pod, "app")
 		ref.ResourceVersion = fmt.Sprint(1000 + i)
@@ -153,9 +154,9 @@ func TestIdenticalEventsAreOneSeries(t *testing.T) {
 	if d := r.Dropped(); d != 975 {
 		t.Errorf("dropped %d events, want 975 (burst 25)", d)
 	}
-	writes := requests.count("POST", "/events") + requests.count("PATCH", "/events") + requests.count("PUT", "/events")
+	writes := requests.Count("POST", "/events") + requests.Count("PATCH", "/events") + requests.Count("PUT", "/events")
 	if writes < 2 || writes > 4 {
-		t.Errorf("%d event writes for 1,000 identical events (requests %v), want 2 to 4 (a create, a series patch, a retry of a racing patch)", writes, requests.reqs)
+		t.Errorf("%d event writes for 1,000 identical events (requests %v), want 2 to 4 (a create, a series patch, a retry of a racing patch)", writes, requests.All())
 	}
 	if got[0].Regarding.FieldPath != "spec.containers{app}" || got[0].Note != "Readiness probe failed: dial tcp 127.0.0.1:8080: connect: connection refused" {
 		t.Errorf("series event = %+v", got[0])
@@ -166,10 +167,10 @@ func TestIdenticalEventsAreOneSeries(t *testing.T) {
 // are bounded by the pod's bucket: 25 writes for 100 events; another pod's
 // bucket is its own.
 func TestDistinctEventsBoundedPerObject(t *testing.T) {
-	cfg := kubeConfig(t)
-	admin := clientFor(t, cfg)
-	ns, node := namespace(t, admin), uniqueName(t, "node")
-	ctx := kubeContext(t)
+	cfg := kubetest.Config(t)
+	admin := kubetest.ClientFor(t, cfg)
+	ns, node := kubetest.Namespace(t), kubetest.NodeName(t)
+	ctx := kubetest.Context(t)
 	pod, err := admin.CoreV1().Pods(ns).Create(ctx, sidecarPod(ns, node), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -179,8 +180,8 @@ func TestDistinctEventsBoundedPerObject(t *testing.T) {
 	if other, err = admin.CoreV1().Pods(ns).Create(ctx, other, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var requests counter
-	r := startRecorder(t, kevents.Options{Client: clientFor(t, requests.wrap(cfg)), NodeName: node})
+	var requests kubetest.Requests
+	r := startRecorder(t, kevents.Options{Client: kubetest.ClientFor(t, requests.Wrap(cfg)), NodeName: node})
 	for i := range 100 {
 		r.Eventf(runtime.ContainerRef(pod, "app"), v1.EventTypeWarning, fmt.Sprintf("Reason%d", i), "Readiness probe failed: attempt %d", i)
 	}
@@ -194,7 +195,7 @@ func TestDistinctEventsBoundedPerObject(t *testing.T) {
 	if perPod["web"] != 25 || perPod["api"] != 1 {
 		t.Errorf("events per pod = %v, want web 25, api 1", perPod)
 	}
-	if n := requests.count("POST", "/events"); n != 26 {
+	if n := requests.Count("POST", "/events"); n != 26 {
 		t.Errorf("%d event creates, want 26", n)
 	}
 	if d := r.Dropped(); d != 75 {
@@ -206,16 +207,17 @@ func TestDistinctEventsBoundedPerObject(t *testing.T) {
 // and patch (the series patch); as a ServiceAccount holding only that, the
 // event and its series arrive.
 func TestEventsWithTheAgentsRBAC(t *testing.T) {
-	cfg := kubeConfig(t)
-	admin := clientFor(t, cfg)
-	ns, node := namespace(t, admin), uniqueName(t, "node")
-	pod, err := admin.CoreV1().Pods(ns).Create(kubeContext(t), sidecarPod(ns, node), metav1.CreateOptions{})
+	cfg := kubetest.Config(t)
+	admin := kubetest.ClientFor(t, cfg)
+	ns, node := kubetest.Namespace(t), kubetest.NodeName(t)
+	pod, err := admin.CoreV1().Pods(ns).Create(kubetest.Context(t), sidecarPod(ns, node), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sa := serviceAccountConfig(t, cfg, ns, "probed", []rbacv1.PolicyRule{{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}}})
-	saClient := clientFor(t, sa)
-	if _, err := saClient.CoreV1().Pods(ns).List(kubeContext(t), metav1.ListOptions{}); err == nil {
+	kubetest.GrantRole(t, ns, "probed", []rbacv1.PolicyRule{{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}}})
+	sa := kubetest.ServiceAccountConfig(t, ns, "probed")
+	saClient := kubetest.ClientFor(t, sa)
+	if _, err := saClient.CoreV1().Pods(ns).List(kubetest.Context(t), metav1.ListOptions{}); err == nil {
 		t.Fatal("the ServiceAccount may list pods: the test's role is wider than events")
 	}
 	r := startRecorder(t, kevents.Options{Client: saClient, NodeName: node})
