@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/probed/probed/internal/kubetest"
 	"github.com/probed/probed/manager/customprobe"
 )
 
@@ -85,7 +86,7 @@ func kubeletStatus(s *v1.PodStatus) {
 	s.ContainerStatuses = []v1.ContainerStatus{{
 		Name: "app", Image: "registry.example.com/team/web:1.2.3",
 		ImageID:     "registry.example.com/team/web@sha256:9b2a6c5d0e1f4a3b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b",
-		ContainerID: containerID(), Started: ptr(true), Ready: true,
+		ContainerID: kubetest.ContainerID(), Started: ptr(true), Ready: true,
 		State:              v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: now}},
 		AllocatedResources: req,
 		Resources:          &v1.ResourceRequirements{Requests: req, Limits: v1.ResourceList{v1.ResourceMemory: resource.MustParse("256Mi")}},
@@ -102,9 +103,9 @@ func kubeletStatus(s *v1.PodStatus) {
 //
 //	PROBED_TEST_KUBECONFIG=DIR/kubeconfig go test -run '^$' -bench CachedPodMemory -benchtime 1x ./agent/kube/podsource/
 func BenchmarkCachedPodMemory(b *testing.B) {
-	cfg, _ := kubeConfig(b)
-	c := clientFor(b, cfg)
-	ns, node := namespace(b, c), nodeName(b)
+	cfg := kubetest.Config(b)
+	c := kubetest.ClientFor(b, cfg)
+	ns, node := kubetest.Namespace(b), kubetest.NodeName(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	for i := range memoryPods {

@@ -26,6 +26,7 @@ import (
 	"github.com/probed/probed/agent/pods"
 	"github.com/probed/probed/agent/reconciler"
 	"github.com/probed/probed/agent/verdicts"
+	"github.com/probed/probed/internal/kubetest"
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/manager/customprobe"
 	"github.com/probed/probed/manager/results"
@@ -75,7 +76,7 @@ func (r *recorder) seen(name string) bool { _, _, ok := r.last(name); return ok 
 // waitFor polls cond (against the real server) for up to 30 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(kubeTimeout)
+	deadline := time.Now().Add(kubetest.Timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
@@ -92,7 +93,7 @@ func runSource(t *testing.T, cfg *rest.Config, node string, apply func(pods.Upda
 	// every watch after it (the reflector bounds its watches itself).
 	cfg = rest.CopyConfig(cfg)
 	cfg.Timeout = 0
-	s, err := New(Options{Client: clientFor(t, cfg), NodeName: node, Logger: discard()})
+	s, err := New(Options{Client: kubetest.ClientFor(t, cfg), NodeName: node, Logger: discard()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,21 +114,21 @@ func runSource(t *testing.T, cfg *rest.Config, node string, apply func(pods.Upda
 // keeps other nodes' pods out, before and after the initial list (issue 10
 // §2.1, §2.8).
 func TestSourceSeesOnlyThisNodesPods(t *testing.T) {
-	cfg, _ := kubeConfig(t)
-	c := clientFor(t, cfg)
-	ns := namespace(t, c)
-	mine, other := nodeName(t), nodeName(t)
-	createPod(t, c, newPod(ns, "mine-before", mine, "app"))
-	createPod(t, c, newPod(ns, "other-before", other, "app"))
+	cfg := kubetest.Config(t)
+	c := kubetest.ClientFor(t, cfg)
+	ns := kubetest.Namespace(t)
+	mine, other := kubetest.NodeName(t), kubetest.NodeName(t)
+	kubetest.CreatePod(t, c, kubetest.NewPod(ns, "mine-before", mine, "app"))
+	kubetest.CreatePod(t, c, kubetest.NewPod(ns, "other-before", other, "app"))
 
 	rec := &recorder{}
 	runSource(t, cfg, mine, rec.apply)
 	if !rec.seen("mine-before") {
 		t.Fatal("synced without this node's pod")
 	}
-	createPod(t, c, newPod(ns, "other-after", other, "app"))
-	setRunning(t, c, ns, "other-before")
-	createPod(t, c, newPod(ns, "mine-after", mine, "app")) // written after the other node's changes
+	kubetest.CreatePod(t, c, kubetest.NewPod(ns, "other-after", other, "app"))
+	kubetest.SetPodRunning(t, c, ns, "other-before", false)
+	kubetest.CreatePod(t, c, kubetest.NewPod(ns, "mine-after", mine, "app")) // written after the other node's changes
 	waitFor(t, "mine-after", func() bool { return rec.seen("mine-after") })
 	for _, e := range rec.events() {
 		if e != "UPSERT mine-before" && e != "UPSERT mine-after" {
@@ -141,20 +142,20 @@ func TestSourceSeesOnlyThisNodesPods(t *testing.T) {
 // removal reach the callback in order, with the hashes the reconciler
 // decides on.
 func TestSourceDeliversAddUpdateDeleteInOrder(t *testing.T) {
-	cfg, _ := kubeConfig(t)
-	c := clientFor(t, cfg)
-	ns, node := namespace(t, c), nodeName(t)
+	cfg := kubetest.Config(t)
+	c := kubetest.ClientFor(t, cfg)
+	ns, node := kubetest.Namespace(t), kubetest.NodeName(t)
 	rec := &recorder{}
 	runSource(t, cfg, node, rec.apply)
-	ctx := kubeContext(t)
+	ctx := kubetest.Context(t)
 
-	pod := newPod(ns, "web", node, "app")
+	pod := kubetest.NewPod(ns, "web", node, "app")
 	pod.Annotations = map[string]string{customprobe.Annotation: `[{"container":"app","type":"readiness","plugin":{"name":"x"}}]`}
-	createPod(t, c, pod)
+	kubetest.CreatePod(t, c, pod)
 	waitFor(t, "the add", func() bool { return len(rec.events()) == 1 })
 	added, _, _ := rec.last("web")
 
-	setRunning(t, c, ns, "web")
+	kubetest.SetPodRunning(t, c, ns, "web", false)
 	waitFor(t, "the status write", func() bool { return len(rec.events()) == 2 })
 	running, _, _ := rec.last("web")
 	if running.SpecHash != added.SpecHash || running.StatusHash == added.StatusHash {
@@ -204,9 +205,9 @@ func TestSourceDeliversAddUpdateDeleteInOrder(t *testing.T) {
 	}
 
 	// A pod that completes is removed (its workers would end, W5.2).
-	createPod(t, c, newPod(ns, "job", node, "app"))
-	setRunning(t, c, ns, "job")
-	updateStatus(t, c, ns, "job", func(s *v1.PodStatus) {
+	kubetest.CreatePod(t, c, kubetest.NewPod(ns, "job", node, "app"))
+	kubetest.SetPodRunning(t, c, ns, "job", false)
+	kubetest.PatchPodStatus(t, c, ns, "job", func(s *v1.PodStatus) {
 		s.Phase = v1.PodSucceeded
 		cs := &s.ContainerStatuses[0]
 		cs.State = v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: cs.State.Running.StartedAt, FinishedAt: metav1.Now(), ContainerID: cs.ContainerID}}
@@ -220,16 +221,16 @@ func TestSourceDeliversAddUpdateDeleteInOrder(t *testing.T) {
 // write); the informer's cached object has none, nor the last-applied
 // annotation, but keeps what probed reads.
 func TestTransformDropsManagedFieldsFromTheCache(t *testing.T) {
-	cfg, _ := kubeConfig(t)
-	c := clientFor(t, cfg)
-	ns, node := namespace(t, c), nodeName(t)
-	pod := newPod(ns, "web", node, "app")
+	cfg := kubetest.Config(t)
+	c := kubetest.ClientFor(t, cfg)
+	ns, node := kubetest.Namespace(t), kubetest.NodeName(t)
+	pod := kubetest.NewPod(ns, "web", node, "app")
 	pod.Annotations = map[string]string{LastAppliedAnnotation: `{"kind":"Pod"}`, customprobe.Annotation: "[]"}
 	pod.Labels = map[string]string{"app": "web"}
 	pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", UID: "8e9f4a34-0000-0000-0000-000000000001"}}
 	pod.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: "probed.io/ready"}}
-	createPod(t, c, pod)
-	onServer := setRunning(t, c, ns, "web")
+	kubetest.CreatePod(t, c, pod)
+	onServer := kubetest.SetPodRunning(t, c, ns, "web", false)
 	if len(onServer.ManagedFields) == 0 {
 		t.Fatal("the server's pod has no managedFields: nothing to drop")
 	}
@@ -268,14 +269,14 @@ func TestTransformDropsManagedFieldsFromTheCache(t *testing.T) {
 // failureThreshold 3): the source has nothing left to default for the
 // manager (spec 1.2). The annotation's probes are defaulted by their parser.
 func TestPodsArriveDefaulted(t *testing.T) {
-	cfg, _ := kubeConfig(t)
-	c := clientFor(t, cfg)
-	ns, node := namespace(t, c), nodeName(t)
+	cfg := kubetest.Config(t)
+	c := kubetest.ClientFor(t, cfg)
+	ns, node := kubetest.Namespace(t), kubetest.NodeName(t)
 	rec := &recorder{}
 	runSource(t, cfg, node, rec.apply)
-	pod := newPod(ns, "web", node, "app")
+	pod := kubetest.NewPod(ns, "web", node, "app")
 	pod.Spec.Containers[0].ReadinessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{Port: intstr.FromInt32(8080)}}}
-	createPod(t, c, pod)
+	kubetest.CreatePod(t, c, pod)
 	waitFor(t, "the pod", func() bool { return rec.seen("web") })
 	p, _, _ := rec.last("web")
 	got := p.Pod.Spec.Containers[0].ReadinessProbe
@@ -324,9 +325,9 @@ func (st *startupTarget) port(t *testing.T) int {
 // reaches GetPodStatus and Started is false again until the probe succeeds
 // for the new instance (W6).
 func TestStatusesFollowTheKubeletThroughTheInformer(t *testing.T) {
-	cfg, _ := kubeConfig(t)
-	c := clientFor(t, cfg)
-	ns, node := namespace(t, c), nodeName(t)
+	cfg := kubetest.Config(t)
+	c := kubetest.ClientFor(t, cfg)
+	ns, node := kubetest.Namespace(t), kubetest.NodeName(t)
 
 	statuses := NewStatuses()
 	liveness, readiness, startup := results.NewManager(), results.NewManager(), results.NewManager()
@@ -352,10 +353,10 @@ func TestStatusesFollowTheKubeletThroughTheInformer(t *testing.T) {
 	})
 	runSource(t, cfg, node, rec.Apply)
 
-	pod := newPod(ns, "web", node, "app")
+	pod := kubetest.NewPod(ns, "web", node, "app")
 	pod.Annotations = map[string]string{customprobe.Annotation: fmt.Sprintf(`[{"container":"app","type":"startup","periodSeconds":1,"failureThreshold":1000,"httpGet":{"path":"/started","port":%d}}]`, gate.port(t))}
-	created := createPod(t, c, pod)
-	running := setRunning(t, c, ns, "web")
+	created := kubetest.CreatePod(t, c, pod)
+	running := kubetest.SetPodRunning(t, c, ns, "web", false)
 	firstID := running.Status.ContainerStatuses[0].ContainerID
 
 	container := func() v1.ContainerStatus {
@@ -383,7 +384,7 @@ func TestStatusesFollowTheKubeletThroughTheInformer(t *testing.T) {
 	}
 
 	gate.open.Store(false)
-	newID := restartContainer(t, c, ns, "web", "app")
+	newID := kubetest.RestartContainer(t, c, ns, "web", "app").Status.ContainerStatuses[0].ContainerID
 	waitFor(t, "the restarted container's ID in GetPodStatus", func() bool { return container().ContainerID == newID })
 	if cs := container(); cs.RestartCount != 1 || *cs.Started {
 		t.Fatalf("after the kubelet's restart: restartCount %d started %v; want 1, false until its own startup Success (W6)", cs.RestartCount, *cs.Started)
@@ -392,42 +393,26 @@ func TestStatusesFollowTheKubeletThroughTheInformer(t *testing.T) {
 	waitFor(t, "the new instance started", func() bool { cs := container(); return cs.Started != nil && *cs.Started })
 }
 
-// requestCounter counts the pod requests the informer sends: full lists
-// (a LIST, or a watch that streams the initial state,
-// sendInitialEvents=true) and watches resumed from a resourceVersion.
-type requestCounter struct {
-	mu             sync.Mutex
-	lists, resumed int
-	requestsLogged []string
-}
-
-func (c *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-		if req.URL.Path == "/api/v1/pods" {
-			q := req.URL.Query()
-			c.mu.Lock()
-			switch {
-			case q.Get("watch") != "true", q.Get("sendInitialEvents") == "true":
-				c.lists++
-			default:
-				c.resumed++
-			}
-			c.requestsLogged = append(c.requestsLogged, req.URL.RawQuery)
-			c.mu.Unlock()
+// podRequests counts the pod requests the informer sent through requests:
+// full lists (a LIST, or a watch that streams the initial state,
+// sendInitialEvents=true) and watches resumed from a resourceVersion; log
+// is their queries.
+func podRequests(requests *kubetest.Requests) (lists, resumed int, log []string) {
+	for _, req := range requests.All() {
+		if req.Path != "/api/v1/pods" {
+			continue
 		}
-		return rt.RoundTrip(req)
-	})
+		q, _ := url.ParseQuery(req.Query)
+		switch {
+		case q.Get("watch") != "true", q.Get("sendInitialEvents") == "true":
+			lists++
+		default:
+			resumed++
+		}
+		log = append(log, req.Query)
+	}
+	return lists, resumed, log
 }
-
-func (c *requestCounter) counts() (lists, resumed int, log []string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.lists, c.resumed, append([]string(nil), c.requestsLogged...)
-}
-
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // TestWatchResumesAfterOutageWithoutRelist: probed's connections to the API
 // server are cut and refused for a while (the server unreachable as the
@@ -438,33 +423,31 @@ func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { r
 // never again (issue 10 §2.7: no relist storm). HasSynced (and so /healthz)
 // stays true through the outage: probing goes on with the pods already known.
 func TestWatchResumesAfterOutageWithoutRelist(t *testing.T) {
-	cfg, dialer := kubeConfig(t)
-	testerCfg, _ := kubeConfig(t) // the test's own connections stay up
-	c := clientFor(t, testerCfg)
-	ns, node := namespace(t, c), nodeName(t)
-	createPod(t, c, newPod(ns, "web", node, "app"))
-	setRunning(t, c, ns, "web")
-	createPod(t, c, newPod(ns, "gone", node, "app"))
+	outage := &kubetest.Requests{} // the informer's requests; the test's own client stays up
+	cfg := outage.Wrap(kubetest.Config(t))
+	c := kubetest.Client(t)
+	ns, node := kubetest.Namespace(t), kubetest.NodeName(t)
+	kubetest.CreatePod(t, c, kubetest.NewPod(ns, "web", node, "app"))
+	kubetest.SetPodRunning(t, c, ns, "web", false)
+	kubetest.CreatePod(t, c, kubetest.NewPod(ns, "gone", node, "app"))
 
-	counter := &requestCounter{}
-	cfg.WrapTransport = counter.wrap
 	rec := &recorder{}
 	s := runSource(t, cfg, node, rec.apply)
 	if !rec.seen("web") || !rec.seen("gone") {
 		t.Fatal("initial list incomplete")
 	}
 	time.Sleep(1100 * time.Millisecond) // past the reflector's "very short watch" bound
-	atStart, _, log := counter.counts()
+	atStart, _, log := podRequests(outage)
 	if atStart < 1 || atStart > 2 {
 		// One watch streaming the initial state (WatchListClient), or a
 		// LIST after the server refused it.
 		t.Fatalf("%d full lists at start: %v", atStart, log)
 	}
 
-	dialer.setDown(true)
-	newID := restartContainer(t, c, ns, "web", "app")
-	createPod(t, c, newPod(ns, "new", node, "app"))
-	if err := c.CoreV1().Pods(ns).Delete(kubeContext(t), "gone", metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}); err != nil {
+	outage.SetDown(true)
+	newID := kubetest.RestartContainer(t, c, ns, "web", "app").Status.ContainerStatuses[0].ContainerID
+	kubetest.CreatePod(t, c, kubetest.NewPod(ns, "new", node, "app"))
+	if err := c.CoreV1().Pods(ns).Delete(kubetest.Context(t), "gone", metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * time.Second)
@@ -472,7 +455,7 @@ func TestWatchResumesAfterOutageWithoutRelist(t *testing.T) {
 		t.Fatalf("unsynced or unhealthy during an outage after the initial sync: %v", err)
 	}
 	before := len(rec.events())
-	dialer.setDown(false)
+	outage.SetDown(false)
 
 	waitFor(t, "the changes made during the outage", func() bool {
 		_, op, ok := rec.last("gone")
@@ -491,7 +474,7 @@ func TestWatchResumesAfterOutageWithoutRelist(t *testing.T) {
 	if p, _, _ := rec.last("web"); p.Pod.Status.ContainerStatuses[0].ContainerID != newID {
 		t.Fatal("the restarted container's ID did not arrive")
 	}
-	lists, resumed, log := counter.counts()
+	lists, resumed, log := podRequests(outage)
 	t.Logf("pod requests: %d full lists, %d resumed watches: %v", lists, resumed, log)
 	if lists != atStart {
 		t.Fatalf("the informer listed %d times, %d at start; after the outage it must resume its watch (no relist)", lists, atStart)
