@@ -6,22 +6,15 @@ package gate
 // the pods' statuses through the status subresource as the kubelet would.
 // A real shared informer holds the pods (the writer's PodLookup and
 // pods.Listener calls), the real results managers and verdicts.Fanout feed
-// the writer, and a RoundTripper on the writer's client records (and, for
+// the writer, and kubetest.Requests on the writer's client records (and, for
 // the outage, refuses) its requests.
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"net/url"
-	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,100 +22,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/probed/probed/agent/pods"
 	"github.com/probed/probed/agent/verdicts"
+	"github.com/probed/probed/internal/kubetest"
 	"github.com/probed/probed/manager/results"
 )
 
 const testNode = "node-a"
-
-// kubeConfig returns a rest.Config for the test server, or skips.
-func kubeConfig(t *testing.T) *rest.Config {
-	t.Helper()
-	path := os.Getenv("PROBED_TEST_KUBECONFIG")
-	if path == "" {
-		t.Skip("PROBED_TEST_KUBECONFIG is not set: no API server to test against (test/kube/env.sh start DIR)")
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", path)
-	if err != nil {
-		t.Fatalf("kubeconfig %s: %v", path, err)
-	}
-	// Client-side throttling off: the writer's own bucket is what the
-	// tests measure, and the test plays a kubelet writing 500 statuses.
-	cfg.QPS, cfg.Burst = -1, 0
-	// A transport of its own (not client-go's shared cache) whose
-	// connections all close when the test ends (goleak).
-	cfg.Proxy = func(*http.Request) (*url.URL, error) { return nil, nil }
-	conns := &connTracker{}
-	cfg.Dial = conns.DialContext
-	t.Cleanup(conns.closeAll)
-	return cfg
-}
-
-// connTracker dials and remembers every connection, to close them all.
-type connTracker struct {
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func (d *connTracker) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
-	c, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, address)
-	if err == nil {
-		d.mu.Lock()
-		d.conns = append(d.conns, c)
-		d.mu.Unlock()
-	}
-	return c, err
-}
-
-func (d *connTracker) closeAll() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, c := range d.conns {
-		_ = c.Close()
-	}
-	d.conns = nil
-}
-
-// client returns a clientset on cfg whose connections close at cleanup.
-func client(t *testing.T, cfg *rest.Config) kubernetes.Interface {
-	t.Helper()
-	httpClient, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := kubernetes.NewForConfigAndClient(cfg, httpClient)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { utilnet.CloseIdleConnectionsFor(httpClient.Transport) })
-	return cs
-}
-
-// namespace creates a fresh namespace (namespaces never finish deleting:
-// there is no controller-manager).
-func namespace(t *testing.T, kube kubernetes.Interface) string {
-	t.Helper()
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	name := "gate-" + strings.ToLower(strings.ReplaceAll(t.Name(), "_", "-"))
-	if len(name) > 50 {
-		name = name[:50]
-	}
-	name = strings.TrimRight(name, "-") + "-" + hex.EncodeToString(b)
-	ns := &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if _, err := kube.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create namespace: %v", err)
-	}
-	return name
-}
 
 // podSpec describes a test pod: containers app and side on testNode.
 type podSpec struct {
@@ -144,11 +54,7 @@ func createPod(t *testing.T, kube kubernetes.Interface, ns string, s podSpec) *v
 	for _, g := range s.gates {
 		pod.Spec.ReadinessGates = append(pod.Spec.ReadinessGates, v1.PodReadinessGate{ConditionType: g})
 	}
-	created, err := kube.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create pod %s/%s: %v", ns, s.name, err)
-	}
-	return created
+	return kubetest.CreatePod(t, kube, pod)
 }
 
 // kubeletStatus is what the test writes as the kubelet would: both
@@ -192,54 +98,21 @@ func writeStatus(t *testing.T, kube kubernetes.Interface, pod *v1.Pod, status v1
 	}
 }
 
-// requestLog records the writer's status patches and can refuse every
-// request of the writer's client (an API server outage, as seen by it).
-type requestLog struct {
-	mu      sync.Mutex
-	patches []patchRecord
-	refuse  atomic.Bool
-}
+// requestLog is the writer's status patches among the requests of the
+// writer's client (kubetest.Requests: SetDown is the outage as the writer
+// sees it; the test's own client stays up).
+type requestLog struct{ kubetest.Requests }
 
-type patchRecord struct {
-	at    time.Time
-	pod   string
-	code  int // 0: no answer
-	err   error
-	start time.Time
-}
-
-var errOutage = errors.New("dial tcp 127.0.0.1: connect: connection refused (test outage)")
-
-func (l *requestLog) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-		isPatch := req.Method == http.MethodPatch && strings.HasSuffix(req.URL.Path, "/status")
-		start := time.Now()
-		if l.refuse.Load() {
-			if isPatch {
-				l.record(patchRecord{at: start, start: start, pod: podFromPath(req.URL.Path), err: errOutage})
-			}
-			return nil, errOutage
+// all returns the recorded status patches (refused ones with Code 0);
+// accepted only those answered 2xx.
+func (l *requestLog) all() []kubetest.Request {
+	var out []kubetest.Request
+	for _, r := range l.All() {
+		if r.Method == http.MethodPatch && strings.HasSuffix(r.Path, "/status") {
+			out = append(out, r)
 		}
-		resp, err := rt.RoundTrip(req)
-		if isPatch {
-			r := patchRecord{at: start, start: start, pod: podFromPath(req.URL.Path), err: err}
-			if resp != nil {
-				r.code = resp.StatusCode
-			}
-			l.record(r)
-		}
-		return resp, err
-	})
-}
-
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
-func (l *requestLog) record(r patchRecord) {
-	l.mu.Lock()
-	l.patches = append(l.patches, r)
-	l.mu.Unlock()
+	}
+	return out
 }
 
 // podFromPath: /api/v1/namespaces/NS/pods/NAME/status → NAME.
@@ -248,17 +121,10 @@ func podFromPath(p string) string {
 	return parts[len(parts)-1]
 }
 
-// all returns the recorded patches; accepted only those answered 2xx.
-func (l *requestLog) all() []patchRecord {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]patchRecord(nil), l.patches...)
-}
-
-func (l *requestLog) accepted() []patchRecord {
-	var out []patchRecord
+func (l *requestLog) accepted() []kubetest.Request {
+	var out []kubetest.Request
 	for _, r := range l.all() {
-		if r.code >= 200 && r.code < 300 {
+		if r.Code >= 200 && r.Code < 300 {
 			out = append(out, r)
 		}
 	}
@@ -268,7 +134,7 @@ func (l *requestLog) accepted() []patchRecord {
 func (l *requestLog) count(pod string) int {
 	n := 0
 	for _, r := range l.all() {
-		if r.pod == pod {
+		if podFromPath(r.Path) == pod {
 			n++
 		}
 	}
@@ -297,11 +163,9 @@ type gateEnv struct {
 // (Pods, Client, Readiness and Startup are filled in).
 func startGate(t *testing.T, kube kubernetes.Interface, ns string, opts Options) *gateEnv {
 	t.Helper()
-	cfg := kubeConfig(t)
 	e := &gateEnv{t: t, kube: kube, ns: ns, log: &requestLog{}, seen: map[types.UID]string{},
 		readiness: results.NewManager(), startup: results.NewManager()}
-	cfg.WrapTransport = e.log.wrap
-	writerClient := client(t, cfg)
+	writerClient := kubetest.ClientFor(t, e.log.Wrap(kubetest.Config(t)))
 
 	e.informer = cache.NewSharedIndexInformer(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (k8sruntime.Object, error) {

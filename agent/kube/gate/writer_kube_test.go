@@ -19,6 +19,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/probed/probed/agent/pods"
+	"github.com/probed/probed/internal/kubetest"
 	"github.com/probed/probed/manager/results"
 	"github.com/probed/probed/runtime"
 )
@@ -65,8 +66,8 @@ func checkTheirs(t *testing.T, conds []v1.PodCondition, want []v1.PodCondition) 
 // patch; the kubelet's conditions and another controller's gate condition
 // stay exactly as they were.
 func TestGateFollowsReadinessAndOwnsOnlyItsCondition(t *testing.T) {
-	kube := client(t, kubeConfig(t))
-	ns := namespace(t, kube)
+	kube := kubetest.Client(t)
+	ns := kubetest.Namespace(t)
 	t0 := time.Now().Truncate(time.Second)
 	clk := testingclock.NewFakeClock(t0)
 	pod := createPod(t, kube, ns, podSpec{name: "web", gates: []v1.PodConditionType{DefaultConditionType, otherGate},
@@ -125,8 +126,8 @@ func TestGateFollowsReadinessAndOwnsOnlyItsCondition(t *testing.T) {
 // changes that do not change the verdict (liveness, another pod), and the
 // kubelet's own status writes.
 func TestNoWriteWhenNothingChanges(t *testing.T) {
-	kube := client(t, kubeConfig(t))
-	ns := namespace(t, kube)
+	kube := kubetest.Client(t)
+	ns := kubetest.Namespace(t)
 	now := time.Now()
 	pod := createPod(t, kube, ns, podSpec{name: "web", gates: []v1.PodConditionType{DefaultConditionType},
 		probes: []string{probeJSON("app", "readiness"), probeJSON("app", "liveness")}})
@@ -167,8 +168,8 @@ func TestNoWriteWhenNothingChanges(t *testing.T) {
 
 // A pod without the gate is probed but never patched.
 func TestPodWithoutGateIsNeverPatched(t *testing.T) {
-	kube := client(t, kubeConfig(t))
-	ns := namespace(t, kube)
+	kube := kubetest.Client(t)
+	ns := kubetest.Namespace(t)
 	now := time.Now()
 	plain := createPod(t, kube, ns, podSpec{name: "plain", probes: []string{probeJSON("app", "readiness")}})
 	plain = writeStatus(t, kube, plain, kubeletStatus(plain, now))
@@ -198,8 +199,8 @@ func TestPodWithoutGateIsNeverPatched(t *testing.T) {
 // recreated under its name fails and is not retried; the new pod is left
 // alone.
 func TestWriteForARecreatedPodFailsAndIsNotRetried(t *testing.T) {
-	kube := client(t, kubeConfig(t))
-	ns := namespace(t, kube)
+	kube := kubetest.Client(t)
+	ns := kubetest.Namespace(t)
 	now := time.Now()
 	spec := podSpec{name: "web", gates: []v1.PodConditionType{DefaultConditionType}, probes: []string{probeJSON("app", "readiness")}}
 	old := createPod(t, kube, ns, spec)
@@ -239,7 +240,7 @@ func TestWriteForARecreatedPodFailsAndIsNotRetried(t *testing.T) {
 	if len(all) != 1 {
 		t.Fatalf("%d patches, want exactly 1 (refused, not retried): %+v", len(all), all)
 	}
-	if c := all[0].code; c != 409 && c != 422 {
+	if c := all[0].Code; c != 409 && c != 422 {
 		t.Errorf("the stale write got HTTP %d, want 409 Conflict or 422 Invalid", c)
 	} else {
 		t.Logf("the stale write got HTTP %d", c)
@@ -254,7 +255,7 @@ func TestWriteForARecreatedPodFailsAndIsNotRetried(t *testing.T) {
 		}
 	}
 	reason := "Conflict"
-	if all[0].code == 422 {
+	if all[0].Code == 422 {
 		reason = "Invalid"
 	}
 	if got := testutil.ToFloat64(e.writer.metrics.failures.WithLabelValues(reason)); got != 1 {
@@ -270,8 +271,8 @@ func TestMassFlipIsWrittenWithinTheRate(t *testing.T) {
 		t.Skip("500 pods: not with -short")
 	}
 	const n, qps, burst = 500, 100, 20
-	kube := client(t, kubeConfig(t))
-	ns := namespace(t, kube)
+	kube := kubetest.Client(t)
+	ns := kubetest.Namespace(t)
 	now := time.Now()
 	created := make([]*v1.Pod, n)
 	parallel(t, n, func(i int) {
@@ -331,11 +332,11 @@ func TestMassFlipIsWrittenWithinTheRate(t *testing.T) {
 // checkRate fails when some window of the patches' start times holds more
 // than burst + qps × its length (+ the workers' jitter: a token is taken
 // before the request starts).
-func checkRate(t *testing.T, patches []patchRecord, qps float64, burst, workers int) {
+func checkRate(t *testing.T, patches []kubetest.Request, qps float64, burst, workers int) {
 	t.Helper()
 	times := make([]time.Time, len(patches))
 	for i, p := range patches {
-		times[i] = p.start
+		times[i] = p.At
 	}
 	sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
 	for i := range times {
@@ -375,8 +376,8 @@ func parallel(t *testing.T, n int, f func(i int)) {
 // gated pod without a condition gets False from its readiness probe's
 // initial Failure (W1).
 func TestRestartKeepsConditionsUntilTheFirstVerdict(t *testing.T) {
-	kube := client(t, kubeConfig(t))
-	ns := namespace(t, kube)
+	kube := kubetest.Client(t)
+	ns := kubetest.Namespace(t)
 	now := time.Now()
 	longAgo := now.Add(-time.Hour)
 	previous := func(status v1.ConditionStatus, reason, message string) v1.PodCondition {
@@ -454,8 +455,8 @@ func TestRestartKeepsConditionsUntilTheFirstVerdict(t *testing.T) {
 // with one write per pod whose condition differs.
 func TestOutageLosesNothing(t *testing.T) {
 	const n = 40
-	kube := client(t, kubeConfig(t))
-	ns := namespace(t, kube)
+	kube := kubetest.Client(t)
+	ns := kubetest.Namespace(t)
 	now := time.Now()
 	created := make([]*v1.Pod, n)
 	parallel(t, n, func(i int) {
@@ -473,7 +474,7 @@ func TestOutageLosesNothing(t *testing.T) {
 	}
 	accepted := len(e.log.accepted())
 
-	e.log.refuse.Store(true)
+	e.log.SetDown(true)
 	final := map[string]results.Result{}
 	for round, r := range []results.Result{results.Failure, results.Success, results.Failure} {
 		for i, p := range created {
@@ -498,7 +499,7 @@ func TestOutageLosesNothing(t *testing.T) {
 		t.Error("no failures counted with reason Transport")
 	}
 
-	e.log.refuse.Store(false)
+	e.log.SetDown(false)
 	wantFalse := 0
 	for _, p := range created {
 		if final[p.Name] == results.Failure {
@@ -527,8 +528,8 @@ func TestOutageLosesNothing(t *testing.T) {
 // waiting for a token are dropped, and a change after the end is ignored.
 func TestStopWritesNothing(t *testing.T) {
 	const n = 20
-	kube := client(t, kubeConfig(t))
-	ns := namespace(t, kube)
+	kube := kubetest.Client(t)
+	ns := kubetest.Namespace(t)
 	now := time.Now()
 	created := make([]*v1.Pod, n)
 	parallel(t, n, func(i int) {
