@@ -12,6 +12,10 @@
 // (namespaces never finish deleting without the namespace controller): each
 // test takes a fresh namespace (Namespace) and a fresh node name (NodeName),
 // so that a node's pods are the pods of that test only.
+//
+// Requests records what a component sends through its own config and stages
+// an API server outage only that component sees; GrantRole gives a
+// ServiceAccount exactly some rules, for tests of too few rights.
 package kubetest
 
 import (
