@@ -236,3 +236,17 @@ func WriteKubeconfig(t testing.TB, cfg *rest.Config) string {
 	}
 	return path
 }
+
+// Eventually polls cond every 20 ms until it holds, failing the test with
+// "timed out waiting for WHAT" after Timeout: for what the server (an
+// informer, RBAC, a component's worker) does a moment later.
+func Eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(Timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

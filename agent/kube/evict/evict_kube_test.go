@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	testingclock "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/probed/probed/agent/actuate"
 	"github.com/probed/probed/agent/events"
@@ -112,8 +113,8 @@ func TestEvictOncePerContainerInstance(t *testing.T) {
 	for range 10 {
 		e.fail(p, "containerd://app-1")
 	}
-	eventually(t, "the pod terminating", func() bool { return e.terminating(t, "web") })
-	eventually(t, "the Evicted event", func() bool {
+	kubetest.Eventually(t, "the pod terminating", func() bool { return e.terminating(t, "web") })
+	kubetest.Eventually(t, "the Evicted event", func() bool {
 		for _, ev := range e.events.List() {
 			if ev.Reason == evict.ReasonEvicted && ev.FieldPath == "spec.containers{app}" && ev.Message == "Evicted the pod: container app failed liveness probe" {
 				return true
@@ -154,12 +155,12 @@ func TestPDBBlocksEvictionUntilAllowed(t *testing.T) {
 	}
 	const refused = "eviction refused (a PodDisruptionBudget allows no disruption now), will retry"
 	e.fail(p, "containerd://app-1")
-	eventually(t, "a 429 logged", func() bool { return e.log.count(refused) == 1 })
+	kubetest.Eventually(t, "a 429 logged", func() bool { return e.log.count(refused) == 1 })
 	if n := e.evictions("db"); n != 1 {
 		t.Fatalf("%d eviction requests before the backoff passed, want 1", n)
 	}
 	e.clock.Step(evict.DefaultRetryMax) // past any backoff and Retry-After
-	eventually(t, "a second 429 logged", func() bool { return e.log.count(refused) == 2 })
+	kubetest.Eventually(t, "a second 429 logged", func() bool { return e.log.count(refused) == 2 })
 	if e.terminating(t, "db") {
 		t.Fatal("evicted through a budget that allows no disruption")
 	}
@@ -167,7 +168,7 @@ func TestPDBBlocksEvictionUntilAllowed(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.clock.Step(evict.DefaultRetryMax)
-	eventually(t, "the pod terminating", func() bool { return e.terminating(t, "db") })
+	kubetest.Eventually(t, "the pod terminating", func() bool { return e.terminating(t, "db") })
 	if n := e.evictions("db"); n != 3 {
 		t.Fatalf("%d eviction requests, want 3 (429, 429, evicted)", n)
 	}
@@ -187,7 +188,7 @@ func TestPDBBlocksEvictionUntilAllowed(t *testing.T) {
 func TestExemptPodsAreNeverEvicted(t *testing.T) {
 	e := newEvictEnv(t)
 	ds := e.pod(t, "agent", func(p *v1.Pod) {
-		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "agent", UID: "ds-uid", Controller: ptrTo(true)}}
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "agent", UID: "ds-uid", Controller: ptr.To(true)}}
 	})
 	static := e.pod(t, "etcd", func(p *v1.Pod) { p.Annotations = map[string]string{evict.ConfigSourceAnnotation: "file"} })
 	mirror := e.pod(t, "apiserver", func(p *v1.Pod) {
@@ -197,7 +198,7 @@ func TestExemptPodsAreNeverEvicted(t *testing.T) {
 	for _, p := range []*v1.Pod{ds, static, mirror, plain} {
 		e.fail(p, "containerd://"+p.Name)
 	}
-	eventually(t, "the plain pod terminating", func() bool { return e.terminating(t, "web") })
+	kubetest.Eventually(t, "the plain pod terminating", func() bool { return e.terminating(t, "web") })
 	if n := e.requests.Count("/eviction"); n != 1 || e.evictions("web") != 1 {
 		t.Fatalf("%d eviction requests, want only the plain pod's (requests %v)", n, e.requests.All())
 	}
@@ -240,13 +241,13 @@ func TestEvictionRateBoundPerNode(t *testing.T) {
 		}
 		return n
 	}
-	eventually(t, "3 evictions", func() bool { return evicted() == 3 })
+	kubetest.Eventually(t, "3 evictions", func() bool { return evicted() == 3 })
 	if n := e.requests.Count("/eviction"); n != 3 {
 		t.Fatalf("%d eviction requests with the clock still, want 3 (the burst)", n)
 	}
 	for want := 4; want <= 5; want++ {
 		e.clock.Step(evict.DefaultEvictionInterval)
-		eventually(t, fmt.Sprintf("%d evictions", want), func() bool { return evicted() == want })
+		kubetest.Eventually(t, fmt.Sprintf("%d evictions", want), func() bool { return evicted() == want })
 		if n := e.requests.Count("/eviction"); n != want {
 			t.Fatalf("%d eviction requests after %d intervals, want %d", n, want-3, want)
 		}
@@ -266,7 +267,7 @@ func TestEvictionWithTheAgentsRBAC(t *testing.T) {
 		})
 		p := e.pod(t, "web", nil)
 		e.fail(p, "containerd://app-1")
-		eventually(t, "the pod terminating", func() bool { return e.terminating(t, "web") })
+		kubetest.Eventually(t, "the pod terminating", func() bool { return e.terminating(t, "web") })
 	})
 	t.Run("denied", func(t *testing.T) {
 		e := newEvictEnvAs(t, func(admin *rest.Config, ns string) *rest.Config {
@@ -275,10 +276,10 @@ func TestEvictionWithTheAgentsRBAC(t *testing.T) {
 		p := e.pod(t, "web", nil)
 		e.fail(p, "containerd://app-1")
 		for attempt := 1; attempt < evict.DefaultMaxAttempts; attempt++ {
-			eventually(t, fmt.Sprintf("failure %d logged", attempt), func() bool { return e.log.count("eviction failed, will retry") == attempt })
+			kubetest.Eventually(t, fmt.Sprintf("failure %d logged", attempt), func() bool { return e.log.count("eviction failed, will retry") == attempt })
 			e.clock.Step(evict.DefaultRetryMax)
 		}
-		eventually(t, "the EvictionFailed event", func() bool {
+		kubetest.Eventually(t, "the EvictionFailed event", func() bool {
 			for _, ev := range e.events.List() {
 				if ev.Reason == evict.ReasonEvictionFailed && strings.Contains(ev.Message, "after 5 attempts") && strings.Contains(ev.Message, "forbidden") {
 					return true

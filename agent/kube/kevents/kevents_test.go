@@ -86,7 +86,7 @@ func TestK4_EventsOnThePodAndContainer(t *testing.T) {
 
 	evs := c.EventsV1().Events(ns)
 	var got []eventsv1.Event
-	eventually(t, "4 events", func() bool { got = listEvents(t, evs); return len(got) == 4 })
+	kubetest.Eventually(t, "4 events", func() bool { got = listEvents(t, evs); return len(got) == 4 })
 	byKey := map[string]eventsv1.Event{}
 	for _, e := range got {
 		if e.ReportingController != kevents.ReportingController || e.ReportingInstance != node {
@@ -147,7 +147,7 @@ func TestIdenticalEventsAreOneSeries(t *testing.T) {
 	}
 	evs := admin.EventsV1().Events(ns)
 	var got []eventsv1.Event
-	eventually(t, "an event with a series", func() bool {
+	kubetest.Eventually(t, "an event with a series", func() bool {
 		got = listEvents(t, evs)
 		return len(got) == 1 && got[0].Series != nil && got[0].Series.Count >= 2
 	})
@@ -187,7 +187,7 @@ func TestDistinctEventsBoundedPerObject(t *testing.T) {
 	}
 	r.Eventf(runtime.ContainerRef(other, "app"), v1.EventTypeWarning, runtime.ReasonUnhealthy, "Readiness probe failed: %s", "boom")
 	evs := admin.EventsV1().Events(ns)
-	eventually(t, "26 events", func() bool { return len(listEvents(t, evs)) == 26 })
+	kubetest.Eventually(t, "26 events", func() bool { return len(listEvents(t, evs)) == 26 })
 	perPod := map[string]int{}
 	for _, e := range listEvents(t, evs) {
 		perPod[e.Regarding.Name]++
@@ -224,7 +224,7 @@ func TestEventsWithTheAgentsRBAC(t *testing.T) {
 	for range 3 {
 		r.Eventf(runtime.ContainerRef(pod, "app"), v1.EventTypeWarning, runtime.ReasonUnhealthy, "%s probe failed: %s", "Liveness", "timeout")
 	}
-	eventually(t, "an event with a series, written as the ServiceAccount", func() bool {
+	kubetest.Eventually(t, "an event with a series, written as the ServiceAccount", func() bool {
 		got := listEvents(t, admin.EventsV1().Events(ns))
 		return len(got) == 1 && got[0].Series != nil && got[0].Series.Count >= 2
 	})

@@ -73,18 +73,6 @@ func (r *recorder) last(name string) (*pods.Pod, pods.Op, bool) {
 
 func (r *recorder) seen(name string) bool { _, _, ok := r.last(name); return ok }
 
-// waitFor polls cond (against the real server) for up to 30 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(kubetest.Timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // runSource runs a Source for node until the test ends and waits for its
 // initial sync.
 func runSource(t *testing.T, cfg *rest.Config, node string, apply func(pods.Update)) *Source {
@@ -106,7 +94,7 @@ func runSource(t *testing.T, cfg *rest.Config, node string, apply func(pods.Upda
 			t.Errorf("Run: %v", err)
 		}
 	})
-	waitFor(t, "the informer's initial sync", s.HasSynced)
+	kubetest.Eventually(t, "the informer's initial sync", s.HasSynced)
 	return s
 }
 
@@ -129,7 +117,7 @@ func TestSourceSeesOnlyThisNodesPods(t *testing.T) {
 	kubetest.CreatePod(t, c, kubetest.NewPod(ns, "other-after", other, "app"))
 	kubetest.SetPodRunning(t, c, ns, "other-before", false)
 	kubetest.CreatePod(t, c, kubetest.NewPod(ns, "mine-after", mine, "app")) // written after the other node's changes
-	waitFor(t, "mine-after", func() bool { return rec.seen("mine-after") })
+	kubetest.Eventually(t, "mine-after", func() bool { return rec.seen("mine-after") })
 	for _, e := range rec.events() {
 		if e != "UPSERT mine-before" && e != "UPSERT mine-after" {
 			t.Errorf("update for a pod of another node or unexpected: %s", e)
@@ -152,11 +140,11 @@ func TestSourceDeliversAddUpdateDeleteInOrder(t *testing.T) {
 	pod := kubetest.NewPod(ns, "web", node, "app")
 	pod.Annotations = map[string]string{customprobe.Annotation: `[{"container":"app","type":"readiness","plugin":{"name":"x"}}]`}
 	kubetest.CreatePod(t, c, pod)
-	waitFor(t, "the add", func() bool { return len(rec.events()) == 1 })
+	kubetest.Eventually(t, "the add", func() bool { return len(rec.events()) == 1 })
 	added, _, _ := rec.last("web")
 
 	kubetest.SetPodRunning(t, c, ns, "web", false)
-	waitFor(t, "the status write", func() bool { return len(rec.events()) == 2 })
+	kubetest.Eventually(t, "the status write", func() bool { return len(rec.events()) == 2 })
 	running, _, _ := rec.last("web")
 	if running.SpecHash != added.SpecHash || running.StatusHash == added.StatusHash {
 		t.Fatalf("status write: spec hash %s→%s, status hash %s→%s; want only the status hash to move",
@@ -170,7 +158,7 @@ func TestSourceDeliversAddUpdateDeleteInOrder(t *testing.T) {
 	if _, err := c.CoreV1().Pods(ns).Patch(ctx, "web", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the annotation change", func() bool { return len(rec.events()) == 3 })
+	kubetest.Eventually(t, "the annotation change", func() bool { return len(rec.events()) == 3 })
 	changed, _, _ := rec.last("web")
 	if changed.SpecHash == running.SpecHash {
 		t.Fatal("a changed probed.io/probes annotation kept the spec hash: its probes would not be replaced")
@@ -181,7 +169,7 @@ func TestSourceDeliversAddUpdateDeleteInOrder(t *testing.T) {
 	if err := c.CoreV1().Pods(ns).Delete(ctx, "web", metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(30))}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the deletion request", func() bool { return len(rec.events()) == 4 })
+	kubetest.Eventually(t, "the deletion request", func() bool { return len(rec.events()) == 4 })
 	deleting, op, _ := rec.last("web")
 	if op != pods.Upsert || deleting.Pod.DeletionTimestamp == nil || deleting.SpecHash == changed.SpecHash {
 		t.Fatalf("deletion request: %v, deletionTimestamp %v; want an Upsert with a new spec hash (W5.7)", op, deleting.Pod.DeletionTimestamp)
@@ -191,7 +179,7 @@ func TestSourceDeliversAddUpdateDeleteInOrder(t *testing.T) {
 	}
 	// The server may first write the shortened grace period (one more
 	// update) before it removes the pod.
-	waitFor(t, "the removal", func() bool { _, op, _ := rec.last("web"); return op == pods.Remove })
+	kubetest.Eventually(t, "the removal", func() bool { _, op, _ := rec.last("web"); return op == pods.Remove })
 	got := rec.events()
 	for i, e := range got {
 		if want := "UPSERT web"; i == len(got)-1 {
@@ -213,7 +201,7 @@ func TestSourceDeliversAddUpdateDeleteInOrder(t *testing.T) {
 		cs.State = v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: cs.State.Running.StartedAt, FinishedAt: metav1.Now(), ContainerID: cs.ContainerID}}
 		cs.Started, cs.Ready = ptr(false), false
 	})
-	waitFor(t, "the completed pod's removal", func() bool { _, op, ok := rec.last("job"); return ok && op == pods.Remove })
+	kubetest.Eventually(t, "the completed pod's removal", func() bool { _, op, ok := rec.last("job"); return ok && op == pods.Remove })
 }
 
 // TestTransformDropsManagedFieldsFromTheCache: the server's object has
@@ -237,7 +225,7 @@ func TestTransformDropsManagedFieldsFromTheCache(t *testing.T) {
 
 	rec := &recorder{}
 	s := runSource(t, cfg, node, rec.apply)
-	waitFor(t, "the running pod", func() bool {
+	kubetest.Eventually(t, "the running pod", func() bool {
 		p, _, ok := rec.last("web")
 		return ok && len(p.Pod.Status.ContainerStatuses) == 1
 	})
@@ -277,7 +265,7 @@ func TestPodsArriveDefaulted(t *testing.T) {
 	pod := kubetest.NewPod(ns, "web", node, "app")
 	pod.Spec.Containers[0].ReadinessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{Port: intstr.FromInt32(8080)}}}
 	kubetest.CreatePod(t, c, pod)
-	waitFor(t, "the pod", func() bool { return rec.seen("web") })
+	kubetest.Eventually(t, "the pod", func() bool { return rec.seen("web") })
 	p, _, _ := rec.last("web")
 	got := p.Pod.Spec.Containers[0].ReadinessProbe
 	if got.TimeoutSeconds != 1 || got.PeriodSeconds != 10 || got.SuccessThreshold != 1 || got.FailureThreshold != 3 || p.Pod.UID == "" {
@@ -366,7 +354,7 @@ func TestStatusesFollowTheKubeletThroughTheInformer(t *testing.T) {
 		}
 		return st.ContainerStatuses[0]
 	}
-	waitFor(t, "the kubelet's running status in GetPodStatus", func() bool { return container().ContainerID == firstID })
+	kubetest.Eventually(t, "the kubelet's running status in GetPodStatus", func() bool { return container().ContainerID == firstID })
 	// The startup probe runs (every second, failing below its threshold):
 	// Started stays false although the kubelet wrote started=true.
 	time.Sleep(2500 * time.Millisecond)
@@ -378,19 +366,19 @@ func TestStatusesFollowTheKubeletThroughTheInformer(t *testing.T) {
 	}
 
 	gate.open.Store(true)
-	waitFor(t, "Started after the startup probe's Success", func() bool { cs := container(); return cs.Started != nil && *cs.Started })
+	kubetest.Eventually(t, "Started after the startup probe's Success", func() bool { cs := container(); return cs.Started != nil && *cs.Started })
 	if len(statuses.Pods()) != 1 {
 		t.Fatal("Pods() does not list the pod")
 	}
 
 	gate.open.Store(false)
 	newID := kubetest.RestartContainer(t, c, ns, "web", "app").Status.ContainerStatuses[0].ContainerID
-	waitFor(t, "the restarted container's ID in GetPodStatus", func() bool { return container().ContainerID == newID })
+	kubetest.Eventually(t, "the restarted container's ID in GetPodStatus", func() bool { return container().ContainerID == newID })
 	if cs := container(); cs.RestartCount != 1 || *cs.Started {
 		t.Fatalf("after the kubelet's restart: restartCount %d started %v; want 1, false until its own startup Success (W6)", cs.RestartCount, *cs.Started)
 	}
 	gate.open.Store(true)
-	waitFor(t, "the new instance started", func() bool { cs := container(); return cs.Started != nil && *cs.Started })
+	kubetest.Eventually(t, "the new instance started", func() bool { cs := container(); return cs.Started != nil && *cs.Started })
 }
 
 // podRequests counts the pod requests the informer sent through requests:
@@ -457,7 +445,7 @@ func TestWatchResumesAfterOutageWithoutRelist(t *testing.T) {
 	before := len(rec.events())
 	outage.SetDown(false)
 
-	waitFor(t, "the changes made during the outage", func() bool {
+	kubetest.Eventually(t, "the changes made during the outage", func() bool {
 		_, op, ok := rec.last("gone")
 		return ok && op == pods.Remove
 	})
