@@ -37,7 +37,7 @@ clean:
 	rm -rf bin
 
 # Regenerates the plugin contract's Go code (runtime/pluginproto/probeplugin/v1)
-# from its .proto. Needs protoc on PATH (Debian: apt-get install -y
+# from its .proto. Needs protoc on PATH and the well-known .proto files (Debian: apt-get install -y libprotobuf-dev
 # protobuf-compiler); protoc-gen-go and protoc-gen-go-grpc are the versions
 # pinned by the tool directives of go.mod, built into bin/.
 PROTO_DIR := runtime/pluginproto
