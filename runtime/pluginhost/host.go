@@ -367,7 +367,9 @@ type PluginStatus struct {
 	// Pinned: the binary's SHA-256 is checked before every start.
 	Pinned bool `json:"pinned"`
 	// LastError is the last start failure or exit, cleared by a successful
-	// restart.
+	// restart, redacted (runtime/redact): the plugin's environment values,
+	// its secret-named configuration values and credential-shaped text are
+	// replaced with redact.Mask, since a plugin's error may echo them.
 	LastError string `json:"lastError,omitempty"`
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/probed/probed/runtime"
 	"github.com/probed/probed/runtime/pluginhost"
 	"github.com/probed/probed/runtime/pluginhost/pluginhosttest"
+	"github.com/probed/probed/runtime/redact"
 )
 
 func testConfig(name string, mutate ...func(*pluginhost.PluginConfig)) pluginhost.PluginConfig {
@@ -543,5 +544,40 @@ func TestRegister(t *testing.T) {
 	// Registering again fails: the plugin kind is taken.
 	if err := h.Register(rt); err == nil {
 		t.Error("second Register succeeded")
+	}
+}
+
+// TestLastErrorIsRedacted: a restart that fails with an error echoing the
+// plugin's configuration shows in Status (and so in /debug/scheduler)
+// and in the log without the secret values (issue 9 §6: one redaction rule everywhere).
+func TestLastErrorIsRedacted(t *testing.T) {
+	t.Parallel()
+	trigger := filepath.Join(t.TempDir(), "fail-now")
+	h, logs := startHost(t, pluginhost.Options{Plugins: []pluginhost.PluginConfig{testConfig("t", func(c *pluginhost.PluginConfig) {
+		c.Config = map[string]string{"fail_when_file": trigger, "db_password": "s3cr3t-config-value"}
+		c.Env = map[string]string{"UPSTREAM_DSN": "postgres-dsn-from-env"}
+	})}})
+	msg := "cannot connect as db_password s3cr3t-config-value via postgres-dsn-from-env, Authorization: Bearer abc.def.ghi"
+	if err := os.WriteFile(trigger, []byte(msg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pidOf(t, h, "t"), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var last string
+	waitFor(t, 10*time.Second, "a failed restart in Status", func() bool {
+		last = h.Status()[0].LastError
+		return strings.Contains(last, "cannot connect")
+	})
+	for _, secret := range []string{"s3cr3t-config-value", "postgres-dsn-from-env", "abc.def.ghi"} {
+		if strings.Contains(last, secret) {
+			t.Errorf("LastError shows %q: %s", secret, last)
+		}
+		if strings.Contains(logs.String(), secret) {
+			t.Errorf("the log shows %q:\n%s", secret, logs)
+		}
+	}
+	if !strings.Contains(last, redact.Mask) {
+		t.Errorf("LastError has no %s: %s", redact.Mask, last)
 	}
 }

@@ -18,10 +18,12 @@ import (
 	"github.com/hashicorp/go-plugin"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
+	v1 "k8s.io/api/core/v1"
 
 	"github.com/probed/probed/runtime/fileread"
 	"github.com/probed/probed/runtime/pluginproto"
 	pb "github.com/probed/probed/runtime/pluginproto/probeplugin/v1"
+	"github.com/probed/probed/runtime/redact"
 )
 
 // instance is one configured plugin across its restarts.
@@ -43,6 +45,10 @@ type instance struct {
 	live     atomic.Pointer[proc] // nil while down
 	restarts atomic.Int64
 
+	// secrets are the plugin's environment values and secret-named
+	// configuration values, hidden from the status it reports.
+	secrets redact.Secrets
+
 	mu      sync.Mutex
 	lastErr error // last start or exit error
 	killErr error // error of the final stop
@@ -61,6 +67,7 @@ type proc struct {
 
 func newInstance(h *Host, c PluginConfig, socketDir string) (*instance, error) {
 	in := &instance{h: h, cfg: c, log: h.log.With("plugin", c.Name), done: make(chan struct{}), socketDir: socketDir}
+	in.secrets = redact.ForContainer(&v1.Container{Env: envVars(c.Env)}, c.Config)
 	if c.SHA256 != "" {
 		sum, err := parseChecksum(c.SHA256)
 		if err != nil {
@@ -69,6 +76,16 @@ func newInstance(h *Host, c PluginConfig, socketDir string) (*instance, error) {
 		in.checksum = sum
 	}
 	return in, nil
+}
+
+// envVars lists a plugin's environment as container variables, the shape
+// redact.ForContainer reads.
+func envVars(env map[string]string) []v1.EnvVar {
+	out := make([]v1.EnvVar, 0, len(env))
+	for k, v := range env {
+		out = append(out, v1.EnvVar{Name: k, Value: v})
+	}
+	return out
 }
 
 func (in *instance) kindNames() []string {
@@ -161,7 +178,7 @@ func (in *instance) supervise(first chan<- error) {
 			if in.closing() {
 				return
 			}
-			in.log.Error("plugin restart failed", "attempt", failures, "next", in.h.opts.Restart.delay(failures).String(), "err", err)
+			in.log.Error("plugin restart failed", "attempt", failures, "next", in.h.opts.Restart.delay(failures).String(), "err", in.secrets.Error(err))
 		}
 		in.live.Store(p)
 		in.setErr(nil)
@@ -453,7 +470,7 @@ func (in *instance) status() PluginStatus {
 	}
 	in.mu.Lock()
 	if in.lastErr != nil {
-		s.LastError = in.lastErr.Error()
+		s.LastError = in.secrets.Text(in.lastErr.Error()) // a plugin's error may echo its configuration
 	}
 	in.mu.Unlock()
 	return s

@@ -55,6 +55,13 @@ func main() {
 		if c.Settings["fail"] != "" {
 			return errors.New(c.Settings["fail"])
 		}
+		// fail_when_file: Configure fails with the file's content once the
+		// file exists, so a test can make a restart fail.
+		if f := c.Settings["fail_when_file"]; f != "" {
+			if msg, err := os.ReadFile(f); err == nil {
+				return errors.New(string(msg))
+			}
+		}
 		return nil
 	}
 	sdk.Serve(p)
