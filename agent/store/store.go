@@ -23,6 +23,7 @@ import (
 
 	"github.com/probed/probed/agent/kubeletstatus"
 	"github.com/probed/probed/agent/pods"
+	"github.com/probed/probed/agent/podstatus"
 	"github.com/probed/probed/manager/results"
 	"github.com/probed/probed/runtime"
 )
@@ -39,12 +40,6 @@ type Options struct {
 	PodIP  string       // pod IP for pods whose manifest has no status; default 127.0.0.1
 }
 
-// entry is one pod: its spec (as loaded) and its current API status.
-type entry struct {
-	pod    *v1.Pod
-	status v1.PodStatus
-}
-
 // Store holds the pods' statuses. All methods are safe for concurrent use.
 type Store struct {
 	clock clock.Clock
@@ -52,7 +47,7 @@ type Store struct {
 	podIP string
 
 	mu    sync.RWMutex
-	pods  map[types.UID]*entry
+	pods  podstatus.Table             // each pod's spec (as loaded) and its current API status
 	saved map[types.UID]*v1.PodStatus // from Restore, used by Put
 	// version counts changes, for the state writer.
 	version atomic.Uint64
@@ -70,7 +65,7 @@ func New(opts Options) *Store {
 	if opts.PodIP == "" {
 		opts.PodIP = "127.0.0.1"
 	}
-	return &Store{clock: opts.Clock, log: opts.Logger, podIP: opts.PodIP, pods: map[types.UID]*entry{}, saved: map[types.UID]*v1.PodStatus{}}
+	return &Store{clock: opts.Clock, log: opts.Logger, podIP: opts.PodIP, saved: map[types.UID]*v1.PodStatus{}}
 }
 
 // SetProber sets the manager whose UpdatePodStatus fills Started/Ready.
@@ -84,58 +79,29 @@ func (s *Store) SetProber(p Prober) {
 func (s *Store) GetPodStatus(uid types.UID) (v1.PodStatus, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	e, ok := s.pods[uid]
-	if !ok {
-		return v1.PodStatus{}, false
-	}
-	return *e.status.DeepCopy(), true
+	return s.pods.Status(uid)
 }
 
 // Pod returns a copy of the pod with its current status.
 func (s *Store) Pod(uid types.UID) (*v1.Pod, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	e, ok := s.pods[uid]
-	if !ok {
-		return nil, false
-	}
-	return withStatus(e), true
+	return s.pods.Pod(uid)
 }
 
 // PodByName returns a copy of the pod namespace/name with its status.
 func (s *Store) PodByName(namespace, name string) (*v1.Pod, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	for _, e := range s.pods {
-		if e.pod.Namespace == namespace && e.pod.Name == name {
-			return withStatus(e), true
-		}
-	}
-	return nil, false
+	return s.pods.PodByName(namespace, name)
 }
 
 // Pods returns copies of all pods with their statuses, sorted by
 // namespace and name.
 func (s *Store) Pods() []*v1.Pod {
 	s.mu.RLock()
-	out := make([]*v1.Pod, 0, len(s.pods))
-	for _, e := range s.pods {
-		out = append(out, withStatus(e))
-	}
-	s.mu.RUnlock()
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Namespace != out[j].Namespace {
-			return out[i].Namespace < out[j].Namespace
-		}
-		return out[i].Name < out[j].Name
-	})
-	return out
-}
-
-func withStatus(e *entry) *v1.Pod {
-	p := e.pod.DeepCopy()
-	p.Status = *e.status.DeepCopy()
-	return p
+	defer s.mu.RUnlock()
+	return s.pods.Pods()
 }
 
 // Put adds a pod or replaces its spec and status. When the pod has a status
@@ -165,8 +131,8 @@ func (s *Store) Put(pod *v1.Pod) *v1.Pod {
 	}
 	pod = pod.DeepCopy()
 	pod.Status = v1.PodStatus{}
-	e := &entry{pod: pod, status: status}
-	s.pods[pod.UID] = e
+	e := &podstatus.Entry{Pod: pod, Status: status}
+	s.pods.Put(e)
 	s.version.Add(1)
 	s.regenerateLocked(e)
 	return pod
@@ -175,7 +141,7 @@ func (s *Store) Put(pod *v1.Pod) *v1.Pod {
 // Delete removes the pod.
 func (s *Store) Delete(uid types.UID) {
 	s.mu.Lock()
-	delete(s.pods, uid)
+	s.pods.Delete(uid)
 	s.version.Add(1)
 	s.mu.Unlock()
 }
@@ -193,9 +159,9 @@ type SavedPod struct {
 func (s *Store) Export() ([]SavedPod, uint64) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	out := make([]SavedPod, 0, len(s.pods))
-	for uid, e := range s.pods {
-		out = append(out, SavedPod{UID: uid, Namespace: e.pod.Namespace, Name: e.pod.Name, Status: *e.status.DeepCopy()})
+	out := make([]SavedPod, 0, s.pods.Len())
+	for uid, e := range s.pods.All() {
+		out = append(out, SavedPod{UID: uid, Namespace: e.Pod.Namespace, Name: e.Pod.Name, Status: *e.Status.DeepCopy()})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].UID < out[j].UID })
 	return out, s.version.Load()
@@ -219,7 +185,7 @@ func (s *Store) Restore(pods []SavedPod) {
 func (s *Store) Resync() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, e := range s.pods {
+	for _, e := range s.pods.All() {
 		s.regenerateLocked(e)
 	}
 }
@@ -244,16 +210,16 @@ func (s *Store) PodRemoved(p *pods.Pod) { s.Delete(p.Pod.UID) }
 func (s *Store) ProbeResult(t runtime.ProbeType, u results.Update) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.pods[u.PodUID]
+	e, ok := s.pods.Get(u.PodUID)
 	if !ok {
 		return
 	}
-	before := e.status.DeepCopy()
+	before := e.Status.DeepCopy()
 	switch t {
 	case runtime.Readiness:
 		if cs := findContainer(e, u.ContainerID.String()); cs != nil && cs.Ready != (u.Result == results.Success) {
 			cs.Ready = u.Result == results.Success
-			kubeletstatus.SetConditions(e.pod, &e.status, metav1.NewTime(s.clock.Now()))
+			kubeletstatus.SetConditions(e.Pod, &e.Status, metav1.NewTime(s.clock.Now()))
 		}
 	case runtime.Startup:
 		if cs := findContainer(e, u.ContainerID.String()); cs != nil && u.Result != results.Failure {
@@ -270,12 +236,12 @@ func (s *Store) ProbeResult(t runtime.ProbeType, u results.Update) {
 func (s *Store) Mutate(uid types.UID, change func(pod *v1.Pod, status *v1.PodStatus) bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.pods[uid]
+	e, ok := s.pods.Get(uid)
 	if !ok {
 		return false
 	}
-	before := e.status.DeepCopy()
-	if change(e.pod, &e.status) {
+	before := e.Status.DeepCopy()
+	if change(e.Pod, &e.Status) {
 		s.version.Add(1)
 		s.regenerateFromLocked(e, before)
 	}
@@ -285,12 +251,12 @@ func (s *Store) Mutate(uid types.UID, change func(pod *v1.Pod, status *v1.PodSta
 // regenerateLocked is the kubelet's generateAPIPodStatus for the parts the
 // prober owns: Started/Ready via UpdatePodStatus (M7), then the
 // ContainersReady and Ready conditions and the phase. Caller holds mu.
-func (s *Store) regenerateLocked(e *entry) { s.regenerateFromLocked(e, &e.status) }
+func (s *Store) regenerateLocked(e *podstatus.Entry) { s.regenerateFromLocked(e, &e.Status) }
 
 // regenerateFromLocked regenerates e's status; changes are logged
 // relative to before. Caller holds mu.
-func (s *Store) regenerateFromLocked(e *entry, before *v1.PodStatus) {
-	status := e.status.DeepCopy()
+func (s *Store) regenerateFromLocked(e *podstatus.Entry, before *v1.PodStatus) {
+	status := e.Status.DeepCopy()
 	// Like the kubelet's generateAPIPodStatus, container statuses start
 	// from the runtime's view: not Ready until UpdatePodStatus says so
 	// (M7b leaves a not-started container's Ready at that false); Started
@@ -304,23 +270,23 @@ func (s *Store) regenerateFromLocked(e *entry, before *v1.PodStatus) {
 	if s.prober != nil {
 		// UpdatePodStatus reads the pod's last published Ready condition
 		// (M9) from pod.Status.
-		pod := *e.pod
-		pod.Status = e.status
+		pod := *e.Pod
+		pod.Status = e.Status
 		s.prober.UpdatePodStatus(context.Background(), &pod, status)
 	}
 	now := metav1.NewTime(s.clock.Now())
-	status.Phase = kubeletstatus.Phase(e.pod, status)
-	kubeletstatus.SetConditions(e.pod, status, now)
-	changed := logChanges(s.log, e.pod, before, status)
-	e.status = *status
+	status.Phase = kubeletstatus.Phase(e.Pod, status)
+	kubeletstatus.SetConditions(e.Pod, status, now)
+	changed := logChanges(s.log, e.Pod, before, status)
+	e.Status = *status
 	if changed {
 		s.version.Add(1)
 	}
 }
 
 // findContainer returns the status of the container whose current ID is id.
-func findContainer(e *entry, id string) *v1.ContainerStatus {
-	for _, list := range [][]v1.ContainerStatus{e.status.ContainerStatuses, e.status.InitContainerStatuses} {
+func findContainer(e *podstatus.Entry, id string) *v1.ContainerStatus {
+	for _, list := range [][]v1.ContainerStatus{e.Status.ContainerStatuses, e.Status.InitContainerStatuses} {
 		for i := range list {
 			if list[i].ContainerID == id {
 				return &list[i]

@@ -2,13 +2,13 @@ package podsource
 
 import (
 	"context"
-	"sort"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/probed/probed/agent/pods"
+	"github.com/probed/probed/agent/podstatus"
 	"github.com/probed/probed/agent/verdicts"
 	"github.com/probed/probed/manager/results"
 	"github.com/probed/probed/runtime"
@@ -53,16 +53,8 @@ type Prober interface {
 // safe for concurrent use.
 type Statuses struct {
 	mu     sync.RWMutex
-	pods   map[types.UID]*entry
-	byName map[types.NamespacedName]types.UID
+	pods   podstatus.Table // the informer's objects (read-only, shared with its cache) and the statuses with probed's overlay
 	prober Prober
-}
-
-// entry is one pod: the informer's object (read-only, shared with the
-// cache) and the status with probed's overlay.
-type entry struct {
-	pod    *v1.Pod
-	status v1.PodStatus
 }
 
 var (
@@ -73,7 +65,7 @@ var (
 // NewStatuses returns an empty Statuses. Set the manager with SetProber
 // before pods are added (the manager needs the Statuses at its New).
 func NewStatuses() *Statuses {
-	return &Statuses{pods: map[types.UID]*entry{}, byName: map[types.NamespacedName]types.UID{}}
+	return &Statuses{}
 }
 
 // SetProber sets the manager whose UpdatePodStatus gives probed's Started
@@ -83,7 +75,7 @@ func (s *Statuses) SetProber(p Prober) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.prober = p
-	for _, e := range s.pods {
+	for _, e := range s.pods.All() {
 		s.computeLocked(e)
 	}
 }
@@ -93,22 +85,14 @@ func (s *Statuses) SetProber(p Prober) {
 func (s *Statuses) GetPodStatus(uid types.UID) (v1.PodStatus, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	e, ok := s.pods[uid]
-	if !ok {
-		return v1.PodStatus{}, false
-	}
-	return *e.status.DeepCopy(), true
+	return s.pods.Status(uid)
 }
 
 // Pod returns a copy of the pod with its status (as GetPodStatus).
 func (s *Statuses) Pod(uid types.UID) (*v1.Pod, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	e, ok := s.pods[uid]
-	if !ok {
-		return nil, false
-	}
-	return e.withStatus(), true
+	return s.pods.Pod(uid)
 }
 
 // KubeletPod returns a copy of the pod as the informer holds it: the
@@ -117,53 +101,33 @@ func (s *Statuses) Pod(uid types.UID) (*v1.Pod, bool) {
 func (s *Statuses) KubeletPod(uid types.UID) (*v1.Pod, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	e, ok := s.pods[uid]
+	e, ok := s.pods.Get(uid)
 	if !ok {
 		return nil, false
 	}
-	return e.pod.DeepCopy(), true
+	return e.Pod.DeepCopy(), true
 }
 
 // PodByName returns a copy of the pod namespace/name with its status.
 func (s *Statuses) PodByName(namespace, name string) (*v1.Pod, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	uid, ok := s.byName[types.NamespacedName{Namespace: namespace, Name: name}]
-	if !ok {
-		return nil, false
-	}
-	return s.pods[uid].withStatus(), true
+	return s.pods.PodByName(namespace, name)
 }
 
 // Pods returns copies of all pods with their statuses, sorted by namespace
 // and name (the agent API's /pods, api.PodLister).
 func (s *Statuses) Pods() []*v1.Pod {
 	s.mu.RLock()
-	out := make([]*v1.Pod, 0, len(s.pods))
-	for _, e := range s.pods {
-		out = append(out, e.withStatus())
-	}
-	s.mu.RUnlock()
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Namespace != out[j].Namespace {
-			return out[i].Namespace < out[j].Namespace
-		}
-		return out[i].Name < out[j].Name
-	})
-	return out
+	defer s.mu.RUnlock()
+	return s.pods.Pods()
 }
 
 // Len returns the number of pods.
 func (s *Statuses) Len() int {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return len(s.pods)
-}
-
-func (e *entry) withStatus() *v1.Pod {
-	p := e.pod.DeepCopy()
-	p.Status = *e.status.DeepCopy()
-	return p
+	return s.pods.Len()
 }
 
 // PodAdded implements pods.Listener: the pod's status is computed.
@@ -177,25 +141,14 @@ func (s *Statuses) PodStatusChanged(p *pods.Pod) { s.put(p.Pod) }
 func (s *Statuses) PodRemoved(p *pods.Pod) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	uid := p.Pod.UID
-	if e, ok := s.pods[uid]; ok {
-		name := types.NamespacedName{Namespace: e.pod.Namespace, Name: e.pod.Name}
-		if s.byName[name] == uid {
-			delete(s.byName, name)
-		}
-		delete(s.pods, uid)
-	}
+	s.pods.Delete(p.Pod.UID)
 }
 
 func (s *Statuses) put(pod *v1.Pod) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old, ok := s.pods[pod.UID]; ok && (old.pod.Namespace != pod.Namespace || old.pod.Name != pod.Name) {
-		delete(s.byName, types.NamespacedName{Namespace: old.pod.Namespace, Name: old.pod.Name})
-	}
-	e := &entry{pod: pod}
-	s.pods[pod.UID] = e
-	s.byName[types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}] = pod.UID
+	e := &podstatus.Entry{Pod: pod}
+	s.pods.Put(e)
 	s.computeLocked(e)
 }
 
@@ -209,7 +162,7 @@ func (s *Statuses) ProbeResult(t runtime.ProbeType, u results.Update) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e, ok := s.pods[u.PodUID]; ok {
+	if e, ok := s.pods.Get(u.PodUID); ok {
 		s.computeLocked(e)
 	}
 }
@@ -220,18 +173,18 @@ func (s *Statuses) ProbeResult(t runtime.ProbeType, u results.Update) {
 func (s *Statuses) Resync() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, e := range s.pods {
+	for _, e := range s.pods.All() {
 		s.computeLocked(e)
 	}
 }
 
-// computeLocked sets e.status from the kubelet's status and the prober's
+// computeLocked sets e.Status from the kubelet's status and the prober's
 // verdicts (see Statuses). Caller holds mu for writing.
-func (s *Statuses) computeLocked(e *entry) {
-	kubelet := &e.pod.Status
+func (s *Statuses) computeLocked(e *podstatus.Entry) {
+	kubelet := &e.Pod.Status
 	status := kubelet.DeepCopy()
 	if s.prober == nil {
-		e.status = *status
+		e.Status = *status
 		return
 	}
 	// Like the kubelet's generateAPIPodStatus, Ready starts from false and
@@ -245,10 +198,10 @@ func (s *Statuses) computeLocked(e *entry) {
 		}
 	}
 	// The pod carries the kubelet's status: M9 reads its Ready condition.
-	s.prober.UpdatePodStatus(context.Background(), e.pod, status)
+	s.prober.UpdatePodStatus(context.Background(), e.Pod, status)
 	andStarted(status.ContainerStatuses, kubelet.ContainerStatuses)
 	andStarted(status.InitContainerStatuses, kubelet.InitContainerStatuses)
-	e.status = *status
+	e.Status = *status
 }
 
 // andStarted sets each probed Started to (kubelet's started AND probed's
