@@ -133,9 +133,24 @@ func benchAnnotation(tg benchTargets) string {
 		`{"container":"app","type":"liveness","periodSeconds":1,"failureThreshold":3,"tcpSocket":{"port":%d}}]`, tg.ready.port, tg.live.port)
 }
 
-// requestCounter counts the agent's requests to the API server.
+// requestCounter counts the agent's requests to the API server, and
+// keeps a line per write while recording is on (the steady window), so a
+// write at steady state is named in the benchmark's log.
 type requestCounter struct {
 	total, writes, patches, events atomic.Int64
+
+	mu        sync.Mutex
+	recording bool
+	recorded  []string
+}
+
+// record turns the per-write log on or off and returns what it held.
+func (c *requestCounter) record(on bool) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.recorded
+	c.recording, c.recorded = on, nil
+	return out
 }
 
 // wrap is a rest.Config.WrapTransport that counts into c.
@@ -153,6 +168,19 @@ func (t countingTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	c.total.Add(1)
 	if req.Method != http.MethodGet {
 		c.writes.Add(1)
+		c.mu.Lock()
+		if c.recording {
+			line := time.Now().Format("15:04:05.000") + " " + req.Method + " " + req.URL.Path
+			if req.GetBody != nil {
+				if body, err := req.GetBody(); err == nil {
+					data, _ := io.ReadAll(io.LimitReader(body, 2048))
+					body.Close()
+					line += " " + string(data)
+				}
+			}
+			c.recorded = append(c.recorded, line)
+		}
+		c.mu.Unlock()
 		switch {
 		case req.Method == http.MethodPatch && strings.HasSuffix(req.URL.Path, "/status"):
 			c.patches.Add(1)
@@ -218,6 +246,7 @@ func steady(b *testing.B, baseHeap uint64, counter *requestCounter) {
 	var total, writes, patches int64
 	if counter != nil {
 		total, writes, patches = counter.total.Load(), counter.writes.Load(), counter.patches.Load()
+		counter.record(true)
 	}
 	cpu0, t0 := cpuTime(b), time.Now()
 	time.Sleep(benchWindow)
@@ -231,6 +260,9 @@ func steady(b *testing.B, baseHeap uint64, counter *requestCounter) {
 		b.ReportMetric(float64(counter.total.Load()-total)/minutes, "api-req/min")
 		b.ReportMetric(float64(counter.writes.Load()-writes)/minutes, "api-writes/min")
 		b.ReportMetric(float64(counter.patches.Load()-patches)/minutes, "api-patches/min")
+		for _, w := range counter.record(false) {
+			b.Logf("write at steady state: %s", w)
+		}
 	}
 }
 
