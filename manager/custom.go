@@ -17,6 +17,9 @@ type customProbe struct {
 	probe     *v1.Probe
 	kind      string
 	plugin    *runtime.PluginAction // nil for a built-in handler
+	// milliseconds are the timing fields' millisecond offsets; nil: whole
+	// seconds.
+	milliseconds *runtime.Milliseconds
 }
 
 // customProbes returns the valid custom probes of the pod's annotation. The
@@ -41,7 +44,7 @@ func (m *manager) customProbes(pod *v1.Pod) []customProbe {
 		if c == nil {
 			continue
 		}
-		cp := customProbe{container: c, probeType: p.Type, probe: &p.Probe, kind: p.Kind()}
+		cp := customProbe{container: c, probeType: p.Type, probe: &p.Probe, kind: p.Kind(), milliseconds: p.Offsets()}
 		if p.Plugin.Name != "" {
 			cp.plugin = &p.Plugin
 		}

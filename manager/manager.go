@@ -370,7 +370,8 @@ func (m *manager) AddPod(ctx context.Context, pod *v1.Pod) {
 		if _, ok := m.workers.get(key); ok {
 			continue
 		}
-		m.startWorker(key, pod, cp.container, cp.probe, cp.kind, cp.plugin)
+		m.startWorker(runtime.Spec{Kind: cp.kind, ProbeType: cp.probeType, Pod: pod, Container: cp.container,
+			Probe: cp.probe, Plugin: cp.plugin, Milliseconds: cp.milliseconds})
 	}
 }
 
@@ -391,17 +392,20 @@ func (m *manager) addSpecProbesLocked(pod *v1.Pod) {
 				m.log.Debug(pt.String()+" probe already exists for container", "pod", klogPod(pod), "containerName", c.Name)
 				return true
 			}
-			m.startWorker(key, pod, c, probe, runtime.KindOf(probe), nil)
+			m.startWorker(runtime.Spec{Kind: runtime.KindOf(probe), ProbeType: pt, Pod: pod, Container: c, Probe: probe})
 		}
 		return true
 	})
 }
 
-// startWorker creates a worker and arms it. Caller holds m.mu for writing.
-func (m *manager) startWorker(key probeKey, pod *v1.Pod, c *v1.Container, probe *v1.Probe, kind string, plugin *runtime.PluginAction) {
-	w := newWorker(m, key, pod, c, probe, kind, plugin)
+// startWorker creates the worker of spec (the probe's snapshot, M2) and
+// arms it. Caller holds m.mu for writing.
+func (m *manager) startWorker(spec runtime.Spec) {
+	w := newWorker(m, spec)
+	key := w.key()
 	// The kubelet is always fed defaulted specs (spec 1.2); a zero period
-	// counts as the API default rather than panicking as its ticker would.
+	// counts as the API default rather than panicking as its ticker would
+	// (runtime.TimingOf). An annotation probe's period may be sub-second.
 	period := w.period()
 	h := keyHash(key)
 	id, err := m.sched.Add(h, int(w.lane), period, w)

@@ -81,19 +81,11 @@ func (w *worker) initialValue() results.Result {
 	return results.Success
 }
 
-func newWorker(m *manager, key probeKey, pod *v1.Pod, c *v1.Container, probe *v1.Probe, kind string, plugin *runtime.PluginAction) *worker {
-	w := &worker{
-		m: m,
-		rs: runtime.Spec{
-			Kind:      kind,
-			ProbeType: key.probeType,
-			Pod:       pod,
-			Container: c,
-			Probe:     probe,
-			Plugin:    plugin,
-		},
-		lane: uint8(runtime.LaneOf(kind)),
-	}
+// newWorker creates the worker of spec: its Kind, ProbeType, Pod,
+// Container, Probe, and for an annotation probe Plugin and Milliseconds.
+func newWorker(m *manager, spec runtime.Spec) *worker {
+	w := &worker{m: m, rs: spec, lane: uint8(runtime.LaneOf(spec.Kind))}
+	pod, c := spec.Pod, spec.Container
 	// W7: a restartable init container is named in spec.initContainers and
 	// has restartPolicy Always.
 	for i := range pod.Spec.InitContainers {
@@ -228,16 +220,18 @@ func (w *worker) doProbe(ctx context.Context) bool {
 		w.resultsManager().Set(w.containerID(), results.Success, w.rs.Pod)
 		return false
 	}
-	// W5.8: initial delay from the running container's StartedAt, whole
-	// seconds. probed then wakes the worker when the delay ends (plus its
+	// W5.8: initial delay from the running container's StartedAt (the
+	// kubelet's int32(elapsed/time.Second) < initialDelaySeconds is
+	// elapsed < the delay for whole seconds; an annotation probe's delay
+	// may have milliseconds, runtime.TimingOf). probed then wakes the worker when the delay ends (plus its
 	// phase, under FirstRunSpread whatever the scheduler's age) instead of
 	// up to a period later (BR-11; the kubelet waits for its next tick),
 	// but never later than its next periodic run: the kubelet re-reads the
 	// status at every tick, so a StartedAt that moves earlier (a late or
 	// corrected status) is seen within one period.
 	elapsed := start.Sub(c.State.Running.StartedAt.Time)
-	if int32(elapsed/time.Second) < w.rs.Probe.InitialDelaySeconds {
-		remaining := time.Duration(w.rs.Probe.InitialDelaySeconds)*time.Second - elapsed
+	if delay := w.rs.Timing().InitialDelay; elapsed < delay {
+		remaining := delay - elapsed
 		if wake := remaining + m.sched.PromptSpread(keyHash(w.key()), w.period()); wake < w.period() {
 			m.sched.Schedule(w.id, wake)
 		}
@@ -253,14 +247,10 @@ func (w *worker) doProbe(ctx context.Context) bool {
 	return true
 }
 
-// period returns the probe's period (a non-positive one counts as the API
-// default of 10 s).
-func (w *worker) period() time.Duration {
-	if w.rs.Probe.PeriodSeconds <= 0 {
-		return 10 * time.Second
-	}
-	return time.Duration(w.rs.Probe.PeriodSeconds) * time.Second
-}
+// period returns the probe's period (runtime.TimingOf: periodSeconds, plus
+// periodMilliseconds for an annotation probe; a non-positive one counts as
+// the API default of 10 s).
+func (w *worker) period() time.Duration { return w.rs.Timing().Period }
 
 // kubeletRestartWindow: a container started more than this before the
 // manager is treated as surviving a restart of the agent (W6c, M9).

@@ -217,16 +217,20 @@ type Spec struct {
 	Probe *v1.Probe
 	// Plugin is set for plugin kinds.
 	Plugin *PluginAction
+	// Milliseconds, when set, are the millisecond offsets of an annotation
+	// probe's timing fields (sub-second periods, timeouts and initial
+	// delays); nil for spec probes. Read the timing through Timing.
+	Milliseconds *Milliseconds
 }
 
-// Timeout is the probe's timeoutSeconds as a duration (spec P3); a
-// non-positive value counts as the API default of 1 s.
-func (s *Spec) Timeout() time.Duration {
-	if s.Probe == nil || s.Probe.TimeoutSeconds <= 0 {
-		return time.Second
-	}
-	return time.Duration(s.Probe.TimeoutSeconds) * time.Second
-}
+// Timing is the probe's period, timeout and initial delay as durations:
+// TimingOf(s.Probe, s.Milliseconds).
+func (s *Spec) Timing() Timing { return TimingOf(s.Probe, s.Milliseconds) }
+
+// Timeout is the probe's timeout as a duration (spec P3): timeoutSeconds
+// plus timeoutMilliseconds for an annotation probe; a non-positive value
+// counts as the API default of 1 s (TimingOf).
+func (s *Spec) Timeout() time.Duration { return s.Timing().Timeout }
 
 // Target is what changes from run to run of a prepared probe.
 type Target struct {

@@ -26,6 +26,7 @@ import (
 	"github.com/probed/probed/agent/pods"
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/manager/customprobe"
+	"github.com/probed/probed/runtime"
 )
 
 // ReaddInterval is how often AddPod is repeated for a pod whose UID still
@@ -248,28 +249,29 @@ func (r *Reconciler) DrainBound() time.Duration {
 	return longest + time.Second
 }
 
-// LongestTimeout is the longest timeoutSeconds of the pod's probes: the spec
-// probes of its containers and init containers and the custom probes of its
-// probed.io/probes annotation; at least one second.
+// LongestTimeout is the longest timeout of the pod's probes
+// (runtime.TimingOf): the spec probes of its containers and init containers
+// and the custom probes of its probed.io/probes annotation, with their
+// timeoutMilliseconds; at least one second.
 func LongestTimeout(pod *v1.Pod) time.Duration {
-	longest := int32(1)
-	consider := func(pr *v1.Probe) {
-		if pr != nil && pr.TimeoutSeconds > longest {
-			longest = pr.TimeoutSeconds
+	longest := time.Second
+	consider := func(pr *v1.Probe, ms *runtime.Milliseconds) {
+		if pr != nil {
+			longest = max(longest, runtime.TimingOf(pr, ms).Timeout)
 		}
 	}
 	for _, cs := range [][]v1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
 		for i := range cs {
-			consider(cs[i].LivenessProbe)
-			consider(cs[i].ReadinessProbe)
-			consider(cs[i].StartupProbe)
+			consider(cs[i].LivenessProbe, nil)
+			consider(cs[i].ReadinessProbe, nil)
+			consider(cs[i].StartupProbe, nil)
 		}
 	}
 	custom, _ := customprobe.Parse(pod, nil)
 	for i := range custom {
-		consider(&custom[i].Probe)
+		consider(&custom[i].Probe, custom[i].Offsets())
 	}
-	return time.Duration(longest) * time.Second
+	return longest
 }
 
 func podName(pod *v1.Pod) string { return pod.Namespace + "/" + pod.Name }

@@ -12,6 +12,9 @@
 //	  "initialDelaySeconds": 0,      // optional, seconds, default 0
 //	  "timeoutSeconds": 1,           // optional, seconds, default 1
 //	  "periodSeconds": 1,            // optional, seconds, default 10
+//	  "periodMilliseconds": -800,    // optional, -999..999, added to periodSeconds (here: 200 ms)
+//	  "timeoutMilliseconds": 0,      // optional, -999..999, added to timeoutSeconds
+//	  "initialDelayMilliseconds": 0, // optional, -999..999, added to initialDelaySeconds
 //	  "successThreshold": 1,         // optional, default 1; must be 1 for liveness and startup
 //	  "failureThreshold": 3,         // optional, default 3
 //	  "terminationGracePeriodSeconds": 30, // optional, seconds, > 0; not on readiness
@@ -26,7 +29,10 @@
 //	    "params": {"path": "/ready", "body": "ok"}}}] // optional: string values only
 //
 // Timing fields and the built-in handlers have the meaning, defaults and
-// validation of v1.Probe (spec 1.2, 1.3); the built-in handlers are decoded
+// validation of v1.Probe (spec 1.2, 1.3). The millisecond fields, which
+// v1.Probe lacks, are offsets added to the defaulted seconds fields as in
+// upstream's sub-second probe proposal (kubernetes/kubernetes#107958,
+// KEP-3066; ValidateMilliseconds); the built-in handlers are decoded
 // strictly (an unknown or misspelled field is an error). A named port is
 // resolved at run time like an httpGet port (spec 1.4); a name the container
 // does not declare is not a parse error, the probe then errors on every run,
@@ -73,7 +79,23 @@ type Probe struct {
 	// Plugin is the handler of a plugin probe: the plugin kind, its port
 	// and its parameters. Its Name is empty for a built-in handler.
 	Plugin runtime.PluginAction
+	// Milliseconds are the periodMilliseconds, timeoutMilliseconds and
+	// initialDelayMilliseconds offsets (zero: whole seconds).
+	Milliseconds runtime.Milliseconds
 }
+
+// Offsets returns the probe's millisecond offsets, or nil when it has none
+// (the form runtime.Spec.Milliseconds takes).
+func (p *Probe) Offsets() *runtime.Milliseconds {
+	if p.Milliseconds.IsZero() {
+		return nil
+	}
+	return &p.Milliseconds
+}
+
+// Timing returns the probe's period, timeout and initial delay as
+// durations, millisecond offsets included (runtime.TimingOf).
+func (p *Probe) Timing() runtime.Timing { return runtime.TimingOf(&p.Probe, p.Offsets()) }
 
 // Kind is the probe's handler kind: the plugin kind, or the built-in kind
 // of its v1.Probe handler (runtime.KindOf).
@@ -109,7 +131,7 @@ var probeTypeNames = []string{"liveness", "readiness", "startup"}
 // (when knownKind is not nil), a port that is neither 0 (no port), 1-65535 nor
 // a valid IANA_SVC_NAME, a params value that is not a string, a probe type the
 // container already has in its spec or twice in the annotation, and the
-// timing rules of ValidateTiming. Field paths look like
+// timing rules of ValidateTiming and ValidateMilliseconds. Field paths look like
 // metadata.annotations[probed.io/probes][0].plugin.name.
 //
 // An element with errors is left out of the result; the others are returned
@@ -193,6 +215,12 @@ func (p *parser) entry(raw json.RawMessage, path *field.Path, index int) (Probe,
 			out.Probe.TimeoutSeconds, es = decodeInt32(v, fp)
 		case "periodSeconds":
 			out.Probe.PeriodSeconds, es = decodeInt32(v, fp)
+		case "initialDelayMilliseconds":
+			out.Milliseconds.InitialDelay, es = decodeInt32(v, fp)
+		case "timeoutMilliseconds":
+			out.Milliseconds.Timeout, es = decodeInt32(v, fp)
+		case "periodMilliseconds":
+			out.Milliseconds.Period, es = decodeInt32(v, fp)
 		case "successThreshold":
 			out.Probe.SuccessThreshold, es = decodeInt32(v, fp)
 		case "failureThreshold":
@@ -295,6 +323,7 @@ func (p *parser) entry(raw json.RawMessage, path *field.Path, index int) (Probe,
 		t = noType
 	}
 	errs = append(errs, ValidateTiming(&out.Probe, t, path)...)
+	errs = append(errs, ValidateMilliseconds(&out.Probe, out.Milliseconds, path)...)
 	return out, errs
 }
 
@@ -374,7 +403,7 @@ func podRef(pod *v1.Pod) string {
 
 var (
 	probeFields = []string{"container", "type", "initialDelaySeconds", "timeoutSeconds", "periodSeconds",
-		"successThreshold", "failureThreshold", "terminationGracePeriodSeconds", "plugin", "httpGet", "tcpSocket", "grpc", "exec"}
+		"initialDelayMilliseconds", "timeoutMilliseconds", "periodMilliseconds", "successThreshold", "failureThreshold", "terminationGracePeriodSeconds", "plugin", "httpGet", "tcpSocket", "grpc", "exec"}
 	pluginFields = []string{"name", "port", "params"}
 )
 

@@ -49,7 +49,7 @@ func (h *handler) Prepare(spec *runtime.Spec) (runtime.Prober, error) {
 	if spec.Container != nil {
 		env = spec.Container.Env
 	}
-	p := &prober{h: h, probe: spec.Probe}
+	p := &prober{h: h, spec: spec}
 	if cmd := ExpandCommand(spec.Probe.Exec.Command, env); &cmd[0] != &spec.Probe.Exec.Command[0] {
 		// Only an expanded command is copied to the heap: taking cmd's own
 		// address would move it there for every probe (24 bytes each).
@@ -59,11 +59,12 @@ func (h *handler) Prepare(spec *runtime.Spec) (runtime.Prober, error) {
 	return p, nil
 }
 
-// prober is 24 bytes: the spec's probe is an immutable snapshot, so the
-// command and timeout are read from it; only an expanded command is kept.
+// prober is 24 bytes: the spec is an immutable snapshot kept by its
+// worker, so the command and timeout (spec.Timeout, sub-second for an
+// annotation probe) are read from it; only an expanded command is kept.
 type prober struct {
 	h        *handler
-	probe    *v1.Probe
+	spec     *runtime.Spec
 	expanded *[]string // the command after $(VAR) expansion; nil: as written
 }
 
@@ -71,15 +72,10 @@ func (p *prober) cmd() []string {
 	if p.expanded != nil {
 		return *p.expanded
 	}
-	return p.probe.Exec.Command
+	return p.spec.Probe.Exec.Command
 }
 
-func (p *prober) timeout() time.Duration {
-	if p.probe.TimeoutSeconds <= 0 {
-		return time.Second
-	}
-	return time.Duration(p.probe.TimeoutSeconds) * time.Second
-}
+func (p *prober) timeout() time.Duration { return p.spec.Timeout() }
 
 // Probe runs the command once in t.ContainerID and returns the E3 verdict:
 //

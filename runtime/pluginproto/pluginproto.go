@@ -183,11 +183,14 @@ func ProbeTypeFromProto(t pb.ProbeType) (runtime.ProbeType, error) {
 type BuiltinSpec struct {
 	Container *v1.Container `json:"container,omitempty"`
 	Probe     *v1.Probe     `json:"probe"`
+	// Milliseconds are an annotation probe's timing offsets (sub-second
+	// timeouts); absent for whole seconds.
+	Milliseconds *runtime.Milliseconds `json:"milliseconds,omitempty"`
 }
 
 // EncodeBuiltinSpec returns the SpecParam value for spec.
 func EncodeBuiltinSpec(spec *runtime.Spec) (string, error) {
-	b := BuiltinSpec{Probe: spec.Probe}
+	b := BuiltinSpec{Probe: spec.Probe, Milliseconds: spec.Milliseconds}
 	if c := spec.Container; c != nil {
 		b.Container = &v1.Container{Name: c.Name, Ports: c.Ports, Env: c.Env}
 	}
@@ -218,7 +221,8 @@ func ProbeID(spec *runtime.Spec) string {
 //   - for a built-in kind (SpecParam present), Container and Probe from
 //     SpecParam, and no Plugin;
 //   - otherwise a Container with only its name, a Probe with only
-//     TimeoutSeconds (from timeout, whole seconds, at least 1), and Plugin
+//     TimeoutSeconds and Milliseconds.Timeout (from timeout, to the
+//     millisecond; at least 1 ms, else 1 s), and Plugin
 //     with the kind, the resolved port (0: none) and the params (without
 //     reserved names).
 //
@@ -246,15 +250,12 @@ func SpecFromRequest(req *pb.ProbeRequest) (*runtime.Spec, error) {
 		if b.Container == nil {
 			b.Container = &v1.Container{Name: tg.GetContainerName()}
 		}
-		spec.Container, spec.Probe = b.Container, b.Probe
+		spec.Container, spec.Probe, spec.Milliseconds = b.Container, b.Probe, b.Milliseconds
 		return spec, nil
 	}
-	secs := int32(req.GetTimeout().AsDuration() / time.Second)
-	if secs < 1 {
-		secs = 1
-	}
 	spec.Container = &v1.Container{Name: tg.GetContainerName()}
-	spec.Probe = &v1.Probe{TimeoutSeconds: secs}
+	spec.Probe = &v1.Probe{}
+	spec.Probe.TimeoutSeconds, spec.Milliseconds = splitTimeout(req.GetTimeout().AsDuration())
 	params := make(map[string]string, len(req.GetParams()))
 	for k, v := range req.GetParams() {
 		if strings.HasPrefix(k, ReservedParamPrefix) {
@@ -276,4 +277,23 @@ func TargetFromRequest(req *pb.ProbeRequest) runtime.Target {
 		ContainerID: req.GetTarget().GetContainerId(),
 		Attempt:     int(req.GetAttempt()),
 	}
+}
+
+// splitTimeout expresses a timeout as timeoutSeconds plus a
+// timeoutMilliseconds offset (nil when it is whole seconds): 300 ms is 1 s
+// and -700 ms, 2.5 s is 2 s and 500 ms. Below 1 ms it is 1 s (the API
+// default).
+func splitTimeout(d time.Duration) (int32, *runtime.Milliseconds) {
+	ms := d.Milliseconds()
+	if ms < 1 {
+		return 1, nil
+	}
+	secs, rest := ms/1000, ms%1000
+	if secs == 0 {
+		secs, rest = 1, rest-1000
+	}
+	if rest == 0 {
+		return int32(secs), nil
+	}
+	return int32(secs), &runtime.Milliseconds{Timeout: int32(rest)}
 }
