@@ -81,8 +81,11 @@ type RunRecord struct {
 	ContainerID   string
 	ProbeType     runtime.ProbeType
 	Kind          string // handler kind: http, tcp, exec, grpc or a plugin kind
-	Start         time.Time
-	Duration      time.Duration
+	// Period and Timeout are the probe's (runtime.TimingOf: sub-second for
+	// an annotation probe with millisecond offsets).
+	Period, Timeout time.Duration
+	Start           time.Time
+	Duration        time.Duration
 	// Result is the handler's verdict; Errored runs carry the error instead
 	// and were discarded (W5.10).
 	Result   runtime.Result

@@ -332,7 +332,10 @@ func (w *worker) observe(start time.Time, d time.Duration, rep runtime.Report, c
 	if o == nil {
 		return
 	}
+	timing := w.rs.Timing()
 	rec := RunRecord{
+		Period:        timing.Period,
+		Timeout:       timing.Timeout,
 		PodUID:        w.rs.Pod.UID,
 		Namespace:     w.rs.Pod.Namespace,
 		PodName:       w.rs.Pod.Name,

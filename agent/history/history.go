@@ -30,9 +30,14 @@ type Record struct {
 
 // Probe is the history of one probe.
 type Probe struct {
-	Container string   `json:"container"`
-	Type      string   `json:"type"`    // liveness, readiness, startup
-	Handler   string   `json:"handler"` // http, tcp, exec, grpc or a plugin kind
+	Container string `json:"container"`
+	Type      string `json:"type"`    // liveness, readiness, startup
+	Handler   string `json:"handler"` // http, tcp, exec, grpc or a plugin kind
+	// PeriodMS and TimeoutMS are the probe's period and timeout in
+	// milliseconds (periodSeconds plus periodMilliseconds for an
+	// annotation probe, runtime.TimingOf), as of its newest run.
+	PeriodMS  float64  `json:"periodMs"`
+	TimeoutMS float64  `json:"timeoutMs"`
 	Results   []Record `json:"results"` // oldest first
 	// LastFailure is the newest failed or errored record, kept even when
 	// it has left the ring.
@@ -45,11 +50,12 @@ type key struct {
 }
 
 type ring struct {
-	handler     string
-	recs        []Record
-	next        int
-	full        bool
-	lastFailure *Record
+	handler         string
+	period, timeout time.Duration
+	recs            []Record
+	next            int
+	full            bool
+	lastFailure     *Record
 }
 
 // History holds up to Size records per probe.
@@ -94,6 +100,7 @@ func (h *History) ProbeRan(r manager.RunRecord) {
 		rg = &ring{handler: r.Kind, recs: make([]Record, h.size)}
 		probes[k] = rg
 	}
+	rg.period, rg.timeout = r.Period, r.Timeout
 	rg.recs[rg.next] = rec
 	rg.next = (rg.next + 1) % h.size
 	if rg.next == 0 {
@@ -118,7 +125,8 @@ func (h *History) Pod(uid types.UID) []Probe {
 	defer h.mu.Unlock()
 	out := []Probe{}
 	for k, rg := range h.pods[uid] {
-		p := Probe{Container: k.container, Type: k.typ.Lower(), Handler: rg.handler, LastFailure: rg.lastFailure}
+		p := Probe{Container: k.container, Type: k.typ.Lower(), Handler: rg.handler, LastFailure: rg.lastFailure,
+			PeriodMS: millis(rg.period), TimeoutMS: millis(rg.timeout)}
 		if rg.full {
 			p.Results = append(p.Results, rg.recs[rg.next:]...)
 		}
@@ -133,3 +141,5 @@ func (h *History) Pod(uid types.UID) []Probe {
 	})
 	return out
 }
+
+func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

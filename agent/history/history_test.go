@@ -207,7 +207,7 @@ func TestJSONHasNoBody(t *testing.T) {
 		sort.Strings(out)
 		return out
 	}
-	if got := keys(probes[0]); !reflect.DeepEqual(got, []string{"container", "handler", "lastFailure", "results", "type"}) {
+	if got := keys(probes[0]); !reflect.DeepEqual(got, []string{"container", "handler", "lastFailure", "periodMs", "results", "timeoutMs", "type"}) {
 		t.Errorf("probe fields %v", got)
 	}
 	var recs []map[string]json.RawMessage
@@ -263,5 +263,18 @@ func TestRecordMessageRedacted(t *testing.T) {
 	}
 	if got := p[0].LastFailure.Message; got != want {
 		t.Errorf("last failure %q, want %q", got, want)
+	}
+}
+
+// Issue 13: each probe's history states its period and timeout in
+// milliseconds (sub-second for an annotation probe), as of its newest run.
+func TestPeriodAndTimeoutInMilliseconds(t *testing.T) {
+	h := history.New(3)
+	r := run("u", 1, runtime.Success, "")
+	r.Period, r.Timeout = 200*time.Millisecond, 300*time.Millisecond
+	h.ProbeRan(r)
+	got := h.Pod("u")
+	if len(got) != 1 || got[0].PeriodMS != 200 || got[0].TimeoutMS != 300 {
+		t.Fatalf("history %+v, want periodMs 200 timeoutMs 300", got)
 	}
 }

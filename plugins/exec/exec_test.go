@@ -311,3 +311,17 @@ func trunc(s string) string {
 	}
 	return s
 }
+
+// Issue 13: an annotation probe's timeoutMilliseconds reaches the runner
+// (spec.Timeout: timeoutSeconds 1 and -700 ms is 300 ms).
+func TestSubSecondTimeoutReachesRunner(t *testing.T) {
+	r := &recordingRunner{out: []byte("ok")}
+	spec := execSpec(1, nil, "true")
+	spec.Milliseconds = &runtime.Milliseconds{Timeout: -700}
+	if _, err := probeOnce(t, exec.New(r), spec); err != nil {
+		t.Fatal(err)
+	}
+	if r.timeout != 300*time.Millisecond {
+		t.Fatalf("runner timeout %v, want 300ms", r.timeout)
+	}
+}

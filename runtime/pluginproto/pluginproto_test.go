@@ -134,3 +134,42 @@ func dropProtocVersion(b []byte) []byte {
 	}
 	return bytes.Join(out, []byte("\n"))
 }
+
+// Sub-second timeouts (issue 13) reach the plugin to the millisecond: a
+// plugin kind's timeout comes as a duration, a built-in spec carries its
+// millisecond offsets.
+func TestSpecFromRequestSubSecondTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		timeout, want time.Duration
+	}{
+		{300 * time.Millisecond, 300 * time.Millisecond},
+		{1500 * time.Millisecond, 1500 * time.Millisecond},
+		{2 * time.Second, 2 * time.Second},
+		{0, time.Second},
+	} {
+		req := &pb.ProbeRequest{Kind: "redis", ProbeType: pb.ProbeType_PROBE_TYPE_LIVENESS, Timeout: durationpb.New(tc.timeout),
+			Target: &pb.Target{ContainerName: "app"}}
+		got, err := SpecFromRequest(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Timeout() != tc.want {
+			t.Errorf("timeout %v: spec.Timeout() = %v, want %v", tc.timeout, got.Timeout(), tc.want)
+		}
+	}
+	spec := &runtime.Spec{Kind: runtime.KindTCP, ProbeType: runtime.Readiness, Pod: &v1.Pod{},
+		Probe:        &v1.Probe{PeriodSeconds: 1, TimeoutSeconds: 1, ProbeHandler: v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{Port: intstr.FromInt32(80)}}},
+		Milliseconds: &runtime.Milliseconds{Period: -900, Timeout: -700}}
+	raw, err := EncodeBuiltinSpec(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := SpecFromRequest(&pb.ProbeRequest{Kind: runtime.KindTCP, ProbeType: ProbeTypeToProto(runtime.Readiness),
+		Params: map[string]string{SpecParam: raw}, Target: &pb.Target{ContainerName: "app"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tm := got.Timing(); tm.Timeout != 300*time.Millisecond || tm.Period != 100*time.Millisecond {
+		t.Errorf("built-in spec timing %+v, want timeout 300ms period 100ms", tm)
+	}
+}

@@ -1,0 +1,112 @@
+package agent_test
+
+import (
+	"net"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// acceptLog is a loopback listener that records when it accepts each
+// connection and closes it.
+type acceptLog struct {
+	mu    sync.Mutex
+	times []time.Time
+	port  int
+}
+
+func newAcceptLog(t *testing.T) *acceptLog {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &acceptLog{port: ln.Addr().(*net.TCPAddr).Port}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			a.mu.Lock()
+			a.times = append(a.times, time.Now())
+			a.mu.Unlock()
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-done })
+	return a
+}
+
+func (a *acceptLog) accepted() []time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.times)
+}
+
+// Issue 13 (sub-second periods): a manifest pod's annotation TCP probe with
+// periodSeconds 1 and periodMilliseconds -800 dials a real socket every
+// 200 ms through the agent; the probe history states the period, and the
+// pod becomes Ready.
+func TestAgent_SubSecondAnnotationTCPProbe(t *testing.T) {
+	target := newAcceptLog(t)
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "fast.yaml"), `apiVersion: v1
+kind: Pod
+metadata:
+  name: fast
+  namespace: shop
+  annotations:
+    probed.io/probes: '[{"container": "app", "type": "readiness", "periodSeconds": 1, "periodMilliseconds": -800, "timeoutMilliseconds": -500, "failureThreshold": 1, "tcpSocket": {"port": `+strconv.Itoa(target.port)+`}}]'
+spec:
+  containers:
+  - name: app
+    image: example/app
+`)
+	r := startAgent(t, dir, nil)
+	r.eventually("the pod Ready", func() bool { p, ok := r.pods()["shop/fast"]; return ok && podReady(p) })
+	var hist struct {
+		Probes []struct {
+			Type      string  `json:"type"`
+			Handler   string  `json:"handler"`
+			PeriodMS  float64 `json:"periodMs"`
+			TimeoutMS float64 `json:"timeoutMs"`
+			Results   []struct {
+				Result string `json:"result"`
+			} `json:"results"`
+		} `json:"probes"`
+	}
+	r.eventually("ten readiness runs", func() bool {
+		r.get("/pods/shop/fast/probes", &hist)
+		return len(hist.Probes) == 1 && len(hist.Probes[0].Results) >= 10
+	})
+	p := hist.Probes[0]
+	if p.Type != "readiness" || p.Handler != "tcp" || p.PeriodMS != 200 || p.TimeoutMS != 500 {
+		t.Fatalf("history: %s %s period %v ms timeout %v ms, want readiness tcp 200 ms 500 ms", p.Type, p.Handler, p.PeriodMS, p.TimeoutMS)
+	}
+	for _, res := range p.Results {
+		if res.Result != "success" {
+			t.Fatalf("a run against the open socket: %q", res.Result)
+		}
+	}
+	// The runs are 200 ms apart on the target's own clock: the median gap
+	// between accepts (robust to a loaded machine's late runs) is far from
+	// the whole-second period the seconds field alone would give.
+	times := target.accepted()
+	if len(times) < 10 {
+		t.Fatalf("%d connections accepted, want at least 10", len(times))
+	}
+	var gaps []time.Duration
+	for i := 1; i < len(times); i++ {
+		gaps = append(gaps, times[i].Sub(times[i-1]))
+	}
+	slices.Sort(gaps)
+	if med := gaps[len(gaps)/2]; med < 100*time.Millisecond || med > 600*time.Millisecond {
+		t.Fatalf("median gap between probe connections %v (of %d), want about 200ms", med, len(gaps))
+	}
+}
