@@ -38,6 +38,7 @@ type impl interface {
 type implOptions struct {
 	pool, execPool int
 	shards         int
+	tick           time.Duration // probed's scheduler tick; 0: its default
 }
 
 // drain consumes a results channel until stop is closed (both results
@@ -91,6 +92,7 @@ func newProbed(sc *scenario, runner exec.Runner, o implOptions) (*probedImpl, er
 		MetricsRegisterer: p.reg,
 		Logger:            logger,
 		Shards:            o.shards,
+		Tick:              o.tick,
 	})
 	if err != nil {
 		return nil, err

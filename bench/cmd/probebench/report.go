@@ -28,6 +28,9 @@ func writeReport(results []Result, suite, cmdline, outDir, doc string) error {
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return err
 	}
+	if suite == subsecSuite {
+		return writeSubsecReport(results, cmdline, outDir, doc)
+	}
 	png := filepath.Join(outDir, suite+".png")
 	if err := plotResults(results, png, suite); err != nil {
 		return fmt.Errorf("plot: %w", err)

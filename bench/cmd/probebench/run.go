@@ -24,15 +24,20 @@ import (
 
 // Result is the JSON line of one run.
 type Result struct {
-	Impl          string  `json:"impl"`
-	Mode          string  `json:"mode"`
-	Label         string  `json:"label,omitempty"`
-	Pods          int     `json:"pods"`
-	Probes        int     `json:"probes"`
-	PeriodSeconds int     `json:"period_seconds"`
+	Impl          string `json:"impl"`
+	Mode          string `json:"mode"`
+	Label         string `json:"label,omitempty"`
+	Pods          int    `json:"pods"`
+	Probes        int    `json:"probes"`
+	PeriodSeconds int    `json:"period_seconds"`
+	// PeriodMs is set for a sub-second run (-period-ms): probed only, its
+	// probes declared in the probed.io/probes annotation with
+	// periodMilliseconds; PeriodSeconds is then 0.
+	PeriodMs      int     `json:"period_ms,omitempty"`
 	OneAddr       string  `json:"one_addr,omitempty"`
 	HungEvery     int     `json:"hung_every,omitempty"`
 	Pool          int     `json:"pool,omitempty"`
+	TickMs        float64 `json:"tick_ms,omitempty"` // probed: -tick, when set
 	Concurrency   int     `json:"concurrency,omitempty"`
 	SettleSeconds float64 `json:"settle_seconds"`
 	WarmupSeconds float64 `json:"warmup_seconds"`
@@ -83,17 +88,20 @@ type Result struct {
 	// Starts per 100 ms from AddPod on (at most 40 values).
 	BurstProfile []int `json:"burst_profile_per_100ms,omitempty"`
 
-	AddPodSeconds       float64        `json:"addpod_seconds"`
-	DrainSeconds        float64        `json:"drain_seconds"`         // RemovePod of all pods until every worker is gone
-	DrainGoroutinesLeft int            `json:"drain_goroutines_left"` // goroutines above the pre-AddPod baseline then
-	DrainHeapLeftBytes  int64          `json:"drain_heap_left_bytes"` // heap above the pre-AddPod baseline then (after GC)
-	DrainIdleSeconds    float64        `json:"drain_idle_seconds"`    // until goroutines are back to the baseline too (-1: not within -drain-wait)
-	TargetAccepted      int64          `json:"target_accepted,omitempty"`
-	TargetAcceptErrors  int64          `json:"target_accept_errors,omitempty"`
-	GoVersion           string         `json:"go"`
-	GOMAXPROCS          int            `json:"gomaxprocs"`
-	Time                string         `json:"time"`
-	Extra               map[string]any `json:"extra,omitempty"`
+	AddPodSeconds       float64 `json:"addpod_seconds"`
+	DrainSeconds        float64 `json:"drain_seconds"`         // RemovePod of all pods until every worker is gone
+	DrainGoroutinesLeft int     `json:"drain_goroutines_left"` // goroutines above the pre-AddPod baseline then
+	DrainHeapLeftBytes  int64   `json:"drain_heap_left_bytes"` // heap above the pre-AddPod baseline then (after GC)
+	DrainIdleSeconds    float64 `json:"drain_idle_seconds"`    // until goroutines are back to the baseline too (-1: not within -drain-wait)
+	TargetAccepted      int64   `json:"target_accepted,omitempty"`
+	TargetAcceptErrors  int64   `json:"target_accept_errors,omitempty"`
+	GoVersion           string  `json:"go"`
+	GOMAXPROCS          int     `json:"gomaxprocs"`
+	Time                string  `json:"time"`
+	// LoadAverage is the host's 1, 5 and 15 minute load average at the end
+	// of the window: what else ran on the machine.
+	LoadAverage []float64      `json:"loadavg,omitempty"`
+	Extra       map[string]any `json:"extra,omitempty"`
 }
 
 // recHandle is where probe calls are recorded: in this process (instant)
@@ -137,12 +145,14 @@ func runMain(args []string) error {
 	label := fs.String("label", "", "free-form run label")
 	pods := fs.Int("pods", 1000, "pods; each has a readiness and a liveness probe")
 	periodS := fs.Int("period", 1, "probe period, seconds")
+	periodMs := fs.Int("period-ms", 0, "probe period in milliseconds (probed only: annotation probes with periodMilliseconds; overrides -period)")
 	warmup := fs.Duration("warmup", 0, "time from the end of AddPod to the memory snapshot and the window (0: period+3s)")
 	window := fs.Duration("window", 0, "measuring window (0: max(15s, 3 periods))")
 	settle := fs.Duration("settle", 0, "time between creating the manager and adding the pods (> period: a node that has run for a while)")
 	pool := fs.Int("pool", 0, "probed: network pool size (0: the runtime's default)")
 	execPool := fs.Int("exec-pool", 0, "probed: exec pool size (0: the runtime's default)")
 	shards := fs.Int("shards", 0, "probed: scheduler shards (0: default)")
+	tick := fs.Duration("tick", 0, "probed: the scheduler's wheel tick (0: its default, 10ms)")
 	hungEvery := fs.Int("hung-every", 10, "hung mode: pod i never answers when i%n == n-1")
 	oneAddr := fs.String("one-addr", "", "tcp/http: every pod at this one address (e.g. 127.0.0.1)")
 	conc := fs.Int("concurrency", runtime.DefaultPoolSize, "dialloop: dialing goroutines (default: probed's network pool size)")
@@ -152,6 +162,12 @@ func runMain(args []string) error {
 	_ = fs.Parse(args)
 
 	period := time.Duration(*periodS) * time.Second
+	if *periodMs > 0 {
+		if *implName != "probed" {
+			return fmt.Errorf("-period-ms: only probed has sub-second periods (annotation probes); -impl is %q", *implName)
+		}
+		period, *periodS = time.Duration(*periodMs)*time.Millisecond, 0
+	}
 	if *warmup == 0 {
 		*warmup = period + 3*time.Second
 	}
@@ -166,7 +182,7 @@ func runMain(args []string) error {
 	span := 2 * period
 
 	res := Result{
-		Impl: *implName, Mode: *mode, Label: *label, Pods: *pods, Probes: nWorkers, PeriodSeconds: *periodS,
+		Impl: *implName, Mode: *mode, Label: *label, Pods: *pods, Probes: nWorkers, PeriodSeconds: *periodS, PeriodMs: *periodMs,
 		OneAddr: *oneAddr, HungEvery: *hungEvery, SettleSeconds: settle.Seconds(), WarmupSeconds: warmup.Seconds(),
 		GoVersion: goruntime.Version(), GOMAXPROCS: goruntime.GOMAXPROCS(0), Time: time.Now().UTC().Format(time.RFC3339),
 	}
@@ -201,15 +217,15 @@ func runMain(args []string) error {
 		rport, lport = tp.rport, tp.lport
 	}
 
-	sc := newScenario(*mode, *pods, int32(*periodS), rport, lport, *oneAddr, *hungEvery)
+	sc := newScenario(*mode, *pods, period, *periodMs > 0, rport, lport, *oneAddr, *hungEvery)
 
 	var im impl
 	var dl *dialLoop
 	var err error
 	switch *implName {
 	case "probed":
-		res.Pool = *pool
-		im, err = newProbed(sc, probedRunner{instantRunner{localR}}, implOptions{pool: *pool, execPool: *execPool, shards: *shards})
+		res.Pool, res.TickMs = *pool, float64(*tick)/float64(time.Millisecond)
+		im, err = newProbed(sc, probedRunner{instantRunner{localR}}, implOptions{pool: *pool, execPool: *execPool, shards: *shards, tick: *tick})
 	case "kubelet":
 		im, err = newKubelet(sc, kubeletRunner{instantRunner{localR}})
 	case "dialloop":
@@ -292,6 +308,7 @@ func runMain(args []string) error {
 	if dl != nil {
 		res.DialOK, res.DialFailed = dl.ok.Load()-dialOK0, dl.fail.Load()-dialFail0
 	}
+	res.LoadAverage = sysstat.LoadAverage()
 	res.TimeWaitAll, res.TimeWait, res.TimeWaitTargets = sysstat.TimeWait(rport, lport)
 	res.CPUUserSeconds, res.CPUSysSeconds = (u1 - u0).Seconds(), (s1 - s0).Seconds()
 	res.CPUSeconds = res.CPUUserSeconds + res.CPUSysSeconds

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/probed/probed/bench/internal/lateness"
 	"github.com/probed/probed/bench/internal/targets"
+	"github.com/probed/probed/manager/customprobe"
 )
 
 // Probe modes.
@@ -47,6 +49,11 @@ type scenario struct {
 	rport, lport  int
 	oneAddr       string
 	periodSeconds int32
+	// annotation: the probes are declared in the probed.io/probes
+	// annotation instead of the spec, with the period as periodSeconds
+	// plus periodMilliseconds (sub-second runs, probed only).
+	annotation bool
+	period     time.Duration
 }
 
 // workerIndex is the index of a (pod, probe type) in the recorder:
@@ -58,8 +65,9 @@ func workerIndex(pod int, liveness bool) int {
 	return 2 * pod
 }
 
-func newScenario(mode string, n int, period int32, rport, lport int, oneAddr string, hungEvery int) *scenario {
-	sc := &scenario{mode: mode, hungEvery: hungEvery, rport: rport, lport: lport, oneAddr: oneAddr, periodSeconds: period}
+func newScenario(mode string, n int, period time.Duration, annotation bool, rport, lport int, oneAddr string, hungEvery int) *scenario {
+	sc := &scenario{mode: mode, hungEvery: hungEvery, rport: rport, lport: lport, oneAddr: oneAddr,
+		periodSeconds: int32(period / time.Second), annotation: annotation, period: period}
 	sc.status = status.NewManager(&fake.Clientset{}, kubepod.NewBasicPodManager(),
 		&statustest.FakePodDeletionSafetyProvider{}, kubeletutil.NewPodStartupLatencyTracker())
 	logger := klog.Background()
@@ -82,6 +90,10 @@ func newScenario(mode string, n int, period int32, rport, lport int, oneAddr str
 					LivenessProbe:  sc.probe(true),
 				}},
 			},
+		}
+		if annotation {
+			pod.Spec.Containers[0].ReadinessProbe, pod.Spec.Containers[0].LivenessProbe = nil, nil
+			pod.Annotations = map[string]string{customprobe.Annotation: sc.annotationProbes()}
 		}
 		sc.pods[i] = pod
 		ip := "127.0.0.1"
@@ -130,6 +142,42 @@ func (sc *scenario) probe(liveness bool) *v1.Probe {
 		p.HTTPGet = &v1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(int32(port)), Scheme: v1.URISchemeHTTP}
 	}
 	return p
+}
+
+// annotationProbes is the probed.io/probes annotation of a sub-second
+// run: the readiness and liveness probes of probe(), with the period as
+// periodSeconds plus periodMilliseconds (200 ms: 1 s and -800 ms).
+func (sc *scenario) annotationProbes() string {
+	ms := sc.period.Milliseconds()
+	secs, rest := ms/1000, ms%1000
+	if secs == 0 {
+		secs, rest = 1, rest-1000
+	}
+	type entry struct {
+		Container          string `json:"container"`
+		Type               string `json:"type"`
+		PeriodSeconds      int64  `json:"periodSeconds"`
+		PeriodMilliseconds int64  `json:"periodMilliseconds,omitempty"`
+		TimeoutSeconds     int32  `json:"timeoutSeconds"`
+		SuccessThreshold   int32  `json:"successThreshold"`
+		FailureThreshold   int32  `json:"failureThreshold"`
+		v1.ProbeHandler
+	}
+	var list []entry
+	for _, liveness := range []bool{false, true} {
+		p := sc.probe(liveness)
+		typ := "readiness"
+		if liveness {
+			typ = "liveness"
+		}
+		list = append(list, entry{Container: containerName, Type: typ, PeriodSeconds: secs, PeriodMilliseconds: rest,
+			TimeoutSeconds: p.TimeoutSeconds, SuccessThreshold: p.SuccessThreshold, FailureThreshold: p.FailureThreshold, ProbeHandler: p.ProbeHandler})
+	}
+	b, err := json.Marshal(list)
+	if err != nil {
+		panic(err) // plain structs
+	}
+	return string(b)
 }
 
 // healthyPod reports whether pod i answers its probes.

@@ -81,15 +81,24 @@ func suites(name string) ([]spec, error) {
 		// probed alone: 500k pods, 1M probes, period 60 s (the kubelet
 		// cannot start 1M goroutines with tickers here).
 		out = append(out, instant("probed", 500000, "-period", "60", "-warmup", "70s", "-window", "180s", "-drain-wait", "120s"))
+	case subsecSuite:
+		// Sub-second periods (probed only: the kubelet has none), the
+		// probes declared in the probed.io/probes annotation with
+		// periodSeconds 1 and periodMilliseconds -900: 10,000 instant
+		// probes at 100 ms (100k probes/s), and 1,000 real TCP probes at
+		// 100 ms (10k/s), one loopback address per pod.
+		out = append(out,
+			instant("probed", 5000, "-period-ms", "100", "-warmup", "3s", "-window", "20s"),
+			spec{"-impl", "probed", "-mode", modeTCP, "-pods", "500", "-period-ms", "100", "-warmup", "3s", "-window", "20s"})
 	default:
-		return nil, fmt.Errorf("unknown suite %q (quick, full)", name)
+		return nil, fmt.Errorf("unknown suite %q (quick, full, %s)", name, subsecSuite)
 	}
 	return out, nil
 }
 
 func suiteMain(args []string) error {
 	fs := flag.NewFlagSet("suite", flag.ExitOnError)
-	name := fs.String("suite", "quick", "quick or full")
+	name := fs.String("suite", "quick", "quick, full or "+subsecSuite)
 	outDir := fs.String("out", "out", "directory for the JSON lines, table and plot")
 	doc := fs.String("doc", "", "markdown file whose generated section to rewrite (e.g. ../docs/benchmarks.md)")
 	only := fs.String("only", "", "run only the specs whose arguments contain this text")
@@ -154,8 +163,11 @@ func suiteMain(args []string) error {
 	}
 	fmt.Fprintf(os.Stderr, "suite %s: %d runs in %s\n", *name, len(results), time.Since(start).Round(time.Second))
 	cmdline := "make bench"
-	if *name == "full" {
+	switch *name {
+	case "full":
 		cmdline = "make bench-full"
+	case subsecSuite:
+		cmdline = "make bench-subsec"
 	}
 	return writeReport(results, *name, cmdline, *outDir, *doc)
 }
@@ -195,8 +207,11 @@ func reportMain(args []string) error {
 	}
 	if *cmdline == "" {
 		*cmdline = "make bench"
-		if *name == "full" {
+		switch *name {
+		case "full":
 			*cmdline = "make bench-full"
+		case subsecSuite:
+			*cmdline = "make bench-subsec"
 		}
 	}
 	return writeReport(results, *name, *cmdline, *outDir, *doc)

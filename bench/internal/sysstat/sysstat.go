@@ -1,6 +1,6 @@
 // Package sysstat reads the process and socket figures of the benchmark
 // from the kernel: CPU time (getrusage), resident set size, and TCP
-// sockets by state from /proc/net/tcp{,6}.
+// sockets by state from /proc/net/tcp{,6}, and the host's load average.
 package sysstat
 
 import (
