@@ -39,6 +39,7 @@ import (
 	"github.com/probed/probed/agent/store"
 	"github.com/probed/probed/agent/verdicts"
 	"github.com/probed/probed/manager"
+	"github.com/probed/probed/manager/customprobe"
 	"github.com/probed/probed/manager/results"
 	probeexec "github.com/probed/probed/plugins/exec"
 	"github.com/probed/probed/runtime"
@@ -101,6 +102,11 @@ type Options struct {
 	// PoolSize, SlowPoolSize and ExecPoolSize size the probe pools
 	// (defaults 256, 1024, 64; see runtime.Options).
 	PoolSize, SlowPoolSize, ExecPoolSize int
+	// SchedulerTick is the resolution of the scheduler's timing wheel
+	// (manager.Options.Tick); 0: the scheduler's default, 10 ms. A finer
+	// tick spreads the same probe rate over more, smaller batches
+	// (docs/benchmarks.md, "Sub-second periods").
+	SchedulerTick time.Duration
 	// SyncFrequency is the interval of full status regenerations (the
 	// kubelet's --sync-frequency); default 1 min.
 	SyncFrequency time.Duration
@@ -230,6 +236,7 @@ func New(opts Options) (*Agent, error) {
 		Observer:                 a.hist,
 		NoPerPodLabels:           opts.NoPerPodLabels,
 		TracerProvider:           opts.TracerProvider,
+		Tick:                     opts.SchedulerTick,
 	}
 	if m.managerOptions != nil {
 		m.managerOptions(&mopts)
@@ -267,6 +274,9 @@ func setDefaults(opts *Options) error {
 	}
 	if net.ParseIP(opts.PodIP) == nil {
 		return fmt.Errorf("--pod-ip %q is not an IP address", opts.PodIP)
+	}
+	if opts.SchedulerTick < 0 || opts.SchedulerTick > customprobe.MinPeriod {
+		return fmt.Errorf("--scheduler-tick %v: must be between 0 (the default, 10ms) and %v, the shortest period", opts.SchedulerTick, customprobe.MinPeriod)
 	}
 	if opts.SyncFrequency <= 0 {
 		opts.SyncFrequency = time.Minute

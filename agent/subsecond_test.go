@@ -5,9 +5,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/probed/probed/agent"
 )
 
 // acceptLog is a loopback listener that records when it accepts each
@@ -54,6 +57,12 @@ func (a *acceptLog) accepted() []time.Time {
 // 200 ms through the agent; the probe history states the period, and the
 // pod becomes Ready.
 func TestAgent_SubSecondAnnotationTCPProbe(t *testing.T) {
+	for _, tick := range []time.Duration{0, 2 * time.Millisecond} {
+		t.Run("tick="+tick.String(), func(t *testing.T) { subSecondTCPProbe(t, tick) })
+	}
+}
+
+func subSecondTCPProbe(t *testing.T, tick time.Duration) {
 	target := newAcceptLog(t)
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "fast.yaml"), `apiVersion: v1
@@ -68,7 +77,7 @@ spec:
   - name: app
     image: example/app
 `)
-	r := startAgent(t, dir, nil)
+	r := startAgent(t, dir, func(o *agent.Options) { o.SchedulerTick = tick })
 	r.eventually("the pod Ready", func() bool { p, ok := r.pods()["shop/fast"]; return ok && podReady(p) })
 	var hist struct {
 		Probes []struct {
@@ -108,5 +117,16 @@ spec:
 	slices.Sort(gaps)
 	if med := gaps[len(gaps)/2]; med < 100*time.Millisecond || med > 600*time.Millisecond {
 		t.Fatalf("median gap between probe connections %v (of %d), want about 200ms", med, len(gaps))
+	}
+}
+
+// --scheduler-tick is the wheel's resolution: at most the shortest period
+// (100 ms); the error names the flag.
+func TestAgent_SchedulerTickBounds(t *testing.T) {
+	for _, tick := range []time.Duration{-time.Millisecond, 200 * time.Millisecond} {
+		_, err := agent.New(agent.Options{ManifestDir: t.TempDir(), Listen: "127.0.0.1:0", SchedulerTick: tick})
+		if err == nil || !strings.Contains(err.Error(), "--scheduler-tick") {
+			t.Errorf("SchedulerTick %v: err = %v, want one naming --scheduler-tick", tick, err)
+		}
 	}
 }

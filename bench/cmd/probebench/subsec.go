@@ -53,11 +53,14 @@ func renderSubsec(results []Result, cmdline string) string {
 		for _, l := range r.LoadAverage {
 			load = append(load, fmt.Sprintf("%.2f", l))
 		}
-		met := r.LatenessP99Ms <= subsecLatenessP99Ms && r.SkippedRuns == 0 && r.SilentWorkers == 0 && r.ProbesExecuted > 0
+		met := verdict(r.LatenessP99Ms <= subsecLatenessP99Ms && r.SkippedRuns == 0 && r.SilentWorkers == 0 && r.ProbesExecuted > 0)
+		if len(r.LoadAverage) > 0 && r.GOMAXPROCS > 0 && r.LoadAverage[0] > float64(r.GOMAXPROCS) {
+			met += fmt.Sprintf(" (host load %.1f on %d cores: not an idle machine)", r.LoadAverage[0], r.GOMAXPROCS)
+		}
 		fmt.Fprintf(&b, "| %s | %d | %d | %s | %.2f / %.0f | %.1f | %.0f (%.0f) | %.1f / %.1f / %.1f / %.1f | %d / %d | %d | %s | %s |\n",
 			runName(r), r.Probes, r.PeriodMs, tick, r.CPUSeconds, r.WindowSeconds, r.CPUPer1kProbes, r.ProbesPerSecond, r.ExpectedProbesPerSecond,
 			r.LatenessP50Ms, r.LatenessP99Ms, r.LatenessP999Ms, r.LatenessMaxMs, r.SkippedRuns, r.ExtraRuns, r.Failures+r.Unknown,
-			strings.Join(load, " / "), verdict(met))
+			strings.Join(load, " / "), met)
 	}
 	b.WriteString("\nLateness and skipped runs as in the suites above (each worker against its own most punctual run, modulo the 100 ms period; a run later than a period counts as skipped). ")
 	b.WriteString("The load average is the host's at the end of the window: on a shared machine it says how much else ran beside the benchmark.\n\n")
