@@ -190,3 +190,26 @@ func TestSubSecond_InitialDelayMilliseconds(t *testing.T) {
 	}
 	e.expectCached(runtime.Readiness, results.Success)
 }
+
+// W5.8's test is the kubelet's int32(elapsed/time.Second) <
+// initialDelaySeconds for whole seconds (truncation toward zero included: a
+// StartedAt half a second in the future does not hold back a probe without
+// delay), and the same in milliseconds for a delay with milliseconds.
+func TestW5_8_InitialDelayPending(t *testing.T) {
+	for _, tc := range []struct {
+		elapsed, delay time.Duration
+		pending        bool
+	}{
+		{-500 * time.Millisecond, 0, false},
+		{-1500 * time.Millisecond, 0, true},
+		{9900 * time.Millisecond, 10 * time.Second, true},
+		{10 * time.Second, 10 * time.Second, false},
+		{249 * time.Millisecond, 250 * time.Millisecond, true},
+		{250 * time.Millisecond, 250 * time.Millisecond, false},
+		{1249*time.Millisecond + 900*time.Microsecond, 1250 * time.Millisecond, true},
+	} {
+		if got := initialDelayPending(tc.elapsed, tc.delay); got != tc.pending {
+			t.Errorf("initialDelayPending(%v, %v) = %v, want %v", tc.elapsed, tc.delay, got, tc.pending)
+		}
+	}
+}

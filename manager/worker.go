@@ -220,17 +220,15 @@ func (w *worker) doProbe(ctx context.Context) bool {
 		w.resultsManager().Set(w.containerID(), results.Success, w.rs.Pod)
 		return false
 	}
-	// W5.8: initial delay from the running container's StartedAt (the
-	// kubelet's int32(elapsed/time.Second) < initialDelaySeconds is
-	// elapsed < the delay for whole seconds; an annotation probe's delay
-	// may have milliseconds, runtime.TimingOf). probed then wakes the worker when the delay ends (plus its
-	// phase, under FirstRunSpread whatever the scheduler's age) instead of
-	// up to a period later (BR-11; the kubelet waits for its next tick),
-	// but never later than its next periodic run: the kubelet re-reads the
-	// status at every tick, so a StartedAt that moves earlier (a late or
-	// corrected status) is seen within one period.
+	// W5.8: initial delay from the running container's StartedAt
+	// (initialDelayPending). probed then wakes the worker when the delay
+	// ends (plus its phase, under FirstRunSpread whatever the scheduler's
+	// age) instead of up to a period later (BR-11; the kubelet waits for
+	// its next tick), but never later than its next periodic run: the
+	// kubelet re-reads the status at every tick, so a StartedAt that moves
+	// earlier (a late or corrected status) is seen within one period.
 	elapsed := start.Sub(c.State.Running.StartedAt.Time)
-	if delay := w.rs.Timing().InitialDelay; elapsed < delay {
+	if delay := w.rs.Timing().InitialDelay; initialDelayPending(elapsed, delay) {
 		remaining := delay - elapsed
 		if wake := remaining + m.sched.PromptSpread(keyHash(w.key()), w.period()); wake < w.period() {
 			m.sched.Schedule(w.id, wake)
@@ -245,6 +243,19 @@ func (w *worker) doProbe(ctx context.Context) bool {
 	// W5.10: run the probe; an errored probe is discarded.
 	w.probe(ctx, start, &status, c)
 	return true
+}
+
+// initialDelayPending is W5.8's test, the kubelet's
+// int32(elapsed/time.Second) < initialDelaySeconds: the time since the
+// container started, truncated toward zero to whole seconds, is below the
+// delay. A delay with milliseconds (an annotation probe's
+// initialDelayMilliseconds) is compared the same way in milliseconds.
+func initialDelayPending(elapsed, delay time.Duration) bool {
+	unit := time.Second
+	if delay%time.Second != 0 {
+		unit = time.Millisecond
+	}
+	return elapsed/unit < delay/unit
 }
 
 // period returns the probe's period (runtime.TimingOf: periodSeconds, plus
