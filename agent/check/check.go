@@ -1,5 +1,7 @@
-// Package check runs every probe of a manifest once, now, and reports a
-// table: `probed check -f FILE`. It accepts Pods and the pod templates of
+// Package check runs every probe of a manifest once, now, and reports the
+// results: `probed check -f FILE|DIR|-`, as a table (wide: with the pod IP
+// and whole messages) or as a Report document in JSON or YAML (package
+// output; docs/operations.md). It accepts Pods and the pod templates of
 // Deployments, StatefulSets, DaemonSets, ReplicaSets, Jobs and CronJobs, so
 // users can check the manifests they already have.
 package check
@@ -13,13 +15,12 @@ import (
 	"net"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 	"unicode/utf8"
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/probed/probed/agent/manifest"
+	"github.com/probed/probed/agent/output"
 	"github.com/probed/probed/manager"
 	probeexec "github.com/probed/probed/plugins/exec"
 	"github.com/probed/probed/runtime"
@@ -34,7 +35,14 @@ const (
 
 // Options configure a check.
 type Options struct {
-	File      string
+	// File is a manifest file; a directory, whose manifest files (at its
+	// top level, named as the agent reads them: source.IsManifest) are
+	// read in lexical order; or "-" for Stdin.
+	File string
+	// Stdin is read for File "-"; nil: os.Stdin.
+	Stdin io.Reader
+	// Output is the format of the report; "" is output.Table.
+	Output    output.Format
 	Container string // only this container ("" = all)
 	// Pod selects one pod: its name or namespace/name ("" = all). Workload
 	// templates are named after their workload.
@@ -60,6 +68,7 @@ type Row struct {
 	Result    string // success, warning, failure, error, not-run
 	Duration  time.Duration
 	Message   string
+	PodIP     string // the address probed
 }
 
 // Run loads the file, runs every selected probe once (initialDelaySeconds
@@ -91,17 +100,22 @@ func Run(ctx context.Context, opts Options, out, errOut io.Writer) int {
 		}
 		only = &pt
 	}
-	res := manifest.LoadFileAll(opts.File, manifest.Options{})
+	res, files := load(opts)
+	rep := newReport(files)
 	for _, err := range res.Errors {
 		fmt.Fprintln(errOut, err)
+		rep.Errors = append(rep.Errors, err.Error())
 	}
 	for _, e := range res.Entries {
 		for _, w := range e.Warnings {
-			fmt.Fprintf(errOut, "%s: document %d: pod %s/%s: warning: %s\n", e.Source, e.Doc, e.Pod.Namespace, e.Pod.Name, w)
+			msg := fmt.Sprintf("%s: document %d: pod %s/%s: warning: %s", e.Source, e.Doc, e.Pod.Namespace, e.Pod.Name, w)
+			fmt.Fprintln(errOut, msg)
+			rep.Warnings = append(rep.Warnings, msg)
 		}
 	}
+	rep.Skipped = append(rep.Skipped, res.skipped...)
 	if len(res.Errors) > 0 {
-		return ExitBadInput
+		return rep.finish(out, opts.Output, nil, ExitBadInput)
 	}
 
 	rt, err := runtime.New(runtime.Options{PoolSize: opts.Parallel, ExecPoolSize: opts.Parallel, Logger: opts.Logger})
@@ -130,6 +144,7 @@ func Run(ctx context.Context, opts Options, out, errOut io.Writer) int {
 	podMatched := opts.Pod == ""
 	for i := range res.Entries {
 		pod := res.Entries[i].Pod
+		file := res.Entries[i].Source
 		if opts.Pod != "" && opts.Pod != pod.Name && opts.Pod != pod.Namespace+"/"+pod.Name {
 			continue
 		}
@@ -152,7 +167,8 @@ func Run(ctx context.Context, opts Options, out, errOut io.Writer) int {
 					continue
 				}
 				kind := runtime.KindOf(p)
-				row := &Row{Pod: pod.Namespace + "/" + pod.Name, Container: c.Name, Probe: pt.Lower(), Handler: kind}
+				row := &Row{Pod: pod.Namespace + "/" + pod.Name, Container: c.Name, Probe: pt.Lower(), Handler: kind, PodIP: podIP}
+				rep.fileOf[row] = file
 				rows = append(rows, row)
 				jobs = append(jobs, job{row: row, podIP: podIP, spec: &runtime.Spec{Kind: kind, ProbeType: pt, Pod: pod, Container: c, Probe: p}})
 			}
@@ -172,12 +188,10 @@ func Run(ctx context.Context, opts Options, out, errOut io.Writer) int {
 		}
 	}
 	if !podMatched {
-		fmt.Fprintf(errOut, "%s: no pod named %q\n", opts.File, opts.Pod)
-		return ExitBadInput
+		return rep.fail(out, errOut, opts.Output, fmt.Sprintf("%s: no pod named %q", opts.File, opts.Pod))
 	}
 	if opts.Container != "" && !matched {
-		fmt.Fprintf(errOut, "%s: no container named %q\n", opts.File, opts.Container)
-		return ExitBadInput
+		return rep.fail(out, errOut, opts.Output, fmt.Sprintf("%s: no container named %q", opts.File, opts.Container))
 	}
 
 	var wg sync.WaitGroup
@@ -195,20 +209,16 @@ func Run(ctx context.Context, opts Options, out, errOut io.Writer) int {
 	}
 	wg.Wait()
 
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "POD\tCONTAINER\tPROBE\tHANDLER\tRESULT\tDURATION\tMESSAGE")
 	code := ExitOK
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Pod, r.Container, r.Probe, r.Handler, r.Result, r.Duration.Round(time.Millisecond), oneLine(r.Message))
 		if r.Result != "success" && r.Result != "warning" {
 			code = ExitFailed
 		}
 	}
-	_ = tw.Flush()
 	if len(rows) == 0 {
 		fmt.Fprintf(errOut, "%s: no probes found\n", opts.File)
 	}
-	return code
+	return rep.finish(out, opts.Output, rows, code)
 }
 
 type taskFunc func()
