@@ -44,6 +44,8 @@ type Options struct {
 	// Output is the format of the report; "" is output.Table.
 	Output    output.Format
 	Container string // only this container ("" = all)
+	// Namespace keeps the pods of this namespace only ("" = all).
+	Namespace string
 	// Pod selects one pod: its name or namespace/name ("" = all). Workload
 	// templates are named after their workload.
 	Pod       string
@@ -142,9 +144,14 @@ func Run(ctx context.Context, opts Options, out, errOut io.Writer) int {
 	var rows []*Row
 	matched := false
 	podMatched := opts.Pod == ""
+	namespaceMatched := opts.Namespace == ""
 	for i := range res.Entries {
 		pod := res.Entries[i].Pod
 		file := res.Entries[i].Source
+		if opts.Namespace != "" && pod.Namespace != opts.Namespace {
+			continue
+		}
+		namespaceMatched = true
 		if opts.Pod != "" && opts.Pod != pod.Name && opts.Pod != pod.Namespace+"/"+pod.Name {
 			continue
 		}
@@ -186,6 +193,9 @@ func Run(ctx context.Context, opts Options, out, errOut io.Writer) int {
 				matched = true
 			}
 		}
+	}
+	if !namespaceMatched {
+		return rep.fail(out, errOut, opts.Output, fmt.Sprintf("%s: no pod in namespace %q", opts.File, opts.Namespace))
 	}
 	if !podMatched {
 		return rep.fail(out, errOut, opts.Output, fmt.Sprintf("%s: no pod named %q", opts.File, opts.Pod))
