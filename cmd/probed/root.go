@@ -313,7 +313,7 @@ errors (docs/operations.md, "probed check").`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.File == "" {
-				return errors.New("-f FILE, -f DIR or -f - is required")
+				return errors.New("-f FILE is required (a manifest file, a directory of them, or - for stdin)")
 			}
 			f, err := output.Parse(format)
 			if err != nil {
