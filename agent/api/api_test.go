@@ -24,10 +24,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/probed/probed/agent/api"
-	"github.com/probed/probed/internal/version"
 	"github.com/probed/probed/agent/events"
 	"github.com/probed/probed/agent/store"
 	"github.com/probed/probed/agent/verdicts"
+	"github.com/probed/probed/internal/version"
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/manager/results"
 )
