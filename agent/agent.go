@@ -325,7 +325,7 @@ type podLister interface {
 // directory.
 func (a *Agent) manifestMode() (*mode, error) {
 	opts := a.opts
-	src, err := source.New(source.Options{Dir: opts.ManifestDir, Logger: opts.Logger, Rescan: opts.Rescan,
+	src, err := source.New(source.Options{Path: opts.ManifestDir, Logger: opts.Logger, Rescan: opts.Rescan,
 		Manifest: manifest.Options{KnownPluginKind: a.knownProbeKind}})
 	if err != nil {
 		return nil, err

@@ -398,9 +398,9 @@ func guessObject(doc []byte) (kind, pod string) {
 	for i := 0; i < len(lines); i++ {
 		l := strings.TrimRight(lines[i], "\r")
 		switch {
-		case strings.HasPrefix(l, "kind:"):
+		case strings.HasPrefix(l, "kind:") && kind == "":
 			kind = scalar(l[len("kind:"):])
-		case strings.HasPrefix(l, "metadata:"):
+		case strings.HasPrefix(l, "metadata:") && name == "":
 			rest := strings.TrimSpace(l[len("metadata:"):])
 			if strings.HasPrefix(rest, "{") {
 				for _, kv := range strings.Split(strings.Trim(rest, "{}"), ",") {
