@@ -1,6 +1,7 @@
 // Package api serves the agent's HTTP API: /pods (a v1.PodList like the
 // kubelet's /pods), /healthz, the kubelet's probe metrics on /metrics/probes
-// (spec X3), the runtime's metrics on /metrics, /events and /debug/scheduler,
+// (spec X3), the runtime's metrics on /metrics, /events, /manifests (the
+// manifests rejected and skipped) and /debug/scheduler,
 // from a server that bounds itself (NewServer, Listen: timeouts, a header
 // cap, a cap on connections).
 package api
@@ -15,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/probed/probed/agent/events"
+	"github.com/probed/probed/agent/source"
 	"github.com/probed/probed/manager/customprobe"
 	"github.com/probed/probed/runtime/redact"
 )
@@ -41,6 +43,9 @@ type Options struct {
 	Healthy func() error
 	// History, when set, serves GET /pods/{namespace}/{name}/probes.
 	History func(namespace, name string) (any, bool)
+	// Manifests, when set, serves GET /manifests: the manifests rejected
+	// and skipped (source.Report, its JSON as docs/operations.md shows).
+	Manifests func() source.Report
 }
 
 // New returns the API's handler.
@@ -75,6 +80,11 @@ func New(opts Options) http.Handler {
 				return
 			}
 			writeJSON(w, h)
+		})
+	}
+	if opts.Manifests != nil {
+		mux.HandleFunc("GET /manifests", func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, opts.Manifests())
 		})
 	}
 	if opts.ProbeMetrics != nil {

@@ -36,6 +36,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
@@ -192,6 +193,7 @@ type Source struct {
 	// reported once per change, not on every scan.
 	reported map[string]bool
 	report   Report
+	stale    map[types.UID]Rejection // the stale pods of the last scan
 
 	synced atomic.Bool // the first scan was delivered (Run)
 }
@@ -262,6 +264,39 @@ func (s *Source) Report() Report {
 	r.Rejected = append([]Rejection{}, r.Rejected...)
 	r.Skipped = append([]SkippedDocument{}, r.Skipped...)
 	return r
+}
+
+// StaleOf returns the rejection that keeps pod uid at its last valid
+// version, if the last scan delivered it stale.
+func (s *Source) StaleOf(uid types.UID) (Rejection, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.stale[uid]
+	return r, ok
+}
+
+// ConditionManifestStale is the pod condition GET /pods shows on a pod
+// probed at its last valid version because its manifest no longer decodes
+// or validates: status True, reason ManifestInvalid, the error as message,
+// lastTransitionTime when the error was first seen. kubectl describe lists
+// it with the pod's other conditions; `kubectl wait
+// --for=condition=probed.io/ManifestStale` waits for it. A custom condition
+// type is domain-prefixed, as readiness gates' are.
+const ConditionManifestStale v1.PodConditionType = "probed.io/ManifestStale"
+
+// MarkStale adds (or replaces) the ConditionManifestStale condition of pod
+// for r. It changes pod in place: give it a copy.
+func MarkStale(pod *v1.Pod, r Rejection) {
+	c := v1.PodCondition{Type: ConditionManifestStale, Status: v1.ConditionTrue, Reason: "ManifestInvalid",
+		Message:            "the manifest no longer loads; probing the last valid version: " + r.Error,
+		LastTransitionTime: metav1.NewTime(r.Since)}
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == ConditionManifestStale {
+			pod.Status.Conditions[i] = c
+			return
+		}
+	}
+	pod.Status.Conditions = append(pod.Status.Conditions, c)
 }
 
 // paths lists the manifest files to read, in lexical order; err is a
@@ -477,6 +512,7 @@ func (s *Source) finish(snap *Snapshot, rejected []*manifest.Error, staleBy map[
 		}
 		return a.Document < b.Document
 	})
+	s.stale = map[types.UID]Rejection{}
 	for _, p := range snap.Pods {
 		if p.Stale != nil {
 			st := *p.Stale
@@ -484,6 +520,7 @@ func (s *Source) finish(snap *Snapshot, rejected []*manifest.Error, staleBy map[
 			st.Since = since[key]
 			st.Error = redact.Text(st.Error)
 			p.Stale = &st
+			s.stale[p.Pod.UID] = st
 		}
 	}
 	snap.Report = report
