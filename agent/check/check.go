@@ -1,5 +1,7 @@
 // Package check runs every probe of a manifest once, now, and reports a
-// table: `probed check -f FILE`. It accepts Pods and the pod templates of
+// table: `probed check -f FILE`. What the file skips (documents without a
+// pod, with why) is reported, and a file without a probe to run is bad
+// input, not a pass. It accepts Pods and the pod templates of
 // Deployments, StatefulSets, DaemonSets, ReplicaSets, Jobs and CronJobs, so
 // users can check the manifests they already have.
 package check
@@ -62,19 +64,83 @@ type Row struct {
 	Message   string
 }
 
-// Run loads the file, runs every selected probe once (initialDelaySeconds
-// is skipped; a handler error is retried as the kubelet does, P2), writes the
-// table to out and returns the exit code. Errors of the manifest are written
-// to errOut, one per line, naming file, pod, container and field.
+// Result is what a check found and did: the input for the table (or any
+// other rendering of it).
+type Result struct {
+	// File is the manifest file checked (Options.File).
+	File string
+	// Rows are the probes run, in manifest order (per pod and container:
+	// startup, readiness, liveness).
+	Rows []*Row
+	// Skipped are the documents of the file that yield no pod (a Secret, a
+	// Service, ...), and for a file that holds no object at all one entry
+	// with Doc 0, each with its reason (manifest.Skipped.String words it).
+	Skipped []manifest.Skipped
+	// Errors are the problems that make the input bad, one per line:
+	// manifest errors naming file, pod, container and field; bad flags; a
+	// pod or container filter that matches nothing; a file (after filters)
+	// without probes ("FILE: no probes found").
+	Errors []string
+	// Warnings name what loads but will not work as written (BR-20 named
+	// ports, unfilled placeholders), with file, document and pod.
+	Warnings []string
+	// Code is the exit code: ExitOK, ExitFailed or ExitBadInput.
+	Code int
+}
+
+// Run loads the file, runs every selected probe once (Check), writes the
+// table to out and returns the exit code. Errors, warnings and skipped
+// documents are written to errOut, one per line, naming file, document,
+// pod, container and field.
 func Run(ctx context.Context, opts Options, out, errOut io.Writer) int {
+	res := Check(ctx, opts)
+	for _, e := range res.Errors {
+		fmt.Fprintln(errOut, e)
+	}
+	for _, w := range res.Warnings {
+		fmt.Fprintln(errOut, w)
+	}
+	for _, sk := range res.Skipped {
+		fmt.Fprintf(errOut, "%s: %s\n", res.File, sk)
+	}
+	if len(res.Rows) > 0 {
+		WriteTable(out, res.Rows)
+	}
+	return res.Code
+}
+
+// WriteTable writes rows as the table of probed check: POD CONTAINER PROBE
+// HANDLER RESULT DURATION MESSAGE, the message cut to its first line and
+// 200 characters.
+func WriteTable(out io.Writer, rows []*Row) {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "POD\tCONTAINER\tPROBE\tHANDLER\tRESULT\tDURATION\tMESSAGE")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Pod, r.Container, r.Probe, r.Handler, r.Result, r.Duration.Round(time.Millisecond), oneLine(r.Message))
+	}
+	_ = tw.Flush()
+}
+
+// Check loads the file, runs every selected probe once (initialDelaySeconds
+// is skipped; a handler error is retried as the kubelet does, P2) and
+// returns what it found. Bad input — a manifest error, a bad flag, a filter
+// that matches nothing, or no probe at all to run (an empty file, a file of
+// Secrets or Services, pods without probes) — runs nothing and is
+// ExitBadInput; a probe that fails, errors or does not run is ExitFailed.
+func Check(ctx context.Context, opts Options) *Result {
+	out := &Result{File: opts.File}
+	bad := func(format string, args ...any) *Result {
+		out.Errors = append(out.Errors, fmt.Sprintf(format, args...))
+		out.Code = ExitBadInput
+		return out
+	}
 	if opts.PodIP == "" {
 		opts.PodIP = "127.0.0.1"
 	}
 	// An IP, never a name: a name would be resolved (DNS) and probes sent
 	// wherever it points. The agent refuses the same (agent.New).
 	if net.ParseIP(opts.PodIP) == nil {
-		fmt.Fprintf(errOut, "--pod-ip %q is not an IP address\n", opts.PodIP)
-		return ExitBadInput
+		return bad("--pod-ip %q is not an IP address", opts.PodIP)
 	}
 	if opts.Parallel <= 0 {
 		opts.Parallel = 16
@@ -86,37 +152,23 @@ func Run(ctx context.Context, opts Options, out, errOut io.Writer) int {
 	if opts.ProbeType != "" {
 		pt, err := runtime.ParseProbeType(opts.ProbeType)
 		if err != nil {
-			fmt.Fprintf(errOut, "--probe: %v\n", err)
-			return ExitBadInput
+			return bad("--probe: %v", err)
 		}
 		only = &pt
 	}
 	res := manifest.LoadFileAll(opts.File, manifest.Options{})
+	out.Skipped = res.Skipped
 	for _, err := range res.Errors {
-		fmt.Fprintln(errOut, err)
+		out.Errors = append(out.Errors, err.Error())
 	}
 	for _, e := range res.Entries {
 		for _, w := range e.Warnings {
-			fmt.Fprintf(errOut, "%s: document %d: pod %s/%s: warning: %s\n", e.Source, e.Doc, e.Pod.Namespace, e.Pod.Name, w)
+			out.Warnings = append(out.Warnings, fmt.Sprintf("%s: document %d: pod %s/%s: warning: %s", e.Source, e.Doc, e.Pod.Namespace, e.Pod.Name, w))
 		}
 	}
 	if len(res.Errors) > 0 {
-		return ExitBadInput
-	}
-
-	rt, err := runtime.New(runtime.Options{PoolSize: opts.Parallel, ExecPoolSize: opts.Parallel, Logger: opts.Logger})
-	if err != nil {
-		fmt.Fprintln(errOut, err)
-		return ExitBadInput
-	}
-	defer func() { _ = rt.Close(context.Background()) }()
-	var runner manager.ExecRunner = probeexec.DisabledRunner{}
-	if opts.AllowHostExec {
-		runner = &probeexec.LocalRunner{}
-	}
-	if err := manager.RegisterBuiltins(rt, runner); err != nil {
-		fmt.Fprintln(errOut, err)
-		return ExitBadInput
+		out.Code = ExitBadInput
+		return out
 	}
 
 	type job struct {
@@ -172,12 +224,28 @@ func Run(ctx context.Context, opts Options, out, errOut io.Writer) int {
 		}
 	}
 	if !podMatched {
-		fmt.Fprintf(errOut, "%s: no pod named %q\n", opts.File, opts.Pod)
-		return ExitBadInput
+		return bad("%s: no pod named %q", opts.File, opts.Pod)
 	}
 	if opts.Container != "" && !matched {
-		fmt.Fprintf(errOut, "%s: no container named %q\n", opts.File, opts.Container)
-		return ExitBadInput
+		return bad("%s: no container named %q", opts.File, opts.Container)
+	}
+	if len(rows) == 0 {
+		// Nothing to check is bad input, not a pass: a CI job checking
+		// the wrong file (a Secret, an empty file) must not go green.
+		return bad("%s: no probes found", opts.File)
+	}
+
+	rt, err := runtime.New(runtime.Options{PoolSize: opts.Parallel, ExecPoolSize: opts.Parallel, Logger: opts.Logger})
+	if err != nil {
+		return bad("%v", err)
+	}
+	defer func() { _ = rt.Close(context.Background()) }()
+	var runner manager.ExecRunner = probeexec.DisabledRunner{}
+	if opts.AllowHostExec {
+		runner = &probeexec.LocalRunner{}
+	}
+	if err := manager.RegisterBuiltins(rt, runner); err != nil {
+		return bad("%v", err)
 	}
 
 	var wg sync.WaitGroup
@@ -195,20 +263,14 @@ func Run(ctx context.Context, opts Options, out, errOut io.Writer) int {
 	}
 	wg.Wait()
 
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "POD\tCONTAINER\tPROBE\tHANDLER\tRESULT\tDURATION\tMESSAGE")
-	code := ExitOK
+	out.Rows = rows
+	out.Code = ExitOK
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Pod, r.Container, r.Probe, r.Handler, r.Result, r.Duration.Round(time.Millisecond), oneLine(r.Message))
 		if r.Result != "success" && r.Result != "warning" {
-			code = ExitFailed
+			out.Code = ExitFailed
 		}
 	}
-	_ = tw.Flush()
-	if len(rows) == 0 {
-		fmt.Fprintf(errOut, "%s: no probes found\n", opts.File)
-	}
-	return code
+	return out
 }
 
 type taskFunc func()

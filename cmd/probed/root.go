@@ -257,7 +257,7 @@ func newCheckCmd(stdout, stderr io.Writer) *cobra.Command {
 	var opts check.Options
 	cmd := &cobra.Command{
 		Use:   "check -f FILE",
-		Short: "Run every probe of a manifest once, now, and print a table (exit 0: all succeed, 1: any fails, 2: bad input)",
+		Short: "Run every probe of a manifest once, now, and print a table (exit 0: all succeed, 1: any fails, 2: bad input or no probe to run)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.File == "" {
