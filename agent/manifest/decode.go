@@ -316,16 +316,73 @@ type decoder struct {
 	opts   Options
 	// objects counts the documents that held a value (not empty, not null).
 	objects int
+	// cur is the document being decoded; curRoot its node tree, parsed
+	// for the first error that has a field (fieldLine).
+	cur     rawDoc
+	curRoot *yamlv3.Node
 }
 
 func (d *decoder) fail(e *Error) {
 	e.File = d.source
+	if e.Field != "" && e.Doc == d.cur.index && e.Line == d.cur.line {
+		if l := d.fieldLine(e.Field); l > 0 {
+			e.Line = l
+		}
+	}
 	d.res.Errors = append(d.res.Errors, e)
+}
+
+// fieldLine returns the file's line of the field at path in the current
+// document: the line of the deepest part of the path the document has (a
+// key the decoder refuses is there; a missing field points at its
+// parent), or 0. The document is parsed once more, as a node tree, only
+// when it has an error; aliases were bounded before (checkAliases).
+func (d *decoder) fieldLine(path string) int {
+	if d.curRoot == nil {
+		d.curRoot = &yamlv3.Node{}
+		if yamlv3.Unmarshal(d.cur.data, d.curRoot) != nil {
+			return 0
+		}
+	}
+	n := d.curRoot
+	if n.Kind == yamlv3.DocumentNode && len(n.Content) == 1 {
+		n = n.Content[0]
+	}
+	line := 0
+	for _, seg := range splitPath(path) {
+		for n.Kind == yamlv3.AliasNode && n.Alias != nil {
+			n = n.Alias
+		}
+		var next *yamlv3.Node
+		switch n.Kind {
+		case yamlv3.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if n.Content[i].Value == seg.name {
+					line, next = n.Content[i].Line, n.Content[i+1]
+					break
+				}
+			}
+		case yamlv3.SequenceNode:
+			if i, ok := atoi(seg.name); ok && seg.bracket && i < len(n.Content) {
+				next = n.Content[i]
+				line = next.Line
+			}
+		}
+		if next == nil {
+			break
+		}
+		n = next
+	}
+	if line == 0 {
+		return 0
+	}
+	return line + d.cur.line - 1
 }
 
 // document decodes one document. A panic in a decoding library becomes an
 // error of that document, so one document never takes down the others.
 func (d *decoder) document(doc rawDoc) {
+	d.cur, d.curRoot = doc, nil
 	defer func() {
 		if r := recover(); r != nil {
 			d.fail(&Error{Doc: doc.index, Line: doc.line, Detail: fmt.Sprintf("internal error decoding the document: %v", r)})

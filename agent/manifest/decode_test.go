@@ -296,7 +296,9 @@ spec:
 	if !errors.As(errs[0], &e) {
 		t.Fatalf("%T", errs[0])
 	}
-	want := Error{File: "manifests/db.yaml", Doc: 2, Line: 4, Kind: "StatefulSet", Pod: "data/db", Container: "db",
+	// Line: the file's line of the offending field (the document starts
+	// on line 4).
+	want := Error{File: "manifests/db.yaml", Doc: 2, Line: 18, Kind: "StatefulSet", Pod: "data/db", Container: "db",
 		Field:  "spec.template.spec.containers[1].readinessProbe.terminationGracePeriodSeconds",
 		Detail: "Invalid value: 5: must not be set for readinessProbes"}
 	e.Err = nil
@@ -909,5 +911,31 @@ func TestDeepNesting(t *testing.T) {
 			t.Errorf("allocated %d MiB", alloc>>20)
 		}
 		t.Logf("%v, %d MiB", d, alloc>>20)
+	}
+}
+
+// TestErrorLineIsTheField: an error with a field points at the field's line
+// in the file: an unknown key, a bad value in a List item, a JSON document;
+// a missing field points at its parent.
+func TestErrorLineIsTheField(t *testing.T) {
+	for _, tc := range []struct {
+		name, src string
+		line      int
+	}{
+		{"unknown key, second document", "# c\n---\n" + podYAML + "---\napiVersion: v1\nkind: Pod\nmetadata: {name: b}\nspec:\n  containers:\n  - name: app\n    readinesProbe: {}\n", 21},
+		{"List item", "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: p}\n  spec:\n    containers:\n    - name: app\n      livenessProbe:\n        tcpSocket: {port: 80}\n        successThreshold: 2\n", 12},
+		{"missing field: its parent", "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: []\n", 5},
+		{"JSON", "{\"apiVersion\": \"v1\", \"kind\": \"Pod\",\n \"metadata\": {\"name\": \"p\"},\n \"spec\": {\"containers\": [\n  {\"name\": \"app\",\n   \"readinessProbe\": {\"tcpSocket\": {\"port\": 0}}}]}}\n", 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := DecodeAll([]byte(tc.src), "f.yaml", Options{})
+			if len(r.Errors) == 0 {
+				t.Fatal("no error")
+			}
+			var e *Error
+			if errors.As(r.Errors[0], &e); e.Line != tc.line {
+				t.Errorf("line %d, want %d: %v", e.Line, tc.line, e)
+			}
+		})
 	}
 }

@@ -23,10 +23,11 @@ type Error struct {
 	// Doc is the 1-based index of the YAML document (or JSON value) in the
 	// file; 0 when the error concerns the whole file.
 	Doc int
-	// Line is the 1-based line in the file the problem is at: for invalid
-	// YAML the line the parser points at (counted from the start of the
-	// file, not of the document), else the line the document starts on; 0
-	// when unknown or for the whole file.
+	// Line is the 1-based line in the file the problem is at, counted from
+	// the start of the file (not of the document): for invalid YAML the
+	// line the parser points at; for an error with a Field the line of
+	// that field (or of the deepest part of its path the document has);
+	// else the line the document starts on. 0 for the whole file.
 	Line int
 	// Kind is the object's kind ("Pod", "Deployment", ...); "" when unknown.
 	Kind string

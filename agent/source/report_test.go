@@ -75,7 +75,7 @@ func TestScan_InvalidatedPodStaysStaleUntilFixedOrDeleted(t *testing.T) {
 		}
 		rej := snap.Report.Rejected
 		if len(rej) != 1 || rej[0].File != path || rej[0].Document != 1 || rej[0].Pod != "default/web" || !rej[0].Stale ||
-			!rej[0].Since.Equal(t0.Add(time.Minute)) || rej[0].Line != 1 {
+			!rej[0].Since.Equal(t0.Add(time.Minute)) || rej[0].Line != 11 { // the line of readinesProbe
 			t.Errorf("scan %d: rejected %+v", i, rej)
 		}
 	}

@@ -119,8 +119,9 @@ type Rejection struct {
 	// Document is the 1-based document in the file; 0 for the whole file
 	// (unreadable, too large, not a regular file).
 	Document int `json:"document"`
-	// Line is the file's 1-based line the error is at (the YAML parser's
-	// line, else the document's first line); 0 when unknown.
+	// Line is the file's 1-based line the error is at (manifest.Error.Line:
+	// the YAML parser's line, the offending field's line, else the
+	// document's first line); 0 for a whole file.
 	Line int `json:"line"`
 	// Pod is "namespace/name" when it can be known, else "".
 	Pod string `json:"pod"`
