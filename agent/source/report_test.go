@@ -325,3 +325,40 @@ func TestScan_HugeSparseManifestRefusedUnread(t *testing.T) {
 		t.Errorf("pods %d, errors %s\nwant %s", len(snap.Pods), errorsText(snap), want)
 	}
 }
+
+// TestScan_UnlistableDirectoryKeepsPodsStale: a manifest directory that can
+// no longer be listed (here: replaced by a regular file) keeps every pod at
+// its last version, stale with the listing error; deleted, it removes them.
+func TestScan_UnlistableDirectoryKeepsPodsStale(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "manifests")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, dir, "a.yaml", podYAML("a", "80"))
+	write(t, dir, "b.yaml", podYAML("b", "80"))
+	s := reportSource(t, dir, nil, nil, nil)
+	before := s.Scan()
+	if err := os.Rename(dir, dir+".old"); err != nil {
+		t.Fatal(err)
+	}
+	write(t, root, "manifests", "not a directory")
+	snap := s.Scan()
+	if len(snap.Pods) != 2 {
+		t.Fatalf("pods %v, want a and b kept", byName(snap))
+	}
+	for uid, p := range snap.Pods {
+		if before.Pods[uid] == nil || p.Stale == nil || !strings.Contains(p.Stale.Error, "cannot list the manifest directory") {
+			t.Errorf("%s: %+v", p.Pod.Name, p.Stale)
+		}
+	}
+	if rej := snap.Report.Rejected; len(rej) != 1 || rej[0].File != dir || rej[0].Document != 0 || !rej[0].Stale {
+		t.Errorf("rejected %+v", rej)
+	}
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if snap := s.Scan(); len(snap.Pods) != 0 || len(snap.Report.Rejected) != 0 {
+		t.Errorf("deleted directory: pods %v, report %+v", byName(snap), snap.Report)
+	}
+}

@@ -346,7 +346,7 @@ func (s *Source) Scan() Snapshot {
 	var stale []*Pod
 	paths, err := s.paths()
 	if err != nil {
-		e := asManifestError(s.opts.Path, fmt.Errorf("reading manifest directory %s: %w", s.opts.Path, err))
+		e := asManifestError(s.opts.Path, fmt.Errorf("cannot list the manifest directory: %w", err))
 		rejected = append(rejected, e)
 		// Keep every file's pods, stale: the listing failed, not the files.
 		paths = paths[:0]
