@@ -362,3 +362,30 @@ func TestScan_UnlistableDirectoryKeepsPodsStale(t *testing.T) {
 		t.Errorf("deleted directory: pods %v, report %+v", byName(snap), snap.Report)
 	}
 }
+
+// TestScan_EmptiedFileKeepsPodsStale: a file truncated (as os.WriteFile,
+// editors and `>` do before writing) holds no object for a moment: its pods
+// stay, stale, instead of being removed and re-added; written again, they
+// are current; a file empty from the start is only skipped.
+func TestScan_EmptiedFileKeepsPodsStale(t *testing.T) {
+	dir := t.TempDir()
+	s := reportSource(t, dir, nil, nil, nil)
+	path := write(t, dir, "web.yaml", podYAML("web", "80"))
+	write(t, dir, "empty.yaml", "")
+	uid := byName(s.Scan())["default/web"].Pod.UID
+	write(t, dir, "web.yaml", "")
+	snap := s.Scan()
+	if p := byName(snap)["default/web"]; p == nil || p.Pod.UID != uid || p.Stale == nil || !strings.Contains(p.Stale.Error, "kept at their last version") {
+		t.Fatalf("emptied: %+v", p)
+	}
+	if rej := snap.Report.Rejected; len(rej) != 1 || rej[0].File != path || !rej[0].Stale {
+		t.Errorf("rejected %+v", rej)
+	}
+	if sk := snap.Report.Skipped; len(sk) != 1 || filepath.Base(sk[0].File) != "empty.yaml" {
+		t.Errorf("skipped %+v", sk)
+	}
+	write(t, dir, "web.yaml", podYAML("web", "80"))
+	if p := byName(s.Scan())["default/web"]; p == nil || p.Pod.UID != uid || p.Stale != nil {
+		t.Errorf("written again: %+v", p)
+	}
+}

@@ -335,7 +335,8 @@ func (s *Source) paths() ([]string, error) {
 // A pod delivered by the last scan whose document is now rejected (the
 // error names the pod, or is of the pod's document, or of the whole file) is
 // delivered again unchanged, marked Stale; a deleted file, or a document
-// removed from its file, removes its pods. A directory that can no longer be
+// removed from its file, removes its pods; a file emptied (no object left,
+// as a truncate-then-write shows it mid-write) keeps them stale. A directory that can no longer be
 // listed (other than deleted) keeps every pod stale with that error.
 func (s *Source) Scan() Snapshot {
 	s.mu.Lock()
@@ -391,6 +392,14 @@ func (s *Source) Scan() Snapshot {
 				errs = append(errs, asManifestError(path, e))
 			}
 			for _, sk := range res.Skipped {
+				if sk.Doc == 0 && len(s.delivered[path]) > 0 {
+					// Emptied, not deleted: editors and shell redirections
+					// truncate a file before writing it, so a scan can
+					// see it empty mid-write. Its pods stay, stale.
+					errs = append(errs, &manifest.Error{File: path, Detail: sk.Reason +
+						"; the pods it held are kept at their last version until it holds them again or is deleted"})
+					continue
+				}
 				skipped = append(skipped, SkippedDocument{File: path, Document: sk.Doc, Kind: sk.Kind, Reason: sk.Reason})
 			}
 			for i := range res.Entries {
