@@ -76,6 +76,10 @@ type Agent struct {
 
 	ln net.Listener
 
+	// manifests reports the rejected and skipped manifests (manifest
+	// mode); nil in cluster mode.
+	manifests func() source.Report
+
 	savedVersion uint64        // store version of the last state write (Run's goroutines only)
 	stateWriter  *state.Writer // when StateDir is set
 }
@@ -83,7 +87,8 @@ type Agent struct {
 // Options configure the agent. Durations are time.Duration values; the CLI
 // takes them as Go duration strings.
 type Options struct {
-	// ManifestDir is the directory of pod manifests (required).
+	// ManifestDir is the directory of pod manifests, or a single manifest
+	// file (required in manifest mode).
 	ManifestDir string
 	// Listen is the HTTP API's address; default 127.0.0.1:8089.
 	Listen string
@@ -335,11 +340,12 @@ type podLister interface {
 // directory.
 func (a *Agent) manifestMode() (*mode, error) {
 	opts := a.opts
-	src, err := source.New(source.Options{Dir: opts.ManifestDir, Logger: opts.Logger, Rescan: opts.Rescan,
-		Manifest: manifest.Options{KnownPluginKind: a.knownProbeKind}})
+	src, err := source.New(source.Options{Path: opts.ManifestDir, Logger: opts.Logger, Rescan: opts.Rescan,
+		Manifest: manifest.Options{KnownPluginKind: a.knownProbeKind}, MetricsRegisterer: a.reg})
 	if err != nil {
 		return nil, err
 	}
+	a.manifests = src.Report
 	a.store = store.New(store.Options{Logger: opts.Logger, PodIP: opts.PodIP})
 	a.simulator = simulator.New(simulator.Options{Store: a.store, Recorder: a.recorder, Logger: opts.Logger,
 		OnRestart: opts.OnRestart, OnRestartTimeout: opts.OnRestartTimeout})
@@ -359,7 +365,7 @@ func (a *Agent) manifestMode() (*mode, error) {
 	return &mode{
 		source:    src,
 		status:    a.store,
-		pods:      a.store,
+		pods:      staleMarker{a.store, src},
 		bind:      func(m manager.Manager) { a.store.SetProber(m) },
 		listeners: listeners{a.store},
 		consumers: []verdicts.Consumer{a.store, actuate.OnFailure(a.store.Pod, a.simulator)},
@@ -369,6 +375,46 @@ func (a *Agent) manifestMode() (*mode, error) {
 		onSync:   a.store.Resync,
 		services: []service{{name: "state writer", run: a.saveStateEvery, stopFirst: true}},
 	}, nil
+}
+
+// staleMarker serves the store's pods with the ConditionManifestStale
+// condition on those the source keeps at their last valid version.
+type staleMarker struct {
+	store *store.Store
+	src   *source.Source
+}
+
+func (m staleMarker) mark(p *v1.Pod) *v1.Pod {
+	if r, ok := m.src.StaleOf(p.UID); ok {
+		source.MarkStale(p, r)
+	}
+	return p
+}
+
+func (m staleMarker) Pods() []*v1.Pod {
+	pods := m.store.Pods()
+	for _, p := range pods {
+		m.mark(p)
+	}
+	return pods
+}
+
+func (m staleMarker) PodByName(namespace, name string) (*v1.Pod, bool) {
+	p, ok := m.store.PodByName(namespace, name)
+	if ok {
+		m.mark(p)
+	}
+	return p, ok
+}
+
+// Manifests returns the report of GET /manifests: in manifest mode the
+// source's last scan (rejected and skipped documents), in cluster mode an
+// empty report of source "cluster".
+func (a *Agent) Manifests() source.Report {
+	if a.manifests == nil {
+		return source.NewReport(source.SourceCluster, "")
+	}
+	return a.manifests()
 }
 
 // Addr is the address the API listens on.
@@ -382,6 +428,7 @@ func (a *Agent) Handler() http.Handler {
 		Metrics:      a.reg,
 		Events:       a.events,
 		Healthy:      health.New(a.source.HasSynced, a.mgr).Check,
+		Manifests:    a.Manifests,
 		Debug: func() any {
 			st, _ := manager.StatsOf(a.mgr)
 			return map[string]any{"scheduler": st, "plugins": a.plugins.Status()}

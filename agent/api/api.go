@@ -1,7 +1,9 @@
 // Package api serves the agent's HTTP API: /pods (a v1.PodList like the
 // kubelet's /pods), /healthz (with ?verbose: the reason and the build's
-// version), /version (the build's version.Info), the kubelet's probe metrics on /metrics/probes
-// (spec X3), the runtime's metrics on /metrics, /events and /debug/scheduler,
+// version), /version (the build's version.Info), the kubelet's probe
+// metrics on /metrics/probes (spec X3), the runtime's metrics on /metrics,
+// /events, /manifests (the manifests rejected and skipped) and
+// /debug/scheduler,
 // from a server that bounds itself (NewServer, Listen: timeouts, a header
 // cap, a cap on connections).
 package api
@@ -16,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/probed/probed/agent/events"
+	"github.com/probed/probed/agent/source"
 	"github.com/probed/probed/internal/version"
 	"github.com/probed/probed/manager/customprobe"
 	"github.com/probed/probed/runtime/redact"
@@ -43,6 +46,9 @@ type Options struct {
 	Healthy func() error
 	// History, when set, serves GET /pods/{namespace}/{name}/probes.
 	History func(namespace, name string) (any, bool)
+	// Manifests, when set, serves GET /manifests: the manifests rejected
+	// and skipped (source.Report, its JSON as docs/operations.md shows).
+	Manifests func() source.Report
 	// Version is the build served on GET /version and in
 	// /healthz?verbose; the zero value: version.Get().
 	Version version.Info
@@ -97,6 +103,11 @@ func New(opts Options) http.Handler {
 				return
 			}
 			writeJSON(w, h)
+		})
+	}
+	if opts.Manifests != nil {
+		mux.HandleFunc("GET /manifests", func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, opts.Manifests())
 		})
 	}
 	if opts.ProbeMetrics != nil {

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/probed/probed/agent/api"
 	"github.com/probed/probed/agent/events"
+	"github.com/probed/probed/agent/source"
 	"github.com/probed/probed/agent/store"
 	"github.com/probed/probed/agent/verdicts"
 	"github.com/probed/probed/internal/version"
@@ -477,5 +479,42 @@ func TestPods_SecretsInPathsCommandsAndParamsRedacted(t *testing.T) {
 		if !strings.Contains(ann, want) {
 			t.Errorf("annotation %s lacks %s", ann, want)
 		}
+	}
+}
+
+// TestManifests_ServesTheReport: GET /manifests serves source.Report as the
+// documented JSON (the cluster-mode report: empty lists, not null); without
+// Options.Manifests there is no such endpoint.
+func TestManifests_ServesTheReport(t *testing.T) {
+	since := time.Date(2026, 12, 1, 23, 50, 0, 0, time.UTC)
+	rep := source.NewReport(source.SourceDirectory, "/etc/probed/manifests")
+	rep.Files = 3
+	rep.Rejected = append(rep.Rejected, source.Rejection{File: "/etc/probed/manifests/web.yaml", Document: 2, Line: 14, Pod: "default/web",
+		Error: "web.yaml: document 2: pod default/web: bad", Since: since, Stale: true})
+	rep.Skipped = append(rep.Skipped, source.SkippedDocument{File: "/etc/probed/manifests/secret.yaml", Document: 1, Kind: "Secret", Reason: "kind Secret holds no pod template"})
+	for _, tc := range []struct {
+		report source.Report
+		want   string
+	}{
+		{rep, `{"kind":"ManifestReport","source":"directory","path":"/etc/probed/manifests","files":3,` +
+			`"rejected":[{"file":"/etc/probed/manifests/web.yaml","document":2,"line":14,"pod":"default/web","error":"web.yaml: document 2: pod default/web: bad","since":"2026-12-01T23:50:00Z","stale":true}],` +
+			`"skipped":[{"file":"/etc/probed/manifests/secret.yaml","document":1,"kind":"Secret","reason":"kind Secret holds no pod template"}]}`},
+		{source.NewReport(source.SourceCluster, ""), `{"kind":"ManifestReport","source":"cluster","path":"","files":0,"rejected":[],"skipped":[]}`},
+	} {
+		srv := httptest.NewServer(api.New(api.Options{Pods: store.New(store.Options{Logger: quiet()}), Manifests: func() source.Report { return tc.report }}))
+		code, hdr, body := get(t, srv, "/manifests")
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, body); err != nil {
+			t.Fatal(err)
+		}
+		if code != 200 || hdr.Get("Content-Type") != "application/json" || compact.String() != tc.want {
+			t.Errorf("GET /manifests = %d %s\n%s\nwant %s", code, hdr.Get("Content-Type"), compact.String(), tc.want)
+		}
+		srv.Close()
+	}
+	srv := httptest.NewServer(api.New(api.Options{Pods: store.New(store.Options{Logger: quiet()})}))
+	defer srv.Close()
+	if code, _, _ := get(t, srv, "/manifests"); code != http.StatusNotFound {
+		t.Errorf("without Manifests: %d, want 404", code)
 	}
 }

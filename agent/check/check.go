@@ -1,7 +1,9 @@
 // Package check runs every probe of a manifest once, now, and reports the
 // results: `probed check -f FILE|DIR|-`, as a table (wide: with the pod IP
 // and whole messages) or as a Report document in JSON or YAML (package
-// output; docs/operations.md). It accepts Pods and the pod templates of
+// output; docs/operations.md). What the input skips (documents without a
+// pod, with why) is reported, and input without a probe to run is bad
+// input, not a pass. It accepts Pods and the pod templates of
 // Deployments, StatefulSets, DaemonSets, ReplicaSets, Jobs and CronJobs, so
 // users can check the manifests they already have.
 package check
@@ -15,6 +17,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"text/tabwriter"
 	"time"
 	"unicode/utf8"
 
@@ -37,15 +40,15 @@ const (
 type Options struct {
 	// File is a manifest file; a directory, whose manifest files (at its
 	// top level, named as the agent reads them: source.IsManifest) are
-	// read in lexical order; or "-" for Stdin.
+	// read in lexical order; or "-" (Stdin) for Options.Stdin.
 	File string
 	// Stdin is read for File "-"; nil: os.Stdin.
 	Stdin io.Reader
-	// Output is the format of the report; "" is output.Table.
-	Output    output.Format
-	Container string // only this container ("" = all)
+	// Output is the format Run writes; "" is output.Table.
+	Output output.Format
 	// Namespace keeps the pods of this namespace only ("" = all).
 	Namespace string
+	Container string // only this container ("" = all)
 	// Pod selects one pod: its name or namespace/name ("" = all). Workload
 	// templates are named after their workload.
 	Pod       string
@@ -71,21 +74,112 @@ type Row struct {
 	Duration  time.Duration
 	Message   string
 	PodIP     string // the address probed
+	File      string // the manifest file the pod came from ("-": stdin)
 }
 
-// Run loads the file, runs every selected probe once (initialDelaySeconds
-// is skipped; a handler error is retried as the kubelet does, P2), writes the
-// table to out and returns the exit code. Errors of the manifest are written
-// to errOut, one per line, naming file, pod, container and field.
+// Result is what a check found and did: the input for the table (or any
+// other rendering of it).
+type Result struct {
+	// File is the manifest file, directory or "-" checked (Options.File).
+	File string
+	// Files are the manifest files read, in order (File itself for a
+	// file or "-"; a directory's manifest files).
+	Files []string
+	// Rows are the probes run, in manifest order (per pod and container:
+	// startup, readiness, liveness).
+	Rows []*Row
+	// Skipped are the documents of the files that yield no pod (a Secret,
+	// a Service, ...), and for a file that holds no object at all one entry
+	// with Doc 0, each with its file and reason (manifest.Skipped.String
+	// words it).
+	Skipped []Skipped
+	// Errors are the problems that make the input bad, one per line:
+	// manifest errors naming file, pod, container and field; bad flags; a
+	// pod or container filter that matches nothing; a file (after filters)
+	// without probes ("FILE: no probes found").
+	Errors []string
+	// Warnings name what loads but will not work as written (BR-20 named
+	// ports, unfilled placeholders), with file, document and pod.
+	Warnings []string
+	// Code is the exit code: ExitOK, ExitFailed or ExitBadInput.
+	Code int
+}
+
+// Run loads the input, runs every selected probe once (Check), writes the
+// result to out in Options.Output and returns the exit code. Errors,
+// warnings and skipped documents are written to errOut, one per line,
+// naming file, document, pod, container and field. The table is written
+// only when probes ran (bad input prints nothing on stdout); a JSON or
+// YAML Report is always written, so that a pipeline reading it sees the
+// errors too.
 func Run(ctx context.Context, opts Options, out, errOut io.Writer) int {
+	res := Check(ctx, opts)
+	for _, e := range res.Errors {
+		fmt.Fprintln(errOut, e)
+	}
+	for _, w := range res.Warnings {
+		fmt.Fprintln(errOut, w)
+	}
+	for _, sk := range res.Skipped {
+		fmt.Fprintf(errOut, "%s: %s\n", sk.File, sk.Skipped)
+	}
+	switch {
+	case opts.Output.Document():
+		if err := output.Write(out, opts.Output, NewReport(res)); err != nil {
+			fmt.Fprintln(errOut, err)
+			return ExitBadInput
+		}
+	case len(res.Rows) > 0:
+		writeTable(out, res.Rows, opts.Output == output.Wide)
+	}
+	return res.Code
+}
+
+// WriteTable writes rows as the table of probed check: POD CONTAINER PROBE
+// HANDLER RESULT DURATION MESSAGE, the message cut to its first line and
+// 200 characters.
+func WriteTable(out io.Writer, rows []*Row) { writeTable(out, rows, false) }
+
+// writeTable writes the table; wide adds POD IP before MESSAGE and prints
+// the whole message on one line (wholeLine).
+func writeTable(out io.Writer, rows []*Row, wide bool) {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	if wide {
+		fmt.Fprintln(tw, "POD\tCONTAINER\tPROBE\tHANDLER\tRESULT\tDURATION\tPOD IP\tMESSAGE")
+	} else {
+		fmt.Fprintln(tw, "POD\tCONTAINER\tPROBE\tHANDLER\tRESULT\tDURATION\tMESSAGE")
+	}
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t", r.Pod, r.Container, r.Probe, r.Handler, r.Result, r.Duration.Round(time.Millisecond))
+		if wide {
+			fmt.Fprintf(tw, "%s\t%s\n", r.PodIP, wholeLine(r.Message))
+		} else {
+			fmt.Fprintln(tw, oneLine(r.Message))
+		}
+	}
+	_ = tw.Flush()
+}
+
+// Check loads the file, runs every selected probe once (initialDelaySeconds
+// is skipped; a handler error is retried as the kubelet does, P2) and
+// returns what it found. Bad input — a manifest error, a bad flag, a filter
+// that matches nothing, or no probe at all to run (an empty file, a file of
+// Secrets or Services, pods without probes) — runs nothing and is
+// ExitBadInput; a probe that fails, errors or does not run is ExitFailed.
+func Check(ctx context.Context, opts Options) *Result {
+	out := &Result{File: opts.File}
+	bad := func(format string, args ...any) *Result {
+		out.Errors = append(out.Errors, fmt.Sprintf(format, args...))
+		out.Code = ExitBadInput
+		return out
+	}
 	if opts.PodIP == "" {
 		opts.PodIP = "127.0.0.1"
 	}
 	// An IP, never a name: a name would be resolved (DNS) and probes sent
 	// wherever it points. The agent refuses the same (agent.New).
 	if net.ParseIP(opts.PodIP) == nil {
-		fmt.Fprintf(errOut, "--pod-ip %q is not an IP address\n", opts.PodIP)
-		return ExitBadInput
+		return bad("--pod-ip %q is not an IP address", opts.PodIP)
 	}
 	if opts.Parallel <= 0 {
 		opts.Parallel = 16
@@ -97,42 +191,23 @@ func Run(ctx context.Context, opts Options, out, errOut io.Writer) int {
 	if opts.ProbeType != "" {
 		pt, err := runtime.ParseProbeType(opts.ProbeType)
 		if err != nil {
-			fmt.Fprintf(errOut, "--probe: %v\n", err)
-			return ExitBadInput
+			return bad("--probe: %v", err)
 		}
 		only = &pt
 	}
-	res, files := load(opts)
-	rep := newReport(files)
+	res := load(opts)
+	out.Files, out.Skipped = res.files, res.skipped
 	for _, err := range res.Errors {
-		fmt.Fprintln(errOut, err)
-		rep.Errors = append(rep.Errors, err.Error())
+		out.Errors = append(out.Errors, err.Error())
 	}
 	for _, e := range res.Entries {
 		for _, w := range e.Warnings {
-			msg := fmt.Sprintf("%s: document %d: pod %s/%s: warning: %s", e.Source, e.Doc, e.Pod.Namespace, e.Pod.Name, w)
-			fmt.Fprintln(errOut, msg)
-			rep.Warnings = append(rep.Warnings, msg)
+			out.Warnings = append(out.Warnings, fmt.Sprintf("%s: document %d: pod %s/%s: warning: %s", e.Source, e.Doc, e.Pod.Namespace, e.Pod.Name, w))
 		}
 	}
-	rep.Skipped = append(rep.Skipped, res.skipped...)
 	if len(res.Errors) > 0 {
-		return rep.finish(out, opts.Output, nil, ExitBadInput)
-	}
-
-	rt, err := runtime.New(runtime.Options{PoolSize: opts.Parallel, ExecPoolSize: opts.Parallel, Logger: opts.Logger})
-	if err != nil {
-		fmt.Fprintln(errOut, err)
-		return ExitBadInput
-	}
-	defer func() { _ = rt.Close(context.Background()) }()
-	var runner manager.ExecRunner = probeexec.DisabledRunner{}
-	if opts.AllowHostExec {
-		runner = &probeexec.LocalRunner{}
-	}
-	if err := manager.RegisterBuiltins(rt, runner); err != nil {
-		fmt.Fprintln(errOut, err)
-		return ExitBadInput
+		out.Code = ExitBadInput
+		return out
 	}
 
 	type job struct {
@@ -146,8 +221,7 @@ func Run(ctx context.Context, opts Options, out, errOut io.Writer) int {
 	podMatched := opts.Pod == ""
 	namespaceMatched := opts.Namespace == ""
 	for i := range res.Entries {
-		pod := res.Entries[i].Pod
-		file := res.Entries[i].Source
+		pod, file := res.Entries[i].Pod, res.Entries[i].Source
 		if opts.Namespace != "" && pod.Namespace != opts.Namespace {
 			continue
 		}
@@ -174,8 +248,7 @@ func Run(ctx context.Context, opts Options, out, errOut io.Writer) int {
 					continue
 				}
 				kind := runtime.KindOf(p)
-				row := &Row{Pod: pod.Namespace + "/" + pod.Name, Container: c.Name, Probe: pt.Lower(), Handler: kind, PodIP: podIP}
-				rep.fileOf[row] = file
+				row := &Row{Pod: pod.Namespace + "/" + pod.Name, Container: c.Name, Probe: pt.Lower(), Handler: kind, PodIP: podIP, File: file}
 				rows = append(rows, row)
 				jobs = append(jobs, job{row: row, podIP: podIP, spec: &runtime.Spec{Kind: kind, ProbeType: pt, Pod: pod, Container: c, Probe: p}})
 			}
@@ -195,13 +268,31 @@ func Run(ctx context.Context, opts Options, out, errOut io.Writer) int {
 		}
 	}
 	if !namespaceMatched {
-		return rep.fail(out, errOut, opts.Output, fmt.Sprintf("%s: no pod in namespace %q", opts.File, opts.Namespace))
+		return bad("%s: no pod in namespace %q", opts.File, opts.Namespace)
 	}
 	if !podMatched {
-		return rep.fail(out, errOut, opts.Output, fmt.Sprintf("%s: no pod named %q", opts.File, opts.Pod))
+		return bad("%s: no pod named %q", opts.File, opts.Pod)
 	}
 	if opts.Container != "" && !matched {
-		return rep.fail(out, errOut, opts.Output, fmt.Sprintf("%s: no container named %q", opts.File, opts.Container))
+		return bad("%s: no container named %q", opts.File, opts.Container)
+	}
+	if len(rows) == 0 {
+		// Nothing to check is bad input, not a pass: a CI job checking
+		// the wrong file (a Secret, an empty file) must not go green.
+		return bad("%s: no probes found", opts.File)
+	}
+
+	rt, err := runtime.New(runtime.Options{PoolSize: opts.Parallel, ExecPoolSize: opts.Parallel, Logger: opts.Logger})
+	if err != nil {
+		return bad("%v", err)
+	}
+	defer func() { _ = rt.Close(context.Background()) }()
+	var runner manager.ExecRunner = probeexec.DisabledRunner{}
+	if opts.AllowHostExec {
+		runner = &probeexec.LocalRunner{}
+	}
+	if err := manager.RegisterBuiltins(rt, runner); err != nil {
+		return bad("%v", err)
 	}
 
 	var wg sync.WaitGroup
@@ -219,16 +310,14 @@ func Run(ctx context.Context, opts Options, out, errOut io.Writer) int {
 	}
 	wg.Wait()
 
-	code := ExitOK
+	out.Rows = rows
+	out.Code = ExitOK
 	for _, r := range rows {
 		if r.Result != "success" && r.Result != "warning" {
-			code = ExitFailed
+			out.Code = ExitFailed
 		}
 	}
-	if len(rows) == 0 {
-		fmt.Fprintf(errOut, "%s: no probes found\n", opts.File)
-	}
-	return rep.finish(out, opts.Output, rows, code)
+	return out
 }
 
 type taskFunc func()

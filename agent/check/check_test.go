@@ -239,10 +239,11 @@ spec:
 		{name: "container and probe type", container: "a", probe: "readiness", rows: []string{
 			"default/p a readiness http success | HTTP 200",
 		}},
-		{name: "a container without the probe type", container: "b", probe: "liveness",
+		// Nothing to run is bad input (issue 12 §2: it used to pass).
+		{name: "a container without the probe type", container: "b", probe: "liveness", code: check.ExitBadInput,
 			errOut: path + ": no probes found\n"},
-		{name: "a container without probes", container: "quiet", errOut: path + ": no probes found\n"},
-		{name: "a regular init container", container: "setup", errOut: path + ": no probes found\n"},
+		{name: "a container without probes", container: "quiet", code: check.ExitBadInput, errOut: path + ": no probes found\n"},
+		{name: "a regular init container", container: "setup", code: check.ExitBadInput, errOut: path + ": no probes found\n"},
 		{name: "an unknown container", container: "nope", code: check.ExitBadInput,
 			errOut: path + ": no container named \"nope\"\n"},
 		{name: "an unknown probe type", probe: "sometimes", code: check.ExitBadInput,
@@ -406,7 +407,7 @@ func TestRunExitCodes(t *testing.T) {
 		{"error", check.Options{File: pod("tcpSocket: {port: missing}")}, check.ExitFailed, []string{"warning"}},
 		{"not run", check.Options{File: pod(`exec: {command: ["true"]}`)}, check.ExitFailed, nil},
 		{"no probes", check.Options{File: manifest(t, "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - {name: app, image: app}\n")},
-			check.ExitOK, []string{"no probes found"}},
+			check.ExitBadInput, []string{"no probes found"}},
 		{"missing file", check.Options{File: filepath.Join(t.TempDir(), "nope.yaml")}, check.ExitBadInput, []string{"nope.yaml"}},
 		// Issue 9 §2: not regular files are refused at once, naming them.
 		{"FIFO", check.Options{File: fifo}, check.ExitBadInput, []string{fifo + ": is a FIFO (named pipe), not a regular file"}},
@@ -469,5 +470,54 @@ status:
 	rows, _, _ = run(t, check.Options{File: without, PodIP: "::1"})
 	if len(rows) != 1 || !strings.Contains(rows[0], fmt.Sprintf("[::1]:%d", web)) {
 		t.Errorf("with PodIP ::1 the probe went to %q, want [::1]:%d (refused or not, but there)", rows, web)
+	}
+}
+
+// TestCheck_FilesWithoutProbesSaySoAndFail (issue 12 §2): a file that
+// yields no probe — empty, only comments, only `---`, a Secret, a List of a
+// Secret and a pod without probes — exits ExitBadInput, prints no table,
+// and says what was skipped and why; a List with a Secret and a probed Pod
+// checks the pod and reports the Secret as skipped. Check returns the same
+// skip list for other renderings.
+func TestCheck_FilesWithoutProbesSaySoAndFail(t *testing.T) {
+	web := target(t)
+	noObject := "skipped: the file holds no object: it is empty, or has only comments, blank lines and --- markers"
+	secret := "- {apiVersion: v1, kind: Secret, metadata: {name: creds}, stringData: {password: hunter2}}\n"
+	for _, tc := range []struct {
+		name, content string
+		code          int
+		errOut        []string
+		rows          int
+	}{
+		{"empty", "", check.ExitBadInput, []string{noObject, "no probes found"}, 0},
+		{"only comments", "# a comment\n\n# another\n", check.ExitBadInput, []string{noObject, "no probes found"}, 0},
+		{"only markers", "---\n---\n", check.ExitBadInput, []string{noObject, "no probes found"}, 0},
+		{"a Secret", "apiVersion: v1\nkind: Secret\nmetadata: {name: creds}\n", check.ExitBadInput,
+			[]string{"document 1: skipped Secret default/creds: kind Secret holds no pod template", "no probes found"}, 0},
+		{"a List: a Secret and a pod without probes", "apiVersion: v1\nkind: List\nitems:\n" + secret + "- {apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {containers: [{name: app}]}}\n",
+			check.ExitBadInput, []string{"document 1 items[0]: skipped Secret default/creds: kind Secret holds no pod template", "no probes found"}, 0},
+		{"a List: a Secret and a probed pod", "apiVersion: v1\nkind: List\nitems:\n" + secret +
+			fmt.Sprintf("- {apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {containers: [{name: app, readinessProbe: {httpGet: {path: /ok, port: %d}}}]}}\n", web),
+			check.ExitOK, []string{"document 1 items[0]: skipped Secret default/creds: kind Secret holds no pod template"}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := manifest(t, tc.content)
+			rows, errOut, code := run(t, check.Options{File: path})
+			if code != tc.code || len(rows) != tc.rows {
+				t.Errorf("exit code %d, %d rows; want %d, %d; stderr %q", code, len(rows), tc.code, tc.rows, errOut)
+			}
+			for _, want := range tc.errOut {
+				if !strings.Contains(errOut, path+": "+want+"\n") {
+					t.Errorf("stderr lacks %q:\n%s", want, errOut)
+				}
+			}
+			if strings.Contains(errOut, "hunter2") {
+				t.Errorf("a Secret's value on stderr: %s", errOut)
+			}
+			res := check.Check(context.Background(), check.Options{File: path})
+			if res.Code != tc.code || len(res.Skipped) == 0 || res.File != path {
+				t.Errorf("Check: code %d, skipped %v", res.Code, res.Skipped)
+			}
+		})
 	}
 }

@@ -1,15 +1,12 @@
 package check
 
 import (
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-	"text/tabwriter"
-	"time"
 
 	"github.com/probed/probed/agent/manifest"
 	"github.com/probed/probed/agent/output"
@@ -23,8 +20,15 @@ const ReportKind = "CheckReport"
 // the file name errors give it.
 const Stdin = "-"
 
-// Report is the document `probed check -o json|yaml` prints. Fields are
-// never renamed or removed within an apiVersion; new ones may be added.
+// Skipped is a document of a file that yields no pod.
+type Skipped struct {
+	File string // the file ("-": stdin)
+	manifest.Skipped
+}
+
+// Report is the document `probed check -o json|yaml` prints: a Result
+// with JSON names. Fields are never renamed or removed within an
+// apiVersion; new ones may be added.
 type Report struct {
 	Kind       string `json:"kind"`       // ReportKind
 	APIVersion string `json:"apiVersion"` // output.APIVersion
@@ -37,14 +41,12 @@ type Report struct {
 	// none ran.
 	Probes []ProbeResult `json:"probes"`
 	// Skipped are the documents that hold no pod; [] when none.
-	Skipped []Skipped `json:"skipped"`
+	Skipped []SkippedDocument `json:"skipped"`
 	// Warnings and Errors are the messages written to stderr, one per
 	// entry, each naming file, document, pod, container and field; [] when
 	// none. Errors make the exit status ExitBadInput and no probe runs.
 	Warnings []string `json:"warnings"`
 	Errors   []string `json:"errors"`
-
-	fileOf map[*Row]string // the file each row's pod came from
 }
 
 // ProbeResult is one probe's run.
@@ -66,17 +68,44 @@ type ProbeResult struct {
 	PodIP   string `json:"podIP"` // the address probed
 }
 
-// Skipped is a document of a file that yields no pod.
-type Skipped struct {
-	File     string `json:"file"`
-	Document int    `json:"document"` // 1-based
+// SkippedDocument is a document that yields no pod, with why.
+type SkippedDocument struct {
+	File string `json:"file"`
+	// Document is 1-based; 0 for a file that holds no object at all.
+	Document int    `json:"document"`
 	Kind     string `json:"kind,omitempty"`
 	Name     string `json:"name,omitempty"` // namespace/name, when the object has one
+	Reason   string `json:"reason"`
 }
 
-func newReport(files []string) *Report {
-	return &Report{Kind: ReportKind, APIVersion: output.APIVersion, Files: files, Probes: []ProbeResult{},
-		Skipped: []Skipped{}, Warnings: []string{}, Errors: []string{}, fileOf: map[*Row]string{}}
+// NewReport is res as a Report document.
+func NewReport(res *Result) *Report {
+	r := &Report{Kind: ReportKind, APIVersion: output.APIVersion, Files: res.Files, ExitCode: res.Code, Probes: []ProbeResult{},
+		Skipped: []SkippedDocument{}, Warnings: res.Warnings, Errors: res.Errors}
+	if r.Files == nil {
+		r.Files = []string{}
+	}
+	if r.Warnings == nil {
+		r.Warnings = []string{}
+	}
+	if r.Errors == nil {
+		r.Errors = []string{}
+	}
+	for _, row := range res.Rows {
+		ns, name, _ := strings.Cut(row.Pod, "/")
+		r.Probes = append(r.Probes, ProbeResult{
+			File: row.File, Namespace: ns, Pod: name, Container: row.Container, Probe: row.Probe, Handler: row.Handler,
+			Result: row.Result, DurationMS: float64(row.Duration.Microseconds()) / 1000, Message: row.Message, PodIP: row.PodIP,
+		})
+	}
+	for _, sk := range res.Skipped {
+		name := sk.Name
+		if name != "" && sk.Namespace != "" {
+			name = sk.Namespace + "/" + name
+		}
+		r.Skipped = append(r.Skipped, SkippedDocument{File: sk.File, Document: sk.Doc, Kind: sk.Kind, Name: name, Reason: sk.Reason})
+	}
+	return r
 }
 
 // loaded is what load read from every file.
@@ -84,22 +113,19 @@ type loaded struct {
 	Entries []manifest.Entry
 	Errors  []error
 	skipped []Skipped
+	files   []string
 }
 
 // load reads Options.File: one file, every manifest file of a directory,
-// or stdin, each bounded by manifest.DefaultMaxFileBytes. It returns the
-// pods, the errors and the files read.
-func load(opts Options) (*loaded, []string) {
-	res := &loaded{}
+// or stdin, each bounded by manifest.DefaultMaxFileBytes.
+func load(opts Options) *loaded {
+	res := &loaded{files: []string{}}
 	add := func(file string, r *manifest.Result) {
+		res.files = append(res.files, file)
 		res.Entries = append(res.Entries, r.Entries...)
 		res.Errors = append(res.Errors, r.Errors...)
 		for _, sk := range r.Skipped {
-			name := sk.Name
-			if name != "" && sk.Namespace != "" {
-				name = sk.Namespace + "/" + name
-			}
-			res.skipped = append(res.skipped, Skipped{File: file, Document: sk.Doc, Kind: sk.Kind, Name: name})
+			res.skipped = append(res.skipped, Skipped{File: file, Skipped: sk})
 		}
 	}
 	if opts.File == Stdin {
@@ -111,23 +137,24 @@ func load(opts Options) (*loaded, []string) {
 		// whole without more being read.
 		data, err := io.ReadAll(io.LimitReader(in, manifest.DefaultMaxFileBytes+1))
 		if err != nil {
+			res.files = append(res.files, Stdin)
 			res.Errors = append(res.Errors, &manifest.Error{File: Stdin, Detail: "reading stdin", Err: err})
-			return res, []string{Stdin}
+			return res
 		}
 		add(Stdin, manifest.DecodeAll(data, Stdin, manifest.Options{}))
-		return res, []string{Stdin}
+		return res
 	}
 	fi, err := os.Stat(opts.File)
 	if err != nil || !fi.IsDir() {
 		// LoadFileAll says what is wrong with a path that is not a regular
 		// file (missing, a FIFO, a device, ...).
 		add(opts.File, manifest.LoadFileAll(opts.File, manifest.Options{}))
-		return res, []string{opts.File}
+		return res
 	}
 	files, err := manifestFiles(opts.File)
 	if err != nil {
 		res.Errors = append(res.Errors, &manifest.Error{File: opts.File, Detail: "reading the directory", Err: err})
-		return res, []string{}
+		return res
 	}
 	if len(files) == 0 {
 		res.Errors = append(res.Errors, &manifest.Error{File: opts.File, Detail: "the directory holds no manifest file (*.yaml, *.yml, *.json)"})
@@ -135,10 +162,7 @@ func load(opts Options) (*loaded, []string) {
 	for _, f := range files {
 		add(f, manifest.LoadFileAll(f, manifest.Options{}))
 	}
-	if files == nil {
-		files = []string{}
-	}
-	return res, files
+	return res
 }
 
 // manifestFiles lists the manifest files at the top level of dir, in
@@ -157,54 +181,6 @@ func manifestFiles(dir string) ([]string, error) {
 	}
 	sort.Strings(files)
 	return files, nil
-}
-
-// fail reports an error found after loading (a --pod or --container that
-// matches nothing): on errOut, and in the report.
-func (r *Report) fail(out, errOut io.Writer, f output.Format, msg string) int {
-	fmt.Fprintln(errOut, msg)
-	r.Errors = append(r.Errors, msg)
-	return r.finish(out, f, nil, ExitBadInput)
-}
-
-// finish writes the report in format f and returns code. The table is
-// written only when probes were selected (as before -o existed: bad input
-// prints nothing on stdout); a document is always written, so a pipeline
-// reading it sees the errors too.
-func (r *Report) finish(out io.Writer, f output.Format, rows []*Row, code int) int {
-	r.ExitCode = code
-	for _, row := range rows {
-		ns, name, _ := strings.Cut(row.Pod, "/")
-		r.Probes = append(r.Probes, ProbeResult{
-			File: r.fileOf[row], Namespace: ns, Pod: name, Container: row.Container, Probe: row.Probe, Handler: row.Handler,
-			Result: row.Result, DurationMS: float64(row.Duration.Microseconds()) / 1000, Message: row.Message, PodIP: row.PodIP,
-		})
-	}
-	if f.Document() {
-		if err := output.Write(out, f, r); err != nil {
-			return ExitBadInput
-		}
-		return code
-	}
-	if code == ExitBadInput && len(rows) == 0 {
-		return code
-	}
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	if f == output.Wide {
-		fmt.Fprintln(tw, "POD\tCONTAINER\tPROBE\tHANDLER\tRESULT\tDURATION\tPOD IP\tMESSAGE")
-	} else {
-		fmt.Fprintln(tw, "POD\tCONTAINER\tPROBE\tHANDLER\tRESULT\tDURATION\tMESSAGE")
-	}
-	for _, row := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t", row.Pod, row.Container, row.Probe, row.Handler, row.Result, row.Duration.Round(time.Millisecond))
-		if f == output.Wide {
-			fmt.Fprintf(tw, "%s\t%s\n", row.PodIP, wholeLine(row.Message))
-		} else {
-			fmt.Fprintln(tw, oneLine(row.Message))
-		}
-	}
-	_ = tw.Flush()
-	return code
 }
 
 // wholeLine is the wide MESSAGE column: the whole message on one line,

@@ -82,7 +82,7 @@ func TestReportDocument(t *testing.T) {
 	if p := jsonRep.Probes[1]; p.File != b || p.Pod != "bad" || p.Result != "failure" || !strings.Contains(p.Message, "statuscode: 500") || p.DurationMS <= 0 {
 		t.Errorf("probe 1 %+v", p)
 	}
-	if want := []check.Skipped{{File: a, Document: 2, Kind: "Service", Name: "ns/svc"}}; !reflect.DeepEqual(jsonRep.Skipped, want) {
+	if want := []check.SkippedDocument{{File: a, Document: 2, Kind: "Service", Name: "ns/svc", Reason: "kind Service holds no pod template"}}; !reflect.DeepEqual(jsonRep.Skipped, want) {
 		t.Errorf("skipped %+v, want %+v", jsonRep.Skipped, want)
 	}
 	if len(jsonRep.Errors) != 0 || len(jsonRep.Warnings) != 0 {

@@ -12,6 +12,7 @@ import (
 
 	yamlv3 "go.yaml.in/yaml/v3"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
 	"github.com/probed/probed/runtime/fileread"
@@ -135,8 +136,11 @@ func tooLarge(size, max int64) string {
 //
 // Input: YAML or JSON; several YAML documents separated by `---` lines (or
 // ended by `...`), or several concatenated JSON values. Empty documents
-// (nothing, or only comments) are skipped. A `kind: List` (or a typed list
-// such as PodList or DeploymentList) contributes its items.
+// (nothing, or only comments) are passed over; a file that yields no entry,
+// no error and no skipped object (empty, only comments or `---` markers, an
+// empty List) gets one Result.Skipped with Doc 0 saying so, so that no file
+// is silently without pods. A `kind: List` (or a typed list such as PodList
+// or DeploymentList) contributes its items.
 //
 // Kinds: v1 Pod, and the pod templates of apps/v1 Deployment, StatefulSet,
 // DaemonSet and ReplicaSet, batch/v1 Job (spec.template) and CronJob
@@ -176,6 +180,13 @@ func DecodeAll(data []byte, source string, opts Options) *Result {
 	}
 	for _, doc := range docs {
 		d.document(doc)
+	}
+	if len(res.Entries) == 0 && len(res.Skipped) == 0 && len(res.Errors) == 0 {
+		reason := "the file holds no object: it is empty, or has only comments, blank lines and --- markers"
+		if d.objects > 0 {
+			reason = "the file's objects hold no pod (an empty List)"
+		}
+		res.Skipped = append(res.Skipped, Skipped{Item: -1, Reason: reason})
 	}
 	return res
 }
@@ -303,16 +314,75 @@ type decoder struct {
 	res    *Result
 	source string
 	opts   Options
+	// objects counts the documents that held a value (not empty, not null).
+	objects int
+	// cur is the document being decoded; curRoot its node tree, parsed
+	// for the first error that has a field (fieldLine).
+	cur     rawDoc
+	curRoot *yamlv3.Node
 }
 
 func (d *decoder) fail(e *Error) {
 	e.File = d.source
+	if e.Field != "" && e.Doc == d.cur.index && e.Line == d.cur.line {
+		if l := d.fieldLine(e.Field); l > 0 {
+			e.Line = l
+		}
+	}
 	d.res.Errors = append(d.res.Errors, e)
+}
+
+// fieldLine returns the file's line of the field at path in the current
+// document: the line of the deepest part of the path the document has (a
+// key the decoder refuses is there; a missing field points at its
+// parent), or 0. The document is parsed once more, as a node tree, only
+// when it has an error; aliases were bounded before (checkAliases).
+func (d *decoder) fieldLine(path string) int {
+	if d.curRoot == nil {
+		d.curRoot = &yamlv3.Node{}
+		if yamlv3.Unmarshal(d.cur.data, d.curRoot) != nil {
+			return 0
+		}
+	}
+	n := d.curRoot
+	if n.Kind == yamlv3.DocumentNode && len(n.Content) == 1 {
+		n = n.Content[0]
+	}
+	line := 0
+	for _, seg := range splitPath(path) {
+		for n.Kind == yamlv3.AliasNode && n.Alias != nil {
+			n = n.Alias
+		}
+		var next *yamlv3.Node
+		switch n.Kind {
+		case yamlv3.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if n.Content[i].Value == seg.name {
+					line, next = n.Content[i].Line, n.Content[i+1]
+					break
+				}
+			}
+		case yamlv3.SequenceNode:
+			if i, ok := atoi(seg.name); ok && seg.bracket && i < len(n.Content) {
+				next = n.Content[i]
+				line = next.Line
+			}
+		}
+		if next == nil {
+			break
+		}
+		n = next
+	}
+	if line == 0 {
+		return 0
+	}
+	return line + d.cur.line - 1
 }
 
 // document decodes one document. A panic in a decoding library becomes an
 // error of that document, so one document never takes down the others.
 func (d *decoder) document(doc rawDoc) {
+	d.cur, d.curRoot = doc, nil
 	defer func() {
 		if r := recover(); r != nil {
 			d.fail(&Error{Doc: doc.index, Line: doc.line, Detail: fmt.Sprintf("internal error decoding the document: %v", r)})
@@ -330,30 +400,111 @@ func (d *decoder) document(doc rawDoc) {
 		var err error
 		js, err = yaml.YAMLToJSONStrict(doc.data)
 		if err != nil {
-			d.fail(&Error{Doc: doc.index, Line: doc.line, Detail: "invalid YAML: " + yamlMessage(err, doc.line), Err: err})
+			msg, line := yamlMessage(err, doc.line)
+			if line == 0 {
+				line = doc.line
+			}
+			kind, pod := guessObject(doc.data)
+			d.fail(&Error{Doc: doc.index, Line: line, Kind: kind, Pod: pod, Detail: "invalid YAML: " + msg, Err: err})
 			return
 		}
 	}
 	if t := bytes.TrimSpace(js); len(t) == 0 || string(t) == "null" {
 		return
 	}
+	d.objects++
 	d.object(js, objCtx{doc: doc.index, line: doc.line, item: -1}, 0)
 }
 
 var lineRef = regexp.MustCompile(`\bline (\d+)`)
 
 // yamlMessage turns a YAML library error into one line, with line numbers
-// counted from the start of the file instead of the document.
-func yamlMessage(err error, first int) string {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+// counted from the start of the file instead of the document (first is the
+// file's line of the document's first line), and returns the first line
+// the error points at, in the file (0 when it names none).
+func yamlMessage(err error, first int) (msg string, line int) {
+	msg = strings.TrimPrefix(err.Error(), "yaml: ")
 	msg = lineRef.ReplaceAllStringFunc(msg, func(m string) string {
 		n, convErr := strconv.Atoi(m[len("line "):])
 		if convErr != nil {
 			return m
 		}
+		if line == 0 {
+			line = n + first - 1
+		}
 		return "line " + strconv.Itoa(n+first-1)
 	})
-	return strings.Join(strings.Fields(msg), " ")
+	return strings.Join(strings.Fields(msg), " "), line
+}
+
+// guessObject reads, best effort, the kind and "namespace/name" of a
+// document that is not valid YAML, from its text: a `kind:` line at column
+// 0 and the `name:` and `namespace:` keys of a block or flow `metadata:` at
+// column 0. The namespace defaults to "default". It returns "" for what it
+// cannot tell: no object without a kind, no name that is not a DNS-1123
+// subdomain.
+func guessObject(doc []byte) (kind, pod string) {
+	var ns, name string
+	lines := strings.Split(string(doc), "\n")
+	scalar := func(v string) string {
+		if i := strings.Index(v, " #"); i >= 0 {
+			v = v[:i]
+		}
+		return strings.Trim(strings.TrimSpace(v), `"'`)
+	}
+	for i := 0; i < len(lines); i++ {
+		l := strings.TrimRight(lines[i], "\r")
+		switch {
+		case strings.HasPrefix(l, "kind:") && kind == "":
+			kind = scalar(l[len("kind:"):])
+		case strings.HasPrefix(l, "metadata:") && name == "":
+			rest := strings.TrimSpace(l[len("metadata:"):])
+			if strings.HasPrefix(rest, "{") {
+				for _, kv := range strings.Split(strings.Trim(rest, "{}"), ",") {
+					k, v, _ := strings.Cut(kv, ":")
+					switch strings.TrimSpace(k) {
+					case "name":
+						name = scalar(v)
+					case "namespace":
+						ns = scalar(v)
+					}
+				}
+				continue
+			}
+			indent := -1
+			for j := i + 1; j < len(lines); j++ {
+				c := strings.TrimRight(lines[j], "\r")
+				t := strings.TrimLeft(c, " ")
+				if t == "" || t[0] == '#' {
+					continue
+				}
+				n := len(c) - len(t)
+				if n == 0 {
+					break
+				}
+				if indent < 0 {
+					indent = n
+				}
+				if n != indent {
+					continue
+				}
+				k, v, _ := strings.Cut(t, ":")
+				switch k {
+				case "name":
+					name = scalar(v)
+				case "namespace":
+					ns = scalar(v)
+				}
+			}
+		}
+	}
+	if kind == "" || name == "" || len(validation.IsDNS1123Subdomain(name)) > 0 {
+		return kind, ""
+	}
+	if ns == "" || len(validation.IsDNS1123Label(ns)) > 0 {
+		ns = "default"
+	}
+	return kind, ns + "/" + name
 }
 
 // checkAliases refuses a document whose aliases expand it to more than twice

@@ -142,7 +142,7 @@ spec:
       periodSeconds: 5
       periodSeconds: 6
       exec: {command: ["true"]}
-`, `test.yaml: document 1: invalid YAML: unmarshal errors: line 9: key "periodSeconds" already set in map`},
+`, `test.yaml: document 1: pod default/web: invalid YAML: unmarshal errors: line 9: key "periodSeconds" already set in map`},
 		{"string for an int", `apiVersion: v1
 kind: Pod
 metadata: {name: web}
@@ -176,7 +176,7 @@ spec:
           limits:
             memory: __DNS__MEMORY__LIMIT__
 `, `test.yaml: document 1: deployment kube-system/kube-dns: container "kubedns": spec.template.spec.containers[0].resources.limits[memory]: Invalid value: "__DNS__MEMORY__LIMIT__": quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$' (__DNS__MEMORY__LIMIT__ looks like an unfilled template placeholder)`},
-		{"bad YAML", "apiVersion: v1\nkind: Pod\nmetadata: {name: web\n", `test.yaml: document 1: invalid YAML: line 3: did not find expected ',' or '}'`},
+		{"bad YAML", "apiVersion: v1\nkind: Pod\nmetadata: {name: web\n", `test.yaml: document 1: pod default/web: invalid YAML: line 3: did not find expected ',' or '}'`},
 		{"missing kind", "apiVersion: v1\nmetadata: {name: web}\n", `test.yaml: document 1: pod default/web: kind: Required value: every object needs apiVersion and kind`},
 		{"missing apiVersion", "kind: Pod\nmetadata: {name: web}\n", `test.yaml: document 1: pod default/web: apiVersion: Required value: every object needs apiVersion and kind`},
 		{"kind not a string", "apiVersion: v1\nkind: 7\n", `test.yaml: document 1: kind: Invalid value: 7: must be a string`},
@@ -296,7 +296,9 @@ spec:
 	if !errors.As(errs[0], &e) {
 		t.Fatalf("%T", errs[0])
 	}
-	want := Error{File: "manifests/db.yaml", Doc: 2, Line: 4, Kind: "StatefulSet", Pod: "data/db", Container: "db",
+	// Line: the file's line of the offending field (the document starts
+	// on line 4).
+	want := Error{File: "manifests/db.yaml", Doc: 2, Line: 18, Kind: "StatefulSet", Pod: "data/db", Container: "db",
 		Field:  "spec.template.spec.containers[1].readinessProbe.terminationGracePeriodSeconds",
 		Detail: "Invalid value: 5: must not be set for readinessProbes"}
 	e.Err = nil
@@ -353,25 +355,29 @@ metadata: {name: s, namespace: ns}
 		t.Fatalf("entries %+v", r.Entries)
 	}
 	want := []Skipped{
-		{Doc: 1, Line: 2, Item: -1, APIVersion: "v1", Kind: "ConfigMap", Namespace: "default", Name: "c"},
-		{Doc: 4, Line: 20, Item: -1, APIVersion: "v1", Kind: "Service", Namespace: "ns", Name: "s"},
+		{Doc: 1, Line: 2, Item: -1, APIVersion: "v1", Kind: "ConfigMap", Namespace: "default", Name: "c", Reason: "kind ConfigMap holds no pod template"},
+		{Doc: 4, Line: 20, Item: -1, APIVersion: "v1", Kind: "Service", Namespace: "ns", Name: "s", Reason: "kind Service holds no pod template"},
 	}
-	if fmt.Sprint(r.Skipped) != fmt.Sprint(want) {
-		t.Errorf("skipped\n got %+v\nwant %+v", r.Skipped, want)
+	if fmt.Sprintf("%#v", r.Skipped) != fmt.Sprintf("%#v", want) {
+		t.Errorf("skipped\n got %#v\nwant %#v", r.Skipped, want)
 	}
 }
 
+// TestDocumentLinesInYAMLErrors: in a multi-document file the line of a
+// YAML error, in the message and in Error.Line, is the file's line the
+// parser points at, not the line within the document (issue 12 §2), and
+// the pod is named when its metadata can be read.
 func TestDocumentLinesInYAMLErrors(t *testing.T) {
 	src := podYAML + "---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: x\n   bad: indent\n"
 	_, errs := Decode([]byte(src), "f.yaml", Options{})
 	got := errStrings(t, errs)
 	// The document starts on line 12; the bad line is the file's line 17.
-	if len(got) != 1 || !strings.Contains(got[0], "document 2: invalid YAML: line 17:") {
+	if len(got) != 1 || !strings.Contains(got[0], "document 2: pod default/x: invalid YAML: line 17:") {
 		t.Errorf("errors %v", got)
 	}
 	var e *Error
-	if errors.As(errs[0], &e); e.Line != 12 {
-		t.Errorf("line %d", e.Line)
+	if errors.As(errs[0], &e); e.Line != 17 || e.Doc != 2 || e.Pod != "default/x" {
+		t.Errorf("line %d, document %d, pod %q; want 17, 2, default/x", e.Line, e.Doc, e.Pod)
 	}
 }
 
@@ -679,12 +685,95 @@ spec:
 	}
 }
 
+// TestEmptyInputs: a file with no object (empty, blank, only comments,
+// only markers, null documents) yields no entry and no error, and one
+// Skipped for the whole file that says why (issue 12 §2: such a file was
+// silent).
 func TestEmptyInputs(t *testing.T) {
-	for _, src := range []string{"", "\n\n", "# c\n", "---\n", "---\n---\n...\n", "\xef\xbb\xbf---\n", "null\n", "---\n~\n"} {
+	for _, src := range []string{"", "\n\n", "# c\n", "---\n", "---\n---\n...\n", "\xef\xbb\xbf---\n", "null\n", "---\n~\n", "# only\n# comments\n---\n# here\n"} {
 		r := DecodeAll([]byte(src), "e.yaml", Options{})
-		if len(r.Entries)+len(r.Skipped)+len(r.Errors) != 0 {
+		if len(r.Entries)+len(r.Errors) != 0 || len(r.Skipped) != 1 {
 			t.Errorf("%q: %+v", src, r)
+			continue
 		}
+		if s := r.Skipped[0]; s.Doc != 0 || s.Kind != "" || !strings.Contains(s.Reason, "holds no object") {
+			t.Errorf("%q: skipped %#v", src, s)
+		}
+	}
+	r := DecodeAll([]byte("apiVersion: v1\nkind: List\nitems: []\n"), "l.yaml", Options{})
+	if len(r.Skipped) != 1 || r.Skipped[0].Reason != "the file's objects hold no pod (an empty List)" {
+		t.Errorf("empty List: %+v", r)
+	}
+	// A file with a pod and empty documents has nothing skipped.
+	if r := DecodeAll([]byte("---\n"+podYAML+"---\n---\n"), "p.yaml", Options{}); len(r.Entries) != 1 || len(r.Skipped) != 0 {
+		t.Errorf("pod with empty documents: %+v", r)
+	}
+}
+
+// TestSkippedKindsSayWhy: a List holding a Secret and a Pod yields the pod
+// and skips the Secret with the reason; a PodTemplate says nothing runs it.
+func TestSkippedKindsSayWhy(t *testing.T) {
+	src := `apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Secret
+  metadata: {name: creds}
+  stringData: {password: hunter2}
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: web}
+  spec:
+    containers:
+    - name: app
+      readinessProbe: {tcpSocket: {port: 80}}
+---
+apiVersion: v1
+kind: PodTemplate
+metadata: {name: t}
+template:
+  spec: {containers: [{name: app}]}
+`
+	r := DecodeAll([]byte(src), "l.yaml", Options{})
+	if len(r.Errors) != 0 || len(r.Entries) != 1 || r.Entries[0].Pod.Name != "web" {
+		t.Fatalf("%+v", r)
+	}
+	got := fmt.Sprint(r.Skipped)
+	want := "[document 1 items[0]: skipped Secret default/creds: kind Secret holds no pod template document 2: skipped PodTemplate default/t: kind PodTemplate holds a pod template that nothing runs; probed reads " + supportedKinds + "]"
+	if got != want {
+		t.Errorf("skipped\n got %s\nwant %s", got, want)
+	}
+	if strings.Contains(got, "hunter2") {
+		t.Errorf("a Secret's data in the skip list: %s", got)
+	}
+}
+
+// TestYAMLErrorLineAndPod: the error names the line the parser points at, in
+// the file, and the object when its kind and metadata can be read (block or
+// flow metadata, a workload's kind); not when they cannot.
+func TestYAMLErrorLineAndPod(t *testing.T) {
+	for _, tc := range []struct {
+		name, src string
+		line      int
+		want      string
+	}{
+		{"block metadata, third document", "# c\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n---\napiVersion: v1\nkind: Pod\nmetadata:\n  namespace: prod\n  name: web # the pod\nspec:\n  containers:\n  - name: app\n    image: [unclosed\n",
+			15, "m.yaml: document 2: pod prod/web: invalid YAML: line 15: did not find expected ',' or ']'"},
+		{"deployment, flow metadata", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: api, namespace: shop}\nspec:\n  template:\n    spec:\n      containers:\n      - name: app\n         bad: indent\n",
+			9, "m.yaml: document 1: deployment shop/api: invalid YAML: line 9: mapping values are not allowed in this context"},
+		{"no kind", "metadata:\n  name: web\nspec: [\n", 3, "m.yaml: document 1: invalid YAML: line 3: did not find expected node content"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := DecodeAll([]byte(tc.src), "m.yaml", Options{})
+			got := errStrings(t, r.Errors)
+			if len(got) != 1 || got[0] != tc.want {
+				t.Fatalf("errors %q\nwant %q", got, tc.want)
+			}
+			var e *Error
+			if errors.As(r.Errors[0], &e); e.Line != tc.line {
+				t.Errorf("Error.Line %d, want %d", e.Line, tc.line)
+			}
+		})
 	}
 }
 
@@ -822,5 +911,31 @@ func TestDeepNesting(t *testing.T) {
 			t.Errorf("allocated %d MiB", alloc>>20)
 		}
 		t.Logf("%v, %d MiB", d, alloc>>20)
+	}
+}
+
+// TestErrorLineIsTheField: an error with a field points at the field's line
+// in the file: an unknown key, a bad value in a List item, a JSON document;
+// a missing field points at its parent.
+func TestErrorLineIsTheField(t *testing.T) {
+	for _, tc := range []struct {
+		name, src string
+		line      int
+	}{
+		{"unknown key, second document", "# c\n---\n" + podYAML + "---\napiVersion: v1\nkind: Pod\nmetadata: {name: b}\nspec:\n  containers:\n  - name: app\n    readinesProbe: {}\n", 21},
+		{"List item", "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: p}\n  spec:\n    containers:\n    - name: app\n      livenessProbe:\n        tcpSocket: {port: 80}\n        successThreshold: 2\n", 12},
+		{"missing field: its parent", "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: []\n", 5},
+		{"JSON", "{\"apiVersion\": \"v1\", \"kind\": \"Pod\",\n \"metadata\": {\"name\": \"p\"},\n \"spec\": {\"containers\": [\n  {\"name\": \"app\",\n   \"readinessProbe\": {\"tcpSocket\": {\"port\": 0}}}]}}\n", 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := DecodeAll([]byte(tc.src), "f.yaml", Options{})
+			if len(r.Errors) == 0 {
+				t.Fatal("no error")
+			}
+			var e *Error
+			if errors.As(r.Errors[0], &e); e.Line != tc.line {
+				t.Errorf("line %d, want %d: %v", e.Line, tc.line, e)
+			}
+		})
 	}
 }

@@ -23,7 +23,11 @@ type Error struct {
 	// Doc is the 1-based index of the YAML document (or JSON value) in the
 	// file; 0 when the error concerns the whole file.
 	Doc int
-	// Line is the 1-based line where the document starts; 0 when unknown.
+	// Line is the 1-based line in the file the problem is at, counted from
+	// the start of the file (not of the document): for invalid YAML the
+	// line the parser points at; for an error with a Field the line of
+	// that field (or of the deepest part of its path the document has);
+	// else the line the document starts on. 0 for the whole file.
 	Line int
 	// Kind is the object's kind ("Pod", "Deployment", ...); "" when unknown.
 	Kind string
@@ -83,14 +87,51 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // Skipped describes a document (or List item) that holds no pod: an object of
-// a kind probed does not run (Service, ConfigMap, a custom resource, ...).
+// a kind probed does not run (Service, ConfigMap, Secret, a custom resource,
+// ...), or, with Doc 0, a whole file that holds no object at all (empty, only
+// comments, only `---` markers, an empty List).
 type Skipped struct {
-	// Doc is the 1-based document index; Line the line it starts on.
+	// Doc is the 1-based document index (0: the whole file); Line the line
+	// it starts on (0 for the whole file).
 	Doc, Line int
 	// Item is the index in the List's items, or -1.
 	Item int
-	// APIVersion, Kind, Namespace and Name identify the object.
+	// APIVersion, Kind, Namespace and Name identify the object; empty for
+	// a whole file.
 	APIVersion, Kind, Namespace, Name string
+	// Reason says why nothing is probed, for the user: "kind Secret holds
+	// no pod template", "the file holds no object (...)".
+	Reason string
+}
+
+// String is "document N: skipped KIND NAMESPACE/NAME: REASON", or
+// "skipped: REASON" for a whole file.
+func (s Skipped) String() string {
+	var b strings.Builder
+	if s.Doc > 0 {
+		b.WriteString("document ")
+		b.WriteString(strconv.Itoa(s.Doc))
+		if s.Item >= 0 {
+			b.WriteString(" items[")
+			b.WriteString(strconv.Itoa(s.Item))
+			b.WriteString("]")
+		}
+		b.WriteString(": ")
+	}
+	b.WriteString("skipped")
+	if s.Kind != "" {
+		b.WriteString(" ")
+		b.WriteString(s.Kind)
+		if s.Name != "" {
+			b.WriteString(" ")
+			b.WriteString(s.Namespace)
+			b.WriteString("/")
+			b.WriteString(s.Name)
+		}
+	}
+	b.WriteString(": ")
+	b.WriteString(s.Reason)
+	return b.String()
 }
 
 // segment is one step of a field path: a field name, or an index or key in

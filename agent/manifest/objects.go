@@ -213,7 +213,15 @@ func (d *decoder) object(js []byte, c objCtx, depth int) {
 		return
 	}
 	d.res.Skipped = append(d.res.Skipped, Skipped{Doc: c.doc, Line: c.line, Item: c.item,
-		APIVersion: apiVersion, Kind: kind, Namespace: ns, Name: name})
+		APIVersion: apiVersion, Kind: kind, Namespace: ns, Name: name, Reason: skipReason(key, kind)})
+}
+
+// skipReason says why an object of a kind probed does not run yields no pod.
+func skipReason(key, kind string) string {
+	if templateKinds[key] {
+		return "kind " + kind + " holds a pod template that nothing runs; probed reads " + supportedKinds
+	}
+	return "kind " + kind + " holds no pod template"
 }
 
 // objectName reads metadata.namespace and metadata.name, best effort. The

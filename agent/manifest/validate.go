@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	v1 "k8s.io/api/core/v1"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -21,8 +22,11 @@ import (
 //
 // Rules:
 //   - metadata.name is required and a DNS-1123 subdomain; a set namespace is
-//     a DNS-1123 label; spec.restartPolicy is Always, OnFailure or Never;
-//     spec.containers is not empty.
+//     a DNS-1123 label; annotation keys are qualified names and keys and
+//     values together hold at most 256 KiB (apimachinery's
+//     ValidateAnnotations, TotalAnnotationSizeLimitB, as the API server
+//     checks every object's metadata); spec.restartPolicy is Always,
+//     OnFailure or Never; spec.containers is not empty.
 //   - Container names are required, DNS-1123 labels, and unique across
 //     containers and init containers. Container ports are 1-65535; port
 //     names are IANA_SVC_NAMEs, unique within the container.
@@ -60,6 +64,7 @@ func ValidatePod(pod *v1.Pod) field.ErrorList {
 			errs = append(errs, field.Invalid(meta.Child("namespace"), pod.Namespace, msg))
 		}
 	}
+	errs = append(errs, apivalidation.ValidateAnnotations(pod.Annotations, meta.Child("annotations"))...)
 	spec := field.NewPath("spec")
 	switch pod.Spec.RestartPolicy {
 	case v1.RestartPolicyAlways, v1.RestartPolicyOnFailure, v1.RestartPolicyNever:

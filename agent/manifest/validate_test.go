@@ -299,3 +299,35 @@ func TestWarnings(t *testing.T) {
 		t.Errorf("got\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
 }
+
+// TestAnnotationsOverTheAPIServerLimit: annotations of more than 256 KiB in
+// total (keys and values, apimachinery's TotalAnnotationSizeLimitB) are
+// refused naming the file, the pod and the field, for a Pod and for a
+// workload's template; exactly at the limit they load. An annotation key
+// the API server refuses is refused too.
+func TestAnnotationsOverTheAPIServerLimit(t *testing.T) {
+	const limit = 256 << 10
+	doc := func(kind string, valueLen int) string {
+		value := strings.Repeat("x", valueLen)
+		if kind == "Pod" {
+			return "apiVersion: v1\nkind: Pod\nmetadata:\n  name: big\n  annotations: {note: " + value + "}\nspec: {containers: [{name: app}]}\n"
+		}
+		return "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: big}\nspec:\n  selector: {matchLabels: {a: b}}\n  template:\n    metadata:\n      labels: {a: b}\n      annotations: {note: " + value + "}\n    spec: {containers: [{name: app}]}\n"
+	}
+	for kind, want := range map[string]string{
+		"Pod":        "big.yaml: document 1: pod default/big: metadata.annotations: Too long: may not be more than 262144 bytes",
+		"Deployment": "big.yaml: document 1: deployment default/big: spec.template.metadata.annotations: Too long: may not be more than 262144 bytes",
+	} {
+		r := DecodeAll([]byte(doc(kind, limit-len("note")+1)), "big.yaml", Options{})
+		if got := errStrings(t, r.Errors); len(r.Entries) != 0 || len(got) != 1 || got[0] != want {
+			t.Errorf("%s over the limit: entries %d, errors %q\nwant %q", kind, len(r.Entries), got, want)
+		}
+		if r := DecodeAll([]byte(doc(kind, limit-len("note"))), "big.yaml", Options{}); len(r.Entries) != 1 || len(r.Errors) != 0 {
+			t.Errorf("%s at the limit: entries %d, errors %v", kind, len(r.Entries), r.Errors)
+		}
+	}
+	r := DecodeAll([]byte("apiVersion: v1\nkind: Pod\nmetadata:\n  name: k\n  annotations: {'bad key': v}\nspec: {containers: [{name: app}]}\n"), "k.yaml", Options{})
+	if got := errStrings(t, r.Errors); len(got) != 1 || !strings.HasPrefix(got[0], `k.yaml: document 1: pod default/k: metadata.annotations: Invalid value: "bad key"`) {
+		t.Errorf("bad key: %q", got)
+	}
+}

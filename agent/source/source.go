@@ -1,10 +1,16 @@
-// Package source reads pods from a manifest directory and watches it: the
-// agent's static-pod source. Every *.yaml, *.yml and *.json file at the top
-// level of the directory is decoded with package manifest; files are read in
-// lexical order. A file that fails to decode is reported (file, document,
-// pod, container, field) and the rest keep loading; a file that is fixed is
-// picked up on the next scan. Entries that are not regular files (a FIFO, a
-// device such as /dev/zero, a socket, a directory behind a symlink) are
+// Package source reads pods from a manifest directory, or a single manifest
+// file, and watches it: the agent's static-pod source (the kubelet's
+// --pod-manifest-path takes either too). Every *.yaml, *.yml and *.json file
+// at the top level of the directory is decoded with package manifest; files
+// are read in lexical order. A file that fails to decode is reported (file,
+// document, pod, container, field) and the rest keep loading; a file that is
+// fixed is picked up on the next scan. A pod whose document was valid and
+// turns invalid is not dropped: its last valid version keeps being probed,
+// marked stale with the error (Pod.Stale, Report), until the document is
+// fixed or the file deleted, so a typo never stops a healthy pod's probes.
+// Documents that hold no pod (a Secret, a Service, an empty file) are
+// reported as skipped, with why. Entries that are not regular files (a FIFO,
+// a device such as /dev/zero, a socket, a directory behind a symlink) are
 // refused the same way, without blocking or reading without end (package
 // runtime/fileread), so they never stop the scan or the watch.
 package source
@@ -16,6 +22,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -27,11 +34,16 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 
 	"github.com/probed/probed/agent/manifest"
 	"github.com/probed/probed/agent/pods"
+	"github.com/probed/probed/runtime/fileread"
+	"github.com/probed/probed/runtime/redact"
 )
 
 // Pod is one pod of the directory.
@@ -45,22 +57,104 @@ type Pod struct {
 	// kubelet. StatusHash identifies the manifest's status.
 	SpecHash, StatusHash string
 	Warnings             []string
+	// Stale is set when the pod's document no longer decodes or validates:
+	// the pod is its last valid version, still probed, and Stale is the
+	// rejection that keeps the new version out. nil for a current pod.
+	Stale *Rejection
 }
 
 // Snapshot is the directory's content after one scan.
 type Snapshot struct {
 	Pods map[types.UID]*Pod
 	// Errors are the errors of every file, in file order: decoding and
-	// validation errors (*manifest.Error) and conflicts (a pod name or UID
-	// defined twice).
+	// validation errors and conflicts (a pod name or UID defined twice),
+	// each a *manifest.Error.
 	Errors []error
 	// Files is the number of manifest files read.
 	Files int
+	// Report is what GET /manifests serves for this scan.
+	Report Report
+}
+
+// Report kinds and sources (the JSON contract of GET /manifests,
+// docs/operations.md).
+const (
+	ReportKind      = "ManifestReport"
+	SourceDirectory = "directory" // pods from a manifest directory or file
+	SourceCluster   = "cluster"   // pods from the API server: nothing to report
+)
+
+// Report is the body of GET /manifests: the manifests the last scan
+// rejected or skipped. Its JSON shape is stable (docs/operations.md).
+type Report struct {
+	Kind   string `json:"kind"`   // "ManifestReport"
+	Source string `json:"source"` // "directory" or "cluster"
+	// Path is the absolute manifest directory or file ("" in cluster mode).
+	Path string `json:"path"`
+	// Files is the number of manifest files read at the last scan.
+	Files int `json:"files"`
+	// Rejected are the documents that failed to read, decode or validate,
+	// and the conflicts, oldest first (by Since, then file and document).
+	Rejected []Rejection `json:"rejected"`
+	// Skipped are the documents read that yield no pod, in file order.
+	Skipped []SkippedDocument `json:"skipped"`
+}
+
+// RejectedDocuments counts the distinct documents (file and document
+// number) in Rejected: a document with several errors has one Rejection
+// per error and counts once. It is the gauge
+// probed_manifest_documents_rejected.
+func (r Report) RejectedDocuments() int {
+	docs := map[string]bool{}
+	for _, rej := range r.Rejected {
+		docs[rej.File+"#"+strconv.Itoa(rej.Document)] = true
+	}
+	return len(docs)
+}
+
+// Rejection is one rejected document: one per error, so a document with
+// several errors has several.
+type Rejection struct {
+	File string `json:"file"` // absolute path
+	// Document is the 1-based document in the file; 0 for the whole file
+	// (unreadable, too large, not a regular file).
+	Document int `json:"document"`
+	// Line is the file's 1-based line the error is at (manifest.Error.Line:
+	// the YAML parser's line, the offending field's line, else the
+	// document's first line); 0 for a whole file.
+	Line int `json:"line"`
+	// Pod is "namespace/name" when it can be known, else "".
+	Pod string `json:"pod"`
+	// Error is the full message (file, document, pod, container, field),
+	// passed through runtime/redact.
+	Error string `json:"error"`
+	// Since is when this document was first seen with this error (UTC,
+	// whole seconds).
+	Since time.Time `json:"since"`
+	// Stale: the pod's last valid version is still probed.
+	Stale bool `json:"stale"`
+}
+
+// SkippedDocument is a document read that yields no pod.
+type SkippedDocument struct {
+	File string `json:"file"`
+	// Document is 1-based; 0 for a file that holds no object at all.
+	Document int    `json:"document"`
+	Kind     string `json:"kind"`   // the object's kind; "" for a whole file
+	Reason   string `json:"reason"` // manifest.Skipped.Reason
+}
+
+// NewReport returns an empty report of the given source ("directory" or
+// "cluster") and path, with empty (not null) lists.
+func NewReport(source, path string) Report {
+	return Report{Kind: ReportKind, Source: source, Path: path, Rejected: []Rejection{}, Skipped: []SkippedDocument{}}
 }
 
 // Options configure a Source.
 type Options struct {
-	Dir      string
+	// Path is the manifest directory, or a single manifest file (read
+	// whatever its name).
+	Path     string
 	Manifest manifest.Options
 	Logger   *slog.Logger
 	// Rescan is the interval of full rescans, a fallback for changes the
@@ -69,6 +163,11 @@ type Options struct {
 	// Debounce delays a scan after a file event, to let writers finish;
 	// default 100 ms.
 	Debounce time.Duration
+	// Clock dates the rejections (Rejection.Since); nil: the real clock.
+	Clock clock.PassiveClock
+	// MetricsRegisterer, when set, gets the gauge
+	// probed_manifest_documents_rejected (the report's rejections).
+	MetricsRegisterer prometheus.Registerer
 }
 
 type fileState struct {
@@ -80,27 +179,43 @@ type fileState struct {
 type Source struct {
 	opts Options
 	log  *slog.Logger
+	// file: Path is a single manifest file, not a directory.
+	file bool
 
 	mu    sync.Mutex
 	files map[string]*fileState // by path: the last decoded content
+	// delivered are the pods each file delivered at the last scan, fresh
+	// and stale: the last valid versions a broken document falls back to.
+	delivered map[string][]*Pod
+	// since remembers when each rejection (file, document, message) was
+	// first seen.
+	since map[string]time.Time
 	// reported remembers which errors were logged, so a broken file is
 	// reported once per change, not on every scan.
 	reported map[string]bool
+	report   Report
+	stale    map[types.UID]Rejection // the stale pods of the last scan
 
 	synced atomic.Bool // the first scan was delivered (Run)
 }
 
-// New returns a Source for opts.Dir. The directory must exist.
+// New returns a Source for opts.Path, which must exist: a directory, or a
+// manifest file.
 func New(opts Options) (*Source, error) {
-	if opts.Dir == "" {
-		return nil, errors.New("source: no manifest directory")
+	if opts.Path == "" {
+		return nil, errors.New("source: no manifest directory or file")
 	}
-	fi, err := os.Stat(opts.Dir)
+	abs, err := filepath.Abs(opts.Path)
 	if err != nil {
-		return nil, fmt.Errorf("manifest directory: %w", err)
+		return nil, fmt.Errorf("manifests %s: %w", opts.Path, err)
 	}
-	if !fi.IsDir() {
-		return nil, fmt.Errorf("manifest directory %s: not a directory", opts.Dir)
+	opts.Path = abs
+	fi, err := os.Stat(opts.Path)
+	if err != nil {
+		return nil, fmt.Errorf("manifests: %w", err)
+	}
+	if !fi.IsDir() && !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("manifests %s: %s, not a directory or a regular file", opts.Path, fileread.Describe(fi.Mode()))
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -111,7 +226,22 @@ func New(opts Options) (*Source, error) {
 	if opts.Debounce <= 0 {
 		opts.Debounce = 100 * time.Millisecond
 	}
-	return &Source{opts: opts, log: opts.Logger, files: map[string]*fileState{}, reported: map[string]bool{}}, nil
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	s := &Source{opts: opts, log: opts.Logger, file: !fi.IsDir(), files: map[string]*fileState{},
+		delivered: map[string][]*Pod{}, since: map[string]time.Time{}, reported: map[string]bool{},
+		report: NewReport(SourceDirectory, opts.Path)}
+	if opts.MetricsRegisterer != nil {
+		g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "probed_manifest_documents_rejected",
+			Help: "Manifest documents (or whole files) the last scan rejected: not readable, not decoding, not valid, or in conflict (GET /manifests).",
+		}, func() float64 { return float64(s.Report().RejectedDocuments()) })
+		if err := opts.MetricsRegisterer.Register(g); err != nil {
+			return nil, fmt.Errorf("source metrics: %w", err)
+		}
+	}
+	return s, nil
 }
 
 // IsManifest reports whether a file name is read as a manifest.
@@ -127,49 +257,173 @@ func IsManifest(name string) bool {
 	return false
 }
 
-// Scan reads the directory once. Unchanged files are not decoded again.
-func (s *Source) Scan() Snapshot {
+// Report returns the report of the last scan (a copy).
+func (s *Source) Report() Report {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	snap := Snapshot{Pods: map[types.UID]*Pod{}}
-	dirents, err := os.ReadDir(s.opts.Dir)
+	r := s.report
+	r.Rejected = append([]Rejection{}, r.Rejected...)
+	r.Skipped = append([]SkippedDocument{}, r.Skipped...)
+	return r
+}
+
+// StaleOf returns the rejection that keeps pod uid at its last valid
+// version, if the last scan delivered it stale.
+func (s *Source) StaleOf(uid types.UID) (Rejection, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.stale[uid]
+	return r, ok
+}
+
+// ConditionManifestStale is the pod condition GET /pods shows on a pod
+// probed at its last valid version because its manifest no longer decodes
+// or validates: status True, reason ManifestInvalid, the error as message,
+// lastTransitionTime when the error was first seen. kubectl describe lists
+// it with the pod's other conditions; `kubectl wait
+// --for=condition=probed.io/ManifestStale` waits for it. A custom condition
+// type is domain-prefixed, as readiness gates' are.
+const ConditionManifestStale v1.PodConditionType = "probed.io/ManifestStale"
+
+// MarkStale adds (or replaces) the ConditionManifestStale condition of pod
+// for r. It changes pod in place: give it a copy.
+func MarkStale(pod *v1.Pod, r Rejection) {
+	c := v1.PodCondition{Type: ConditionManifestStale, Status: v1.ConditionTrue, Reason: "ManifestInvalid",
+		Message:            "the manifest no longer loads; probing the last valid version: " + r.Error,
+		LastTransitionTime: metav1.NewTime(r.Since)}
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == ConditionManifestStale {
+			pod.Status.Conditions[i] = c
+			return
+		}
+	}
+	pod.Status.Conditions = append(pod.Status.Conditions, c)
+}
+
+// paths lists the manifest files to read, in lexical order; err is a
+// failure to list the directory (or stat the file) other than its absence.
+func (s *Source) paths() ([]string, error) {
+	if s.file {
+		if _, err := os.Stat(s.opts.Path); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil, nil
+			}
+			return nil, err
+		}
+		return []string{s.opts.Path}, nil
+	}
+	dirents, err := os.ReadDir(s.opts.Path)
 	if err != nil {
-		snap.Errors = append(snap.Errors, fmt.Errorf("reading manifest directory %s: %w", s.opts.Dir, err))
-		return snap
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, err
 	}
 	var paths []string
 	for _, d := range dirents {
 		if d.IsDir() || !IsManifest(d.Name()) {
 			continue
 		}
-		paths = append(paths, filepath.Join(s.opts.Dir, d.Name()))
+		paths = append(paths, filepath.Join(s.opts.Path, d.Name()))
 	}
 	sort.Strings(paths)
+	return paths, nil
+}
+
+// Scan reads the directory once. Unchanged files are not decoded again.
+//
+// A pod delivered by the last scan whose document is now rejected (the
+// error names the pod, or is of the pod's document, or of the whole file) is
+// delivered again unchanged, marked Stale; a deleted file, or a document
+// removed from its file, removes its pods; a file emptied (no object left,
+// as a truncate-then-write shows it mid-write) keeps them stale. A directory that can no longer be
+// listed (other than deleted) keeps every pod stale with that error.
+func (s *Source) Scan() Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	snap := Snapshot{Pods: map[types.UID]*Pod{}}
+	var rejected []*manifest.Error
+	var skipped []SkippedDocument
+	var stale []*Pod
+	paths, err := s.paths()
+	if err != nil {
+		e := asManifestError(s.opts.Path, fmt.Errorf("cannot list the manifest directory: %w", err))
+		rejected = append(rejected, e)
+		// Keep every file's pods, stale: the listing failed, not the files.
+		paths = paths[:0]
+		for path := range s.delivered {
+			paths = append(paths, path)
+		}
+		sort.Strings(paths)
+		for _, path := range paths {
+			stale = append(stale, s.delivered[path]...)
+		}
+		delivered := map[string][]*Pod{}
+		for _, p := range stale {
+			sp := staleCopy(p, e)
+			delivered[p.Source] = append(delivered[p.Source], sp)
+			snap.Pods[sp.Pod.UID] = sp
+		}
+		s.delivered = delivered
+		staleBy := map[*manifest.Error]*Pod{}
+		if len(stale) > 0 {
+			staleBy[e] = nil
+		}
+		s.finish(&snap, rejected, staleBy, nil)
+		return snap
+	}
 	seen := map[string]bool{}
 	byName := map[string]*Pod{} // namespace/name → first definition
+	staleBy := map[*manifest.Error]*Pod{}
+	delivered := map[string][]*Pod{}
 	for _, path := range paths {
-		seen[path] = true
 		res, err := s.load(path)
-		if err != nil {
-			snap.Errors = append(snap.Errors, err)
-			continue
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // deleted since the listing: its pods go
 		}
-		snap.Files++
-		snap.Errors = append(snap.Errors, res.Errors...)
-		for i := range res.Entries {
-			e := &res.Entries[i]
-			p := newPod(e)
+		seen[path] = true
+		var errs []*manifest.Error
+		var fresh []*Pod
+		if err != nil {
+			errs = append(errs, asManifestError(path, err))
+		} else {
+			snap.Files++
+			for _, e := range res.Errors {
+				errs = append(errs, asManifestError(path, e))
+			}
+			for _, sk := range res.Skipped {
+				if sk.Doc == 0 && len(s.delivered[path]) > 0 {
+					// Emptied, not deleted: editors and shell redirections
+					// truncate a file before writing it, so a scan can
+					// see it empty mid-write. Its pods stay, stale.
+					errs = append(errs, &manifest.Error{File: path, Detail: sk.Reason +
+						"; the pods it held are kept at their last version until it holds them again or is deleted"})
+					continue
+				}
+				skipped = append(skipped, SkippedDocument{File: path, Document: sk.Doc, Kind: sk.Kind, Reason: sk.Reason})
+			}
+			for i := range res.Entries {
+				fresh = append(fresh, newPod(&res.Entries[i]))
+			}
+		}
+		pods := append([]*Pod{}, fresh...)
+		pods = append(pods, s.keepStale(path, fresh, errs, staleBy)...)
+		rejected = append(rejected, errs...)
+		for _, p := range pods {
 			name := p.Pod.Namespace + "/" + p.Pod.Name
 			if first, dup := byName[name]; dup {
-				snap.Errors = append(snap.Errors, fmt.Errorf("%s: document %d: pod %s is already defined in %s (document %d); this definition is ignored", e.Source, e.Doc, name, first.Source, first.Doc))
+				rejected = append(rejected, &manifest.Error{File: p.Source, Doc: p.Doc, Pod: name,
+					Detail: fmt.Sprintf("already defined in %s (document %d); this definition is ignored", first.Source, first.Doc)})
 				continue
 			}
 			if other, dup := snap.Pods[p.Pod.UID]; dup {
-				snap.Errors = append(snap.Errors, fmt.Errorf("%s: document %d: pod %s: metadata.uid %q is already used by pod %s/%s in %s; this definition is ignored", e.Source, e.Doc, name, p.Pod.UID, other.Pod.Namespace, other.Pod.Name, other.Source))
+				rejected = append(rejected, &manifest.Error{File: p.Source, Doc: p.Doc, Pod: name,
+					Field: "metadata.uid", Detail: fmt.Sprintf("%q is already used by pod %s/%s in %s; this definition is ignored", p.Pod.UID, other.Pod.Namespace, other.Pod.Name, other.Source)})
 				continue
 			}
 			byName[name] = p
 			snap.Pods[p.Pod.UID] = p
+			delivered[path] = append(delivered[path], p)
 		}
 	}
 	for path := range s.files {
@@ -177,15 +431,119 @@ func (s *Source) Scan() Snapshot {
 			delete(s.files, path)
 		}
 	}
-	s.report(snap)
+	s.delivered = delivered
+	s.finish(&snap, rejected, staleBy, skipped)
 	return snap
+}
+
+// keepStale returns the pods path delivered at the last scan that errs now
+// reject and fresh does not define again, marked stale; staleBy records,
+// for each error, the pod it keeps stale.
+func (s *Source) keepStale(path string, fresh []*Pod, errs []*manifest.Error, staleBy map[*manifest.Error]*Pod) []*Pod {
+	if len(errs) == 0 {
+		return nil
+	}
+	defined := map[string]bool{}
+	for _, p := range fresh {
+		defined[p.Pod.Namespace+"/"+p.Pod.Name] = true
+	}
+	var out []*Pod
+	for _, p := range s.delivered[path] {
+		name := p.Pod.Namespace + "/" + p.Pod.Name
+		if defined[name] {
+			continue
+		}
+		for _, e := range errs {
+			if e.Doc == 0 || e.Pod == name || (e.Pod == "" && e.Doc == p.Doc) {
+				if _, taken := staleBy[e]; !taken || e.Doc == 0 {
+					staleBy[e] = p
+				}
+				out = append(out, staleCopy(p, e))
+				break
+			}
+		}
+	}
+	return out
+}
+
+// staleCopy returns p marked stale by e (Rejection filled in by finish).
+func staleCopy(p *Pod, e *manifest.Error) *Pod {
+	c := *p
+	c.Stale = &Rejection{File: e.File, Document: e.Doc, Line: e.Line, Pod: p.Pod.Namespace + "/" + p.Pod.Name, Error: e.Error(), Stale: true}
+	return &c
+}
+
+// asManifestError returns err as a *manifest.Error of path (the whole file
+// when it is not one already).
+func asManifestError(path string, err error) *manifest.Error {
+	var me *manifest.Error
+	if errors.As(err, &me) {
+		return me
+	}
+	return &manifest.Error{File: path, Detail: err.Error(), Err: err}
+}
+
+// finish builds the snapshot's errors and report, dates the rejections and
+// logs what is new. Caller holds mu.
+func (s *Source) finish(snap *Snapshot, rejected []*manifest.Error, staleBy map[*manifest.Error]*Pod, skipped []SkippedDocument) {
+	now := s.opts.Clock.Now().UTC().Truncate(time.Second)
+	since := map[string]time.Time{}
+	report := NewReport(SourceDirectory, s.opts.Path)
+	report.Files = snap.Files
+	if skipped != nil {
+		report.Skipped = skipped
+	}
+	for _, e := range rejected {
+		snap.Errors = append(snap.Errors, e)
+		msg := e.Error()
+		key := e.File + "#" + strconv.Itoa(e.Doc) + "\x00" + msg
+		t, ok := s.since[key]
+		if !ok {
+			t = now
+		}
+		since[key] = t
+		r := Rejection{File: e.File, Document: e.Doc, Line: e.Line, Pod: e.Pod, Error: redact.Text(msg), Since: t}
+		if p, ok := staleBy[e]; ok {
+			r.Stale = true
+			if r.Pod == "" && p != nil {
+				r.Pod = p.Pod.Namespace + "/" + p.Pod.Name
+			}
+		}
+		report.Rejected = append(report.Rejected, r)
+	}
+	s.since = since
+	sort.SliceStable(report.Rejected, func(i, j int) bool {
+		a, b := report.Rejected[i], report.Rejected[j]
+		if !a.Since.Equal(b.Since) {
+			return a.Since.Before(b.Since)
+		}
+		if a.File != b.File {
+			return a.File < b.File
+		}
+		return a.Document < b.Document
+	})
+	s.stale = map[types.UID]Rejection{}
+	for _, p := range snap.Pods {
+		if p.Stale != nil {
+			st := *p.Stale
+			key := st.File + "#" + strconv.Itoa(st.Document) + "\x00" + st.Error
+			st.Since = since[key]
+			st.Error = redact.Text(st.Error)
+			p.Stale = &st
+			s.stale[p.Pod.UID] = st
+		}
+	}
+	snap.Report = report
+	s.report = report
+	s.logNew(*snap)
 }
 
 // load returns the decoded content of path, decoding it again only when
 // the content changed. A file that is not a regular file (a FIFO, a device,
 // a socket, a directory behind a symlink) or is over the size limit is
 // refused unread, without blocking (manifest.ReadFile), and reported like a
-// manifest that does not decode: the other files keep loading.
+// manifest that does not decode: the other files keep loading. What a new
+// version of a file skips is logged once, when it is decoded.
 func (s *Source) load(path string) (*manifest.Result, error) {
 	data, err := manifest.ReadFile(path, s.opts.Manifest)
 	if err != nil {
@@ -198,11 +556,20 @@ func (s *Source) load(path string) (*manifest.Result, error) {
 	}
 	res := manifest.DecodeAll(data, path, s.opts.Manifest)
 	s.files[path] = &fileState{sum: sum, result: res}
+	for _, sk := range res.Skipped {
+		if sk.Doc == 0 {
+			s.log.Warn("manifest holds no pod", "file", path, "reason", sk.Reason)
+			continue
+		}
+		s.log.Info("manifest document skipped", "file", path, "document", sk.Doc, "kind", sk.Kind,
+			"object", sk.Namespace+"/"+sk.Name, "reason", sk.Reason)
+	}
 	return res, nil
 }
 
-// report logs errors and warnings not logged before; one line each.
-func (s *Source) report(snap Snapshot) {
+// logNew logs errors, stale pods and warnings not logged before; one line
+// each.
+func (s *Source) logNew(snap Snapshot) {
 	current := map[string]bool{}
 	for _, err := range snap.Errors {
 		msg := err.Error()
@@ -212,6 +579,14 @@ func (s *Source) report(snap Snapshot) {
 		}
 	}
 	for _, p := range snap.Pods {
+		if p.Stale != nil {
+			msg := "stale\x00" + string(p.Pod.UID) + "\x00" + p.Stale.Error
+			current[msg] = true
+			if !s.reported[msg] {
+				s.log.Warn("manifest invalid: still probing the pod's last valid version", "pod", p.Pod.Namespace+"/"+p.Pod.Name,
+					"podUID", string(p.Pod.UID), "file", p.Source, "err", p.Stale.Error)
+			}
+		}
 		for _, w := range p.Warnings {
 			msg := p.Source + ": " + w
 			current[msg] = true
@@ -260,8 +635,15 @@ func (s *Source) Watch(ctx context.Context, apply func(Snapshot)) error {
 		s.log.Warn("file watcher unavailable; falling back to periodic rescans", "err", err, "interval", s.opts.Rescan)
 	} else {
 		defer w.Close()
-		if err := w.Add(s.opts.Dir); err != nil {
-			s.log.Warn("cannot watch manifest directory; falling back to periodic rescans", "dir", s.opts.Dir, "err", err)
+		// A single file is watched through its directory: editors and
+		// ConfigMap mounts replace a file by renaming over it, which ends
+		// a watch on the file itself.
+		dir := s.opts.Path
+		if s.file {
+			dir = filepath.Dir(s.opts.Path)
+		}
+		if err := w.Add(dir); err != nil {
+			s.log.Warn("cannot watch manifest directory; falling back to periodic rescans", "dir", dir, "err", err)
 		}
 	}
 	var events <-chan fsnotify.Event
@@ -283,7 +665,7 @@ func (s *Source) Watch(ctx context.Context, apply func(Snapshot)) error {
 				events = nil
 				continue
 			}
-			if IsManifest(ev.Name) || ev.Op&(fsnotify.Remove|fsnotify.Rename) != 0 {
+			if s.relevant(ev) {
 				debounce.Reset(s.opts.Debounce)
 			}
 		case err, ok := <-errs:
@@ -298,6 +680,14 @@ func (s *Source) Watch(ctx context.Context, apply func(Snapshot)) error {
 			apply(s.Scan())
 		}
 	}
+}
+
+// relevant reports whether a file event may change the manifests.
+func (s *Source) relevant(ev fsnotify.Event) bool {
+	if s.file {
+		return filepath.Clean(ev.Name) == s.opts.Path
+	}
+	return IsManifest(ev.Name) || ev.Op&(fsnotify.Remove|fsnotify.Rename) != 0
 }
 
 // Run implements pods.Source: it scans the directory, delivers the pods as

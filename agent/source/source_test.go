@@ -43,7 +43,7 @@ func newSource(t *testing.T, dir string, logs *logBuffer) *source.Source {
 	if logs == nil {
 		logs = &logBuffer{}
 	}
-	s, err := source.New(source.Options{Dir: dir, Logger: slog.New(slog.NewTextHandler(logs, nil)),
+	s, err := source.New(source.Options{Path: dir, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		Rescan: time.Hour, Debounce: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

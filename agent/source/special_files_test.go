@@ -103,7 +103,7 @@ func TestScan_OversizedManifestRefused(t *testing.T) {
 	dir := t.TempDir()
 	content := podYAML("big", "8080")
 	path := write(t, dir, "big.yaml", content)
-	s, err := source.New(source.Options{Dir: dir, Manifest: manifest.Options{MaxFileBytes: int64(len(content) - 1)}})
+	s, err := source.New(source.Options{Path: dir, Manifest: manifest.Options{MaxFileBytes: int64(len(content) - 1)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestScan_OversizedManifestRefused(t *testing.T) {
 	if len(snap.Pods) != 0 || len(snap.Errors) != 1 || snap.Errors[0].Error() != want {
 		t.Errorf("pods %d, errors:\n%s\nwant %q", len(snap.Pods), errorsText(snap), want)
 	}
-	s, _ = source.New(source.Options{Dir: dir, Manifest: manifest.Options{MaxFileBytes: int64(len(content))}})
+	s, _ = source.New(source.Options{Path: dir, Manifest: manifest.Options{MaxFileBytes: int64(len(content))}})
 	if snap := s.Scan(); len(snap.Pods) != 1 || len(snap.Errors) != 0 {
 		t.Errorf("at the limit: pods %d, errors %s", len(snap.Pods), errorsText(snap))
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/probed/probed/agent/history"
 	"github.com/probed/probed/agent/output"
+	"github.com/probed/probed/agent/source"
 	"github.com/probed/probed/runtime"
 )
 
@@ -99,7 +100,7 @@ func Fetch(ctx context.Context, opts Options) (*Status, error) {
 		}
 		st.Pods = append(st.Pods, podOf(p, hist.Probes))
 	}
-	var rep Manifests
+	var rep source.Report
 	var notServed *httpError
 	switch err := getJSON(ctx, opts.Client, base+"/manifests", &rep); {
 	case errors.As(err, &notServed) && notServed.code == http.StatusNotFound:
@@ -109,10 +110,10 @@ func Fetch(ctx context.Context, opts Options) (*Status, error) {
 	default:
 		rep.Rejected = filterRejected(rep.Rejected, opts.Namespace)
 		if rep.Rejected == nil {
-			rep.Rejected = []RejectedManifest{}
+			rep.Rejected = []source.Rejection{}
 		}
 		if rep.Skipped == nil {
-			rep.Skipped = []SkippedManifest{}
+			rep.Skipped = []source.SkippedDocument{}
 		}
 		st.Manifests = &rep
 	}
@@ -138,11 +139,11 @@ func Print(ctx context.Context, opts Options, out io.Writer) error {
 	return writeTable(out, st, opts.Output == output.Wide, opts.Now())
 }
 
-func filterRejected(in []RejectedManifest, namespace string) []RejectedManifest {
+func filterRejected(in []source.Rejection, namespace string) []source.Rejection {
 	if namespace == "" {
 		return in
 	}
-	var out []RejectedManifest
+	var out []source.Rejection
 	for _, r := range in {
 		if ns, _, ok := strings.Cut(r.Pod, "/"); !ok || ns == namespace {
 			out = append(out, r)

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/probed/probed/agent/output"
+	"github.com/probed/probed/agent/source"
 )
 
 // The kind and apiVersion of the Status document.
@@ -25,8 +26,11 @@ type Status struct {
 	Namespace string `json:"namespace,omitempty"`
 	// Pods in the agent's order; [] when there are none.
 	Pods []Pod `json:"pods"`
-	// Manifests is absent when the agent does not serve GET /manifests.
-	Manifests *Manifests `json:"manifests,omitempty"`
+	// Manifests is the agent's GET /manifests as it serves it
+	// (source.Report: docs/operations.md, "GET /manifests"), its rejected
+	// documents after the -n filter (those whose pod is in the namespace
+	// or unknown); absent when the agent does not serve it.
+	Manifests *source.Report `json:"manifests,omitempty"`
 }
 
 // Pod is one pod's row.
@@ -79,40 +83,4 @@ type Failure struct {
 	Result    string    `json:"result"` // failure, unknown or errored
 	Message   string    `json:"message,omitempty"`
 	Time      time.Time `json:"time"`
-}
-
-// Manifests is the agent's GET /manifests (docs/operations.md, "GET
-// /manifests"), as the agent serves it.
-type Manifests struct {
-	Kind   string `json:"kind"`   // ManifestReport
-	Source string `json:"source"` // directory (or file), or cluster
-	Path   string `json:"path,omitempty"`
-	Files  int    `json:"files"`
-	// Rejected are the documents that failed decoding or validation, oldest
-	// first (after the -n filter: those whose pod is in the namespace or
-	// unknown); [] when none.
-	Rejected []RejectedManifest `json:"rejected"`
-	// Skipped are the documents that hold no pod; [] when none.
-	Skipped []SkippedManifest `json:"skipped"`
-}
-
-// RejectedManifest is one rejected document.
-type RejectedManifest struct {
-	File     string `json:"file"`
-	Document int    `json:"document"` // 1-based
-	Line     int    `json:"line"`     // 0 when unknown
-	Pod      string `json:"pod"`      // namespace/name; "" when unknown
-	Error    string `json:"error"`
-	// Since is when the document was first seen with this error.
-	Since time.Time `json:"since"`
-	// Stale is true when the pod's last valid version is still probed.
-	Stale bool `json:"stale"`
-}
-
-// SkippedManifest is one document that yields no pod, with why.
-type SkippedManifest struct {
-	File     string `json:"file"`
-	Document int    `json:"document"`
-	Kind     string `json:"kind"`
-	Reason   string `json:"reason"`
 }

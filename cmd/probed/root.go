@@ -302,7 +302,7 @@ func newCheckCmd(stdout, stderr io.Writer) *cobra.Command {
 	var format string
 	cmd := &cobra.Command{
 		Use:   "check -f FILE|DIR|-",
-		Short: "Run every probe of a manifest once, now, and print the results (exit 0: all succeed, 1: any fails, 2: bad input)",
+		Short: "Run every probe of a manifest once, now, and print the results (exit 0: all succeed, 1: any fails, 2: bad input or no probe to run)",
 		Long: `Check reads the manifest -f names — a file, every manifest file (*.yaml,
 *.yml, *.json) of a directory as probed run reads --manifests, or - for
 standard input — runs each selected probe once, now, and prints one row per

@@ -129,26 +129,18 @@ func TestStatusOutputFormats(t *testing.T) {
 		t.Errorf("unready pod %+v, last failure %+v", *u, *u.LastFailure)
 	}
 
-	// The agent serves GET /manifests once the manifest source reports
-	// rejected documents; until then the section is absent.
-	_, manifestsErr := apiGet("http://"+listen, "/manifests")
-	served := manifestsErr == nil
-	if !served && st.Manifests != nil {
-		t.Errorf("agent without GET /manifests (%v): document has manifests %+v", manifestsErr, st.Manifests)
-	}
-	if served {
-		if st.Manifests == nil || len(st.Manifests.Rejected) != 1 || st.Manifests.Rejected[0].File != filepath.Join(dir, "broken.yaml") ||
-			!strings.Contains(st.Manifests.Rejected[0].Error, "bogusField") {
-			t.Errorf("manifests %+v, want broken.yaml rejected", st.Manifests)
-		}
+	// GET /manifests: broken.yaml's document is rejected, naming the field.
+	if m := st.Manifests; m == nil || m.Kind != "ManifestReport" || len(m.Rejected) != 1 || m.Rejected[0].File != filepath.Join(dir, "broken.yaml") ||
+		m.Rejected[0].Pod != "two/broken" || !strings.Contains(m.Rejected[0].Error, "bogusField") || m.Rejected[0].Stale {
+		t.Errorf("manifests %+v, want broken.yaml rejected", st.Manifests)
 	}
 
 	ys, out, err := statusDoc(t, output.YAML, "-s", "http://"+listen)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if !reflect.DeepEqual(names(ys), names(st)) || ys.Kind != st.Kind || (ys.Manifests == nil) != (st.Manifests == nil) {
-		t.Errorf("-o yaml: pods %v manifests %v; -o json: pods %v manifests %v", names(ys), ys.Manifests != nil, names(st), st.Manifests != nil)
+	if !reflect.DeepEqual(names(ys), names(st)) || ys.Kind != st.Kind || !reflect.DeepEqual(ys.Manifests, st.Manifests) {
+		t.Errorf("-o yaml: pods %v manifests %+v; -o json: pods %v manifests %+v", names(ys), ys.Manifests, names(st), st.Manifests)
 	}
 
 	ns, out, err := statusDoc(t, output.JSON, "-s", listen, "-n", "two")
@@ -157,6 +149,9 @@ func TestStatusOutputFormats(t *testing.T) {
 	}
 	if got := names(ns); !reflect.DeepEqual(got, []string{"two/unready"}) || ns.Namespace != "two" {
 		t.Errorf("-n two: pods %v namespace %q", got, ns.Namespace)
+	}
+	if one, out, err := statusDoc(t, output.JSON, "-s", listen, "-n", "one"); err != nil || len(one.Manifests.Rejected) != 0 {
+		t.Errorf("-n one: the rejected document of namespace two is listed (%v):\n%s", err, out)
 	}
 
 	stdout, stderr, code := runProbed(t, nil, "status", "-s", listen, "-o", "wide")
@@ -167,8 +162,8 @@ func TestStatusOutputFormats(t *testing.T) {
 	if !strings.Contains(stdout, "app/readiness=success") || !strings.Contains(stdout, "app/readiness=failure") {
 		t.Errorf("-o wide lacks the probes' results:\n%s", stdout)
 	}
-	if served != strings.Contains(stdout, "REJECTED MANIFESTS (1)") {
-		t.Errorf("GET /manifests served: %v; table:\n%s", served, stdout)
+	if !strings.Contains(stdout, "\nREJECTED MANIFESTS (1)\n") || !strings.Contains(stdout, filepath.Join(dir, "broken.yaml")) {
+		t.Errorf("-o wide lacks the rejected manifest with its path:\n%s", stdout)
 	}
 
 	for _, tc := range []struct {
@@ -182,6 +177,33 @@ func TestStatusOutputFormats(t *testing.T) {
 		if code != 2 || !strings.Contains(stderr, tc.want) {
 			t.Errorf("status %v: exit %d, stderr %q, want 2 and %q", tc.args, code, stderr, tc.want)
 		}
+	}
+}
+
+// TestRunManifestsFile: `probed run --manifests FILE` probes the pods of
+// that one file, as the kubelet's --pod-manifest-path takes a file; the
+// other manifests of its directory are not read.
+func TestRunManifestsFile(t *testing.T) {
+	t.Parallel()
+	port := httpTarget(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "only.yaml")
+	writeFile(t, file, podYAML("one", "listed", "/ok", port))
+	writeFile(t, filepath.Join(dir, "other.yaml"), podYAML("one", "unlisted", "/ok", port))
+	listen := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	p := startProbed(t, nil, "run", "--manifests", file, "--listen", listen, "--log-format", "json")
+	waitAPI(t, p, "http://"+listen, true)
+	eventually(t, p, 20*time.Second, "the file's pod is ready", func() (bool, string) {
+		st, out, err := statusDoc(t, output.JSON, "-s", listen)
+		if err != nil {
+			return false, err.Error()
+		}
+		pod := statusPod(st, "one", "listed")
+		return pod != nil && pod.Ready && len(st.Pods) == 1, out
+	})
+	st, out, err := statusDoc(t, output.JSON, "-s", listen)
+	if err != nil || len(st.Pods) != 1 || st.Manifests == nil || st.Manifests.Path != file || st.Manifests.Files != 1 {
+		t.Errorf("status: %v\n%s", err, out)
 	}
 }
 
