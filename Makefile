@@ -2,14 +2,21 @@
 # README.md and of CI (.ci/run).
 GO      ?= go
 PKGS    ?= ./...
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# VERSION, when given (make build VERSION=v1.2.3), is the version the binary
+# reports; without it the Go toolchain's build information decides: in a git
+# checkout the tag or a pseudo-version, the commit and whether the tree was
+# modified (internal/version).
+VERSION ?=
+LDFLAGS := $(if $(VERSION),-X github.com/probed/probed/internal/version.version=$(VERSION))
 
 .PHONY: all build test test-short vet fmt-check run check-examples clean generate
 
 all: build
 
+# bin/probed, with the commit recorded (-buildvcs=true: it fails outside a
+# git checkout; build there with `make build GOFLAGS=-buildvcs=false`).
 build:
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/probed ./cmd/probed
+	$(GO) build -buildvcs=true -ldflags "$(LDFLAGS)" -o bin/probed ./cmd/probed
 
 # The full test suite: vet, gofmt, and every test under the race detector.
 test: vet fmt-check

@@ -1,7 +1,9 @@
 // Package api serves the agent's HTTP API: /pods (a v1.PodList like the
-// kubelet's /pods), /healthz, the kubelet's probe metrics on /metrics/probes
-// (spec X3), the runtime's metrics on /metrics, /events, /manifests (the
-// manifests rejected and skipped) and /debug/scheduler,
+// kubelet's /pods), /healthz (with ?verbose: the reason and the build's
+// version), /version (the build's version.Info), the kubelet's probe
+// metrics on /metrics/probes (spec X3), the runtime's metrics on /metrics,
+// /events, /manifests (the manifests rejected and skipped) and
+// /debug/scheduler,
 // from a server that bounds itself (NewServer, Listen: timeouts, a header
 // cap, a cap on connections).
 package api
@@ -17,6 +19,7 @@ import (
 
 	"github.com/probed/probed/agent/events"
 	"github.com/probed/probed/agent/source"
+	"github.com/probed/probed/internal/version"
 	"github.com/probed/probed/manager/customprobe"
 	"github.com/probed/probed/runtime/redact"
 )
@@ -46,20 +49,40 @@ type Options struct {
 	// Manifests, when set, serves GET /manifests: the manifests rejected
 	// and skipped (source.Report, its JSON as docs/operations.md shows).
 	Manifests func() source.Report
+	// Version is the build served on GET /version and in
+	// /healthz?verbose; the zero value: version.Get().
+	Version version.Info
 }
 
 // New returns the API's handler.
 func New(opts Options) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+	if opts.Version == (version.Info{}) {
+		opts.Version = version.Get()
+	}
+	// /healthz answers "ok" (200) or the reason (503), as probes and
+	// scripts compare it; ?verbose (the API server's word for details)
+	// adds a line with the build: "probed v1.2.3 (commit …; go1.26.0
+	// linux/amd64)". The status code is the same either way.
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		body, code := "ok", http.StatusOK
 		if opts.Healthy != nil {
 			if err := opts.Healthy(); err != nil {
-				http.Error(w, err.Error(), http.StatusServiceUnavailable)
-				return
+				body, code = err.Error(), http.StatusServiceUnavailable
 			}
 		}
+		if r.URL.Query().Has("verbose") {
+			body += "\nprobed " + opts.Version.String() + "\n"
+		} else if code != http.StatusOK {
+			body += "\n" // as http.Error writes it
+		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = w.Write([]byte("ok"))
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.WriteHeader(code)
+		_, _ = w.Write([]byte(body))
+	})
+	mux.HandleFunc("GET /version", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, opts.Version)
 	})
 	mux.HandleFunc("GET /pods", func(w http.ResponseWriter, _ *http.Request) {
 		list := v1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}}

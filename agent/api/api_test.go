@@ -29,6 +29,7 @@ import (
 	"github.com/probed/probed/agent/source"
 	"github.com/probed/probed/agent/store"
 	"github.com/probed/probed/agent/verdicts"
+	"github.com/probed/probed/internal/version"
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/manager/results"
 )
@@ -194,6 +195,30 @@ func TestHealthz(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("POST /healthz = %d, want 405", resp.StatusCode)
+	}
+}
+
+// TestHealthzVerboseAndVersion: /healthz?verbose adds the build's line
+// after the verdict, with the verdict's status code; /version serves the
+// build as version.Info JSON.
+func TestHealthzVerboseAndVersion(t *testing.T) {
+	build := version.Info{Version: "v1.2.3", Commit: "0123456789abcdef", GoVersion: "go1.26.0", Platform: "linux/amd64"}
+	var unhealthy error
+	srv := httptest.NewServer(api.New(api.Options{Pods: store.New(store.Options{Logger: quiet()}),
+		Healthy: func() error { return unhealthy }, Version: build}))
+	defer srv.Close()
+	if code, _, body := get(t, srv, "/healthz?verbose"); code != 200 || string(body) != "ok\nprobed v1.2.3 (commit 0123456789ab; go1.26.0 linux/amd64)\n" {
+		t.Errorf("/healthz?verbose = %d %q", code, body)
+	}
+	unhealthy = errors.New("scheduler stalled")
+	if code, _, body := get(t, srv, "/healthz?verbose"); code != http.StatusServiceUnavailable ||
+		string(body) != "scheduler stalled\nprobed v1.2.3 (commit 0123456789ab; go1.26.0 linux/amd64)\n" {
+		t.Errorf("/healthz?verbose = %d %q", code, body)
+	}
+	code, _, body := get(t, srv, "/version")
+	var got version.Info
+	if err := json.Unmarshal(body, &got); code != 200 || err != nil || got != build {
+		t.Errorf("/version = %d %s (%v), want %+v", code, body, err, build)
 	}
 }
 

@@ -1,6 +1,8 @@
-// Package check runs every probe of a manifest once, now, and reports a
-// table: `probed check -f FILE`. What the file skips (documents without a
-// pod, with why) is reported, and a file without a probe to run is bad
+// Package check runs every probe of a manifest once, now, and reports the
+// results: `probed check -f FILE|DIR|-`, as a table (wide: with the pod IP
+// and whole messages) or as a Report document in JSON or YAML (package
+// output; docs/operations.md). What the input skips (documents without a
+// pod, with why) is reported, and input without a probe to run is bad
 // input, not a pass. It accepts Pods and the pod templates of
 // Deployments, StatefulSets, DaemonSets, ReplicaSets, Jobs and CronJobs, so
 // users can check the manifests they already have.
@@ -21,7 +23,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/probed/probed/agent/manifest"
+	"github.com/probed/probed/agent/output"
 	"github.com/probed/probed/manager"
 	probeexec "github.com/probed/probed/plugins/exec"
 	"github.com/probed/probed/runtime"
@@ -36,7 +38,16 @@ const (
 
 // Options configure a check.
 type Options struct {
-	File      string
+	// File is a manifest file; a directory, whose manifest files (at its
+	// top level, named as the agent reads them: source.IsManifest) are
+	// read in lexical order; or "-" (Stdin) for Options.Stdin.
+	File string
+	// Stdin is read for File "-"; nil: os.Stdin.
+	Stdin io.Reader
+	// Output is the format Run writes; "" is output.Table.
+	Output output.Format
+	// Namespace keeps the pods of this namespace only ("" = all).
+	Namespace string
 	Container string // only this container ("" = all)
 	// Pod selects one pod: its name or namespace/name ("" = all). Workload
 	// templates are named after their workload.
@@ -62,20 +73,26 @@ type Row struct {
 	Result    string // success, warning, failure, error, not-run
 	Duration  time.Duration
 	Message   string
+	PodIP     string // the address probed
+	File      string // the manifest file the pod came from ("-": stdin)
 }
 
 // Result is what a check found and did: the input for the table (or any
 // other rendering of it).
 type Result struct {
-	// File is the manifest file checked (Options.File).
+	// File is the manifest file, directory or "-" checked (Options.File).
 	File string
+	// Files are the manifest files read, in order (File itself for a
+	// file or "-"; a directory's manifest files).
+	Files []string
 	// Rows are the probes run, in manifest order (per pod and container:
 	// startup, readiness, liveness).
 	Rows []*Row
-	// Skipped are the documents of the file that yield no pod (a Secret, a
-	// Service, ...), and for a file that holds no object at all one entry
-	// with Doc 0, each with its reason (manifest.Skipped.String words it).
-	Skipped []manifest.Skipped
+	// Skipped are the documents of the files that yield no pod (a Secret,
+	// a Service, ...), and for a file that holds no object at all one entry
+	// with Doc 0, each with its file and reason (manifest.Skipped.String
+	// words it).
+	Skipped []Skipped
 	// Errors are the problems that make the input bad, one per line:
 	// manifest errors naming file, pod, container and field; bad flags; a
 	// pod or container filter that matches nothing; a file (after filters)
@@ -88,10 +105,13 @@ type Result struct {
 	Code int
 }
 
-// Run loads the file, runs every selected probe once (Check), writes the
-// table to out and returns the exit code. Errors, warnings and skipped
-// documents are written to errOut, one per line, naming file, document,
-// pod, container and field.
+// Run loads the input, runs every selected probe once (Check), writes the
+// result to out in Options.Output and returns the exit code. Errors,
+// warnings and skipped documents are written to errOut, one per line,
+// naming file, document, pod, container and field. The table is written
+// only when probes ran (bad input prints nothing on stdout); a JSON or
+// YAML Report is always written, so that a pipeline reading it sees the
+// errors too.
 func Run(ctx context.Context, opts Options, out, errOut io.Writer) int {
 	res := Check(ctx, opts)
 	for _, e := range res.Errors {
@@ -101,10 +121,16 @@ func Run(ctx context.Context, opts Options, out, errOut io.Writer) int {
 		fmt.Fprintln(errOut, w)
 	}
 	for _, sk := range res.Skipped {
-		fmt.Fprintf(errOut, "%s: %s\n", res.File, sk)
+		fmt.Fprintf(errOut, "%s: %s\n", sk.File, sk.Skipped)
 	}
-	if len(res.Rows) > 0 {
-		WriteTable(out, res.Rows)
+	switch {
+	case opts.Output.Document():
+		if err := output.Write(out, opts.Output, NewReport(res)); err != nil {
+			fmt.Fprintln(errOut, err)
+			return ExitBadInput
+		}
+	case len(res.Rows) > 0:
+		writeTable(out, res.Rows, opts.Output == output.Wide)
 	}
 	return res.Code
 }
@@ -112,11 +138,24 @@ func Run(ctx context.Context, opts Options, out, errOut io.Writer) int {
 // WriteTable writes rows as the table of probed check: POD CONTAINER PROBE
 // HANDLER RESULT DURATION MESSAGE, the message cut to its first line and
 // 200 characters.
-func WriteTable(out io.Writer, rows []*Row) {
+func WriteTable(out io.Writer, rows []*Row) { writeTable(out, rows, false) }
+
+// writeTable writes the table; wide adds POD IP before MESSAGE and prints
+// the whole message on one line (wholeLine).
+func writeTable(out io.Writer, rows []*Row, wide bool) {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "POD\tCONTAINER\tPROBE\tHANDLER\tRESULT\tDURATION\tMESSAGE")
+	if wide {
+		fmt.Fprintln(tw, "POD\tCONTAINER\tPROBE\tHANDLER\tRESULT\tDURATION\tPOD IP\tMESSAGE")
+	} else {
+		fmt.Fprintln(tw, "POD\tCONTAINER\tPROBE\tHANDLER\tRESULT\tDURATION\tMESSAGE")
+	}
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Pod, r.Container, r.Probe, r.Handler, r.Result, r.Duration.Round(time.Millisecond), oneLine(r.Message))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t", r.Pod, r.Container, r.Probe, r.Handler, r.Result, r.Duration.Round(time.Millisecond))
+		if wide {
+			fmt.Fprintf(tw, "%s\t%s\n", r.PodIP, wholeLine(r.Message))
+		} else {
+			fmt.Fprintln(tw, oneLine(r.Message))
+		}
 	}
 	_ = tw.Flush()
 }
@@ -156,8 +195,8 @@ func Check(ctx context.Context, opts Options) *Result {
 		}
 		only = &pt
 	}
-	res := manifest.LoadFileAll(opts.File, manifest.Options{})
-	out.Skipped = res.Skipped
+	res := load(opts)
+	out.Files, out.Skipped = res.files, res.skipped
 	for _, err := range res.Errors {
 		out.Errors = append(out.Errors, err.Error())
 	}
@@ -180,8 +219,13 @@ func Check(ctx context.Context, opts Options) *Result {
 	var rows []*Row
 	matched := false
 	podMatched := opts.Pod == ""
+	namespaceMatched := opts.Namespace == ""
 	for i := range res.Entries {
-		pod := res.Entries[i].Pod
+		pod, file := res.Entries[i].Pod, res.Entries[i].Source
+		if opts.Namespace != "" && pod.Namespace != opts.Namespace {
+			continue
+		}
+		namespaceMatched = true
 		if opts.Pod != "" && opts.Pod != pod.Name && opts.Pod != pod.Namespace+"/"+pod.Name {
 			continue
 		}
@@ -204,7 +248,7 @@ func Check(ctx context.Context, opts Options) *Result {
 					continue
 				}
 				kind := runtime.KindOf(p)
-				row := &Row{Pod: pod.Namespace + "/" + pod.Name, Container: c.Name, Probe: pt.Lower(), Handler: kind}
+				row := &Row{Pod: pod.Namespace + "/" + pod.Name, Container: c.Name, Probe: pt.Lower(), Handler: kind, PodIP: podIP, File: file}
 				rows = append(rows, row)
 				jobs = append(jobs, job{row: row, podIP: podIP, spec: &runtime.Spec{Kind: kind, ProbeType: pt, Pod: pod, Container: c, Probe: p}})
 			}
@@ -222,6 +266,9 @@ func Check(ctx context.Context, opts Options) *Result {
 				matched = true
 			}
 		}
+	}
+	if !namespaceMatched {
+		return bad("%s: no pod in namespace %q", opts.File, opts.Namespace)
 	}
 	if !podMatched {
 		return bad("%s: no pod named %q", opts.File, opts.Pod)

@@ -391,6 +391,10 @@ func TestRunExitCodes(t *testing.T) {
 	if err := os.Symlink("/dev/zero", zero); err != nil {
 		t.Fatal(err)
 	}
+	empty := t.TempDir()
+	if err := os.WriteFile(filepath.Join(empty, "notes.txt"), []byte("not a manifest"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name   string
 		opts   check.Options
@@ -408,7 +412,11 @@ func TestRunExitCodes(t *testing.T) {
 		// Issue 9 §2: not regular files are refused at once, naming them.
 		{"FIFO", check.Options{File: fifo}, check.ExitBadInput, []string{fifo + ": is a FIFO (named pipe), not a regular file"}},
 		{"/dev/zero", check.Options{File: zero}, check.ExitBadInput, []string{zero + ": is a character device, not a regular file"}},
-		{"directory", check.Options{File: dir}, check.ExitBadInput, []string{dir + ": is a directory, not a regular file"}},
+		// A directory is read as the agent reads --manifests: each of its
+		// manifest files, here both refused.
+		{"directory of special files", check.Options{File: dir}, check.ExitBadInput, []string{
+			fifo + ": is a FIFO (named pipe), not a regular file", zero + ": is a character device, not a regular file"}},
+		{"empty directory", check.Options{File: empty}, check.ExitBadInput, []string{empty + ": the directory holds no manifest file (*.yaml, *.yml, *.json)"}},
 		{"unknown field", check.Options{File: pod(fmt.Sprintf("httpget: {path: /ok, port: %d}", web))}, check.ExitBadInput,
 			[]string{"pod.yaml: document 1: pod default/p: container \"app\": spec.containers[0].readinessProbe.httpget: unknown field \"httpget\""}},
 		{"invalid probe", check.Options{File: pod(fmt.Sprintf("httpGet: {path: /ok, port: %d}\n      periodSeconds: -1", web))}, check.ExitBadInput,

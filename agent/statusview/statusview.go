@@ -1,88 +1,206 @@
-// Package statusview prints the pods of a running agent like `kubectl get
-// pods`: `probed status`. It reads GET /pods and, per pod, GET
-// /pods/{namespace}/{name}/probes for the last failure.
+// Package statusview is `probed status`: it reads a running agent's API —
+// GET /pods, per pod GET /pods/{namespace}/{name}/probes for the probes'
+// last results and failures, and GET /manifests for the manifest documents
+// the agent rejected or skipped — into one Status document, and prints it
+// like `kubectl get pods` (table, wide) or as JSON or YAML (package output;
+// the shape is documented in docs/operations.md).
 package statusview
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
-	"unicode/utf8"
 
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/probed/probed/agent/history"
+	"github.com/probed/probed/agent/output"
+	"github.com/probed/probed/agent/source"
 	"github.com/probed/probed/runtime"
 )
 
-// Options configure Print.
+// Options configure Fetch and Print.
 type Options struct {
-	// Server is the agent's API base URL, e.g. http://127.0.0.1:8089.
+	// Server is the agent's API base URL, e.g. http://127.0.0.1:8089 (see
+	// ParseServer for what a user may type).
 	Server string
+	// Namespace keeps the pods of this namespace only ("": all), and the
+	// rejected manifest documents whose pod is in it or unknown.
+	Namespace string
+	// Output is the format; "" is output.Table.
+	Output output.Format
 	// Client; nil: a client with a 10 s timeout.
 	Client *http.Client
 	// Now for the AGE column; nil: time.Now.
 	Now func() time.Time
 }
 
-// Print writes the table: NAMESPACE NAME READY STARTED RESTARTS STATUS AGE
-// LAST FAILURE. READY and STARTED count containers (and sidecars) as
-// ready/total and started/total.
-func Print(ctx context.Context, opts Options, out io.Writer) error {
+// ParseServer turns what a user gives as --server into the API's base URL:
+// "127.0.0.1:8089" and "localhost:8089" (no scheme) mean http://; http://
+// and https:// URLs are taken as they are, with an optional path prefix
+// (an agent behind a proxy), without a trailing slash. Anything else is an
+// error naming the flag.
+func ParseServer(s string) (string, error) {
+	raw := strings.TrimSpace(s)
+	if raw == "" {
+		return "", errors.New("--server: empty; want host:port or an http:// or https:// URL")
+	}
+	if !strings.Contains(raw, "://") {
+		raw = "http://" + raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("--server %q: %v", s, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return "", fmt.Errorf("--server %q: scheme %q; want http or https (or host:port)", s, u.Scheme)
+	}
+	if u.Host == "" {
+		return "", fmt.Errorf("--server %q: no host; want host:port or an http:// or https:// URL", s)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("--server %q: a base URL has no query or fragment", s)
+	}
+	u.Path = strings.TrimRight(u.Path, "/")
+	u.RawPath = ""
+	return u.String(), nil
+}
+
+// Fetch reads the agent's state into a Status. Errors reading /pods are
+// returned ("cannot reach the agent: ...", or the HTTP status); a pod whose
+// probe history is missing (it went away between the two requests) has no
+// probes; an agent without GET /manifests (older, or one that does not read
+// manifests) leaves Status.Manifests nil.
+func Fetch(ctx context.Context, opts Options) (*Status, error) {
 	if opts.Client == nil {
 		opts.Client = &http.Client{Timeout: 10 * time.Second}
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
 	}
 	base := strings.TrimRight(opts.Server, "/")
 	var list v1.PodList
 	if err := getJSON(ctx, opts.Client, base+"/pods", &list); err != nil {
-		return err
+		return nil, err
 	}
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAMESPACE\tNAME\tREADY\tSTARTED\tRESTARTS\tSTATUS\tAGE\tLAST FAILURE")
+	st := &Status{Kind: StatusKind, APIVersion: APIVersion, Server: base, Namespace: opts.Namespace, Pods: []Pod{}}
 	for i := range list.Items {
 		p := &list.Items[i]
+		if opts.Namespace != "" && p.Namespace != opts.Namespace {
+			continue
+		}
 		var hist struct {
 			Probes []history.Probe `json:"probes"`
 		}
-		lastFailure := ""
-		if err := getJSON(ctx, opts.Client, fmt.Sprintf("%s/pods/%s/%s/probes", base, url.PathEscape(p.Namespace), url.PathEscape(p.Name)), &hist); err == nil {
-			lastFailure = newestFailure(hist.Probes)
+		if err := getJSON(ctx, opts.Client, fmt.Sprintf("%s/pods/%s/%s/probes", base, url.PathEscape(p.Namespace), url.PathEscape(p.Name)), &hist); err != nil {
+			hist.Probes = nil
 		}
-		ready, started, total, restarts := 0, 0, 0, int32(0)
-		statuses := append([]v1.ContainerStatus{}, p.Status.ContainerStatuses...)
-		for j := range p.Status.InitContainerStatuses {
-			if isSidecar(p, p.Status.InitContainerStatuses[j].Name) {
-				statuses = append(statuses, p.Status.InitContainerStatuses[j])
-			}
-		}
-		for _, cs := range statuses {
-			total++
-			if cs.Ready {
-				ready++
-			}
-			if cs.Started != nil && *cs.Started {
-				started++
-			}
-			restarts += cs.RestartCount
-		}
-		age := "-"
-		if p.Status.StartTime != nil {
-			age = opts.Now().Sub(p.Status.StartTime.Time).Round(time.Second).String()
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d/%d\t%d\t%s\t%s\t%s\n", printable(p.Namespace), printable(p.Name), ready, total, started, total, restarts,
-			printable(phase(p)), age, lastFailure)
+		st.Pods = append(st.Pods, podOf(p, hist.Probes))
 	}
-	return tw.Flush()
+	var rep source.Report
+	var notServed *httpError
+	switch err := getJSON(ctx, opts.Client, base+"/manifests", &rep); {
+	case errors.As(err, &notServed) && notServed.code == http.StatusNotFound:
+		// An agent without the endpoint: no section, no error.
+	case err != nil:
+		return nil, err
+	default:
+		rep.Rejected = filterRejected(rep.Rejected, opts.Namespace)
+		if rep.Rejected == nil {
+			rep.Rejected = []source.Rejection{}
+		}
+		if rep.Skipped == nil {
+			rep.Skipped = []source.SkippedDocument{}
+		}
+		st.Manifests = &rep
+	}
+	return st, nil
+}
+
+// Print fetches the status and writes it in opts.Output: the table
+// (NAMESPACE NAME READY STARTED RESTARTS STATUS AGE LAST FAILURE; wide adds
+// IP and PROBES before LAST FAILURE), followed by the rejected and the
+// skipped manifest documents when there are any; or the Status document as
+// JSON or YAML. Nothing is written when Fetch fails.
+func Print(ctx context.Context, opts Options, out io.Writer) error {
+	st, err := Fetch(ctx, opts)
+	if err != nil {
+		return err
+	}
+	if opts.Output.Document() {
+		return output.Write(out, opts.Output, st)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return writeTable(out, st, opts.Output == output.Wide, opts.Now())
+}
+
+func filterRejected(in []source.Rejection, namespace string) []source.Rejection {
+	if namespace == "" {
+		return in
+	}
+	var out []source.Rejection
+	for _, r := range in {
+		if ns, _, ok := strings.Cut(r.Pod, "/"); !ok || ns == namespace {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// podOf summarises one pod of /pods and its probes' history.
+func podOf(p *v1.Pod, probes []history.Probe) Pod {
+	out := Pod{
+		Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), PodIP: p.Status.PodIP,
+		Phase: string(p.Status.Phase), Status: phase(p), Probes: []Probe{},
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == v1.PodReady {
+			out.Ready = c.Status == v1.ConditionTrue
+		}
+	}
+	if p.Status.StartTime != nil {
+		t := p.Status.StartTime.UTC()
+		out.StartTime = &t
+	}
+	statuses := append([]v1.ContainerStatus{}, p.Status.ContainerStatuses...)
+	for j := range p.Status.InitContainerStatuses {
+		if isSidecar(p, p.Status.InitContainerStatuses[j].Name) {
+			statuses = append(statuses, p.Status.InitContainerStatuses[j])
+		}
+	}
+	for _, cs := range statuses {
+		out.Containers++
+		if cs.Ready {
+			out.ReadyContainers++
+		}
+		if cs.Started != nil && *cs.Started {
+			out.StartedContainers++
+		}
+		out.Restarts += cs.RestartCount
+	}
+	for i := range probes {
+		hp := &probes[i]
+		pr := Probe{Container: hp.Container, Type: hp.Type, Handler: hp.Handler}
+		if n := len(hp.Results); n > 0 {
+			last := hp.Results[n-1]
+			pr.LastResult = last.Result
+			t := last.Time.UTC()
+			pr.LastRun = &t
+		}
+		if f := hp.LastFailure; f != nil {
+			pr.LastFailure = &Failure{Container: hp.Container, Type: hp.Type, Result: f.Result, Message: f.Message, Time: f.Time.UTC()}
+			if out.LastFailure == nil || f.Time.After(out.LastFailure.Time) {
+				out.LastFailure = pr.LastFailure
+			}
+		}
+		out.Probes = append(out.Probes, pr)
+	}
+	return out
 }
 
 func isSidecar(p *v1.Pod, name string) bool {
@@ -128,62 +246,15 @@ func phase(p *v1.Pod) string {
 	return reason
 }
 
-// newestFailure formats the most recent failed or errored probe run of a
-// pod: "<container> <type>: <message> (<age>)".
-func newestFailure(probes []history.Probe) string {
-	var best *history.Record
-	var who string
-	for i := range probes {
-		if f := probes[i].LastFailure; f != nil && (best == nil || f.Time.After(best.Time)) {
-			best = f
-			who = probes[i].Container + " " + probes[i].Type
-		}
-	}
-	if best == nil {
-		return ""
-	}
-	msg := best.Message
-	if msg == "" {
-		msg = best.Result
-	}
-	// Cut at 80 characters, not bytes: a cut inside a multi-byte
-	// character would print invalid UTF-8.
-	if r := []rune(msg); len(r) > 80 {
-		msg = string(r[:80]) + "…"
-	}
-	return fmt.Sprintf("%s: %s (%s)", printable(who), printable(strings.ReplaceAll(msg, "\n", " ")), best.Time.UTC().Format(time.RFC3339))
+// httpError is an answer other than 200 OK.
+type httpError struct {
+	url, status string
+	code        int
 }
 
-// printable makes text from the agent safe to print on a terminal: every
-// character that is not printable (strconv.IsPrint: C0 controls such as
-// ESC, BEL, CR and TAB, DEL, C1 controls U+0080–U+009F, format characters
-// such as the bidi overrides) is escaped as strconv.Quote escapes it,
-// without the quotes ("\x1b", "\r", "\a", "\u009b"); invalid UTF-8 shows
-// as U+FFFD. Probe output can carry terminal escape sequences that would
-// otherwise move the cursor, rewrite the screen or set the window title.
-func printable(s string) string {
-	clean := true
-	for _, r := range s {
-		if !strconv.IsPrint(r) || r == utf8.RuneError {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
-	var b strings.Builder
-	for _, r := range s {
-		if strconv.IsPrint(r) {
-			b.WriteRune(r)
-			continue
-		}
-		q := strconv.QuoteRune(r) // '\x1b'
-		b.WriteString(q[1 : len(q)-1])
-	}
-	return b.String()
-}
+func (e *httpError) Error() string { return fmt.Sprintf("GET %s: %s", e.url, e.status) }
 
+// getJSON GETs url and decodes the JSON answer into v.
 func getJSON(ctx context.Context, c *http.Client, url string, v any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -195,7 +266,10 @@ func getJSON(ctx context.Context, c *http.Client, url string, v any) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
+		return &httpError{url: url, status: resp.Status, code: resp.StatusCode}
 	}
-	return json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(v)
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(v); err != nil {
+		return fmt.Errorf("GET %s: %w", url, err)
+	}
+	return nil
 }

@@ -35,6 +35,9 @@ type agentStub struct {
 	gets  []string
 	pods  []v1.Pod
 	hists map[string][]history.Probe // ns/name → probes; absent: 404
+	// manifests is the body of GET /manifests; "": 404, as an agent
+	// without the endpoint answers.
+	manifests string
 }
 
 func newAgentStub(t *testing.T, pods []v1.Pod, hists map[string][]history.Probe) *agentStub {
@@ -55,9 +58,26 @@ func newAgentStub(t *testing.T, pods []v1.Pod, hists map[string][]history.Probe)
 		}
 		_ = json.NewEncoder(w).Encode(map[string]any{"namespace": r.PathValue("namespace"), "name": r.PathValue("name"), "probes": probes})
 	})
+	mux.HandleFunc("GET /manifests", func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		body := a.manifests
+		a.mu.Unlock()
+		if body == "" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(body))
+	})
 	a.srv = httptest.NewServer(mux)
 	t.Cleanup(a.srv.Close)
 	return a
+}
+
+func (a *agentStub) setManifests(body string) {
+	a.mu.Lock()
+	a.manifests = body
+	a.mu.Unlock()
 }
 
 func (a *agentStub) log(r *http.Request) {

@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/probed/probed/agent"
+	"github.com/probed/probed/internal/version"
 )
 
 // kubeFlags are the flags of cluster mode (docs/cluster.md), named after
@@ -64,7 +65,7 @@ func (k *kubeFlags) cluster(cmd *cobra.Command, node string) (*agent.ClusterOpti
 			return nil, fmt.Errorf("--kubeconfig %s: %w", k.kubeconfig, err)
 		}
 	}
-	cfg.UserAgent = "probed/" + version
+	cfg.UserAgent = "probed/" + version.Get().Version
 	return &agent.ClusterOptions{
 		Config:         cfg,
 		NodeName:       node,

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/probed/probed/internal/version"
 	"github.com/probed/probed/plugins/builtin"
 )
 
@@ -37,7 +38,7 @@ plugin handshake, and exits when probed stops it or dies.`,
 		Args:      cobra.MinimumNArgs(1),
 		ValidArgs: builtin.Kinds(),
 		RunE: func(_ *cobra.Command, args []string) error {
-			if err := builtin.Serve(version, args...); err != nil {
+			if err := builtin.Serve(version.Get().Version, args...); err != nil {
 				return fmt.Errorf("plugin serve: %w", err)
 			}
 			return errors.New("plugin serve: returned unexpectedly")

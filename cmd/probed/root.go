@@ -18,14 +18,13 @@ import (
 
 	"github.com/probed/probed/agent"
 	"github.com/probed/probed/agent/check"
+	"github.com/probed/probed/agent/output"
 	"github.com/probed/probed/agent/statusview"
 	"github.com/probed/probed/agent/telemetry"
 	"github.com/probed/probed/examples"
+	"github.com/probed/probed/internal/version"
 	probeexec "github.com/probed/probed/plugins/exec"
 )
-
-// version is set with -ldflags "-X main.version=...".
-var version = "dev"
 
 // exitError carries an exit code out of a command.
 type exitError struct{ code int }
@@ -52,17 +51,42 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "probed",
 		Short:         "probed runs Kubernetes liveness, readiness and startup probes with the kubelet's semantics",
+		Version:       version.Get().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	// `probed --version` prints the line `probed version` prints.
+	root.SetVersionTemplate("probed {{.Version}}\n")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newRunCmd(stderr), newCheckCmd(stdout, stderr), newStatusCmd(stdout), newPluginCmd(stdout, stderr), &cobra.Command{
-		Use:   "version",
-		Short: "Print the version",
-		Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), "probed", version) },
-	})
+	root.AddCommand(newRunCmd(stderr), newCheckCmd(stdout, stderr), newStatusCmd(stdout), newPluginCmd(stdout, stderr), newVersionCmd(stdout))
 	return root
+}
+
+// newVersionCmd is `probed version`: the build's version, commit and Go
+// toolchain (package version), as one line or, with -o json|yaml, as a
+// version.Info document.
+func newVersionCmd(stdout io.Writer) *cobra.Command {
+	var format string
+	cmd := &cobra.Command{
+		Use:   "version",
+		Short: "Print the version, the commit and the Go version probed was built with",
+		Args:  cobra.NoArgs,
+		RunE: func(_ *cobra.Command, _ []string) error {
+			f, err := output.Parse(format)
+			if err != nil {
+				return err
+			}
+			info := version.Get()
+			if f.Document() {
+				return output.Write(stdout, f, info)
+			}
+			_, err = fmt.Fprintln(stdout, "probed", info)
+			return err
+		},
+	}
+	cmd.Flags().StringVarP(&format, "output", "o", "", "output format: table (one line; the default), json or yaml")
+	return cmd
 }
 
 type logFlags struct{ format, level string }
@@ -127,7 +151,7 @@ that gate, and as Events (docs/cluster.md).`,
 				log.Info("no --manifests given: running the bundled examples", "dir", dir)
 				opts.ManifestDir = dir
 			}
-			tel.ServiceVersion = version
+			tel.ServiceVersion = version.Get().Version
 			tp, err := telemetry.Setup(cmd.Context(), tel)
 			if err != nil {
 				return err
@@ -141,7 +165,7 @@ that gate, and as Events (docs/cluster.md).`,
 				}
 			}()
 			opts.TracerProvider = tp
-			opts.Version = version
+			opts.Version = version.Get().Version
 			a, err := agent.New(opts)
 			if err != nil {
 				return err
@@ -162,7 +186,7 @@ that gate, and as Events (docs/cluster.md).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.ManifestDir, "manifests", "", "directory of pod manifests (*.yaml, *.yml, *.json); default: the bundled examples")
+	f.StringVar(&opts.ManifestDir, "manifests", "", "directory of pod manifests (*.yaml, *.yml, *.json), or one manifest file (as the kubelet's --pod-manifest-path); default: the bundled examples")
 	f.StringVar(&opts.Listen, "listen", "127.0.0.1:8089", "address of the HTTP API (loopback by default)")
 	f.StringVar(&opts.PodIP, "pod-ip", "127.0.0.1", "pod IP of pods whose manifest has no status.podIP")
 	f.BoolVar(&opts.AllowHostExec, "allow-host-exec", false, "run exec probes' commands on this host (off: exec probes are reported as not run)")
@@ -217,16 +241,35 @@ func nodeName() string {
 }
 
 func newStatusCmd(stdout io.Writer) *cobra.Command {
-	var server string
+	var server, format, namespace string
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Print the pods of a running probed like kubectl get pods (READY, STARTED, RESTARTS, last failure)",
-		Args:  cobra.NoArgs,
+		Short: "Print the pods of a running probed like kubectl get pods (READY, STARTED, RESTARTS, last failure), and its rejected manifests",
+		Long: `Status reads a running probed's API (--server) and prints its pods like
+kubectl get pods: READY, STARTED, RESTARTS, STATUS, AGE and each pod's last
+probe failure; -o wide adds the pod IP and every probe's last result. Below
+the pods it lists the manifest documents the agent rejected (file, document,
+line, pod, since when, whether the pod's last valid version is still probed,
+the error) and those it skipped (no pod in them), when the agent serves
+GET /manifests. -o json and -o yaml print the same as a ProbedStatus document
+(docs/operations.md, "probed status").`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return statusview.Print(cmd.Context(), statusview.Options{Server: server}, stdout)
+			f, err := output.Parse(format)
+			if err != nil {
+				return err
+			}
+			base, err := statusview.ParseServer(server)
+			if err != nil {
+				return err
+			}
+			return statusview.Print(cmd.Context(), statusview.Options{Server: base, Namespace: namespace, Output: f}, stdout)
 		},
 	}
-	cmd.Flags().StringVar(&server, "server", "http://127.0.0.1:8089", "the agent's API")
+	f := cmd.Flags()
+	f.StringVarP(&server, "server", "s", "http://127.0.0.1:8089", "the agent's API: host:port (http) or an http:// or https:// URL")
+	f.StringVarP(&format, "output", "o", "", "output format: table (the default), wide, json or yaml")
+	f.StringVarP(&namespace, "namespace", "n", "", "only pods of this namespace (default: all)")
 	return cmd
 }
 
@@ -256,14 +299,28 @@ func writeExamples() (string, error) {
 
 func newCheckCmd(stdout, stderr io.Writer) *cobra.Command {
 	var opts check.Options
+	var format string
 	cmd := &cobra.Command{
-		Use:   "check -f FILE",
-		Short: "Run every probe of a manifest once, now, and print a table (exit 0: all succeed, 1: any fails, 2: bad input or no probe to run)",
-		Args:  cobra.NoArgs,
+		Use:   "check -f FILE|DIR|-",
+		Short: "Run every probe of a manifest once, now, and print the results (exit 0: all succeed, 1: any fails, 2: bad input or no probe to run)",
+		Long: `Check reads the manifest -f names — a file, every manifest file (*.yaml,
+*.yml, *.json) of a directory as probed run reads --manifests, or - for
+standard input — runs each selected probe once, now, and prints one row per
+probe: POD CONTAINER PROBE HANDLER RESULT DURATION MESSAGE (-o wide adds the
+pod IP and prints whole messages). -o json and -o yaml print a CheckReport
+document instead, written even on bad input so that a pipeline sees the
+errors (docs/operations.md, "probed check").`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.File == "" {
-				return errors.New("-f FILE is required")
+				return errors.New("-f FILE is required (a manifest file, a directory of them, or - for stdin)")
 			}
+			f, err := output.Parse(format)
+			if err != nil {
+				return err
+			}
+			opts.Output = f
+			opts.Stdin = cmd.InOrStdin()
 			if opts.ProbeType != "" {
 				opts.ProbeType = strings.ToLower(opts.ProbeType)
 			}
@@ -275,7 +332,9 @@ func newCheckCmd(stdout, stderr io.Writer) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&opts.File, "file", "f", "", "manifest file (Pods or workloads with pod templates)")
+	f.StringVarP(&opts.File, "file", "f", "", "manifest file (Pods or workloads with pod templates), a directory of them, or - for stdin")
+	f.StringVarP(&format, "output", "o", "", "output format: table (the default), wide, json or yaml")
+	f.StringVarP(&opts.Namespace, "namespace", "n", "", "only probes of pods in this namespace (default: all)")
 	f.StringVar(&opts.Pod, "pod", "", "only probes of this pod (name or namespace/name; a workload's pod is named after it)")
 	f.StringVar(&opts.Container, "container", "", "only probes of this container")
 	f.StringVar(&opts.ProbeType, "probe", "", "only this probe type: liveness, readiness or startup")

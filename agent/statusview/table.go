@@ -1,0 +1,161 @@
+package statusview
+
+import (
+	"fmt"
+	"io"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+)
+
+// writeTable prints st as `probed status` does without -o json|yaml: the
+// pods, then "REJECTED MANIFESTS" and "SKIPPED MANIFESTS" sections when
+// there are any. Every text that comes from the agent goes through
+// printable.
+func writeTable(out io.Writer, st *Status, wide bool, now time.Time) error {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	if wide {
+		fmt.Fprintln(tw, "NAMESPACE\tNAME\tREADY\tSTARTED\tRESTARTS\tSTATUS\tAGE\tIP\tPROBES\tLAST FAILURE")
+	} else {
+		fmt.Fprintln(tw, "NAMESPACE\tNAME\tREADY\tSTARTED\tRESTARTS\tSTATUS\tAGE\tLAST FAILURE")
+	}
+	for i := range st.Pods {
+		p := &st.Pods[i]
+		age := "-"
+		if p.StartTime != nil {
+			age = now.Sub(*p.StartTime).Round(time.Second).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d/%d\t%d\t%s\t%s\t", printable(p.Namespace), printable(p.Name),
+			p.ReadyContainers, p.Containers, p.StartedContainers, p.Containers, p.Restarts, printable(p.Status), age)
+		if wide {
+			fmt.Fprintf(tw, "%s\t%s\t", orDash(printable(p.PodIP)), probesCell(p.Probes))
+		}
+		fmt.Fprintln(tw, failureCell(p.LastFailure))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if st.Manifests == nil {
+		return nil
+	}
+	if rej := st.Manifests.Rejected; len(rej) > 0 {
+		fmt.Fprintf(out, "\nREJECTED MANIFESTS (%d)\n", len(rej))
+		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "FILE\tDOC\tLINE\tPOD\tSINCE\tSTALE\tERROR")
+		for _, r := range rej {
+			line := "-"
+			if r.Line > 0 {
+				line = strconv.Itoa(r.Line)
+			}
+			stale := "no"
+			if r.Stale {
+				stale = "yes"
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", fileCell(r.File, wide), r.Document, line, orDash(printable(r.Pod)),
+				r.Since.UTC().Format(time.RFC3339), stale, cut(r.Error, wide))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if sk := st.Manifests.Skipped; len(sk) > 0 {
+		fmt.Fprintf(out, "\nSKIPPED MANIFESTS (%d)\n", len(sk))
+		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "FILE\tDOC\tKIND\tREASON")
+		for _, s := range sk {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", fileCell(s.File, wide), s.Document, orDash(printable(s.Kind)), cut(s.Reason, wide))
+		}
+		return tw.Flush()
+	}
+	return nil
+}
+
+// fileCell is a manifest's file name; wide prints the whole path.
+func fileCell(path string, wide bool) string {
+	if !wide {
+		path = filepath.Base(path)
+	}
+	return printable(path)
+}
+
+// probesCell is the wide PROBES column: container/type=last result of each
+// probe ("app/readiness=success,app/liveness=failure"); "-" without probes,
+// "none" for a probe that has not run yet.
+func probesCell(probes []Probe) string {
+	if len(probes) == 0 {
+		return "-"
+	}
+	parts := make([]string, 0, len(probes))
+	for _, p := range probes {
+		r := p.LastResult
+		if r == "" {
+			r = "none"
+		}
+		parts = append(parts, printable(p.Container+"/"+p.Type+"="+r))
+	}
+	return strings.Join(parts, ",")
+}
+
+// failureCell is the LAST FAILURE column: "<container> <type>: <message>
+// (<time>)", the message cut at 80 characters.
+func failureCell(f *Failure) string {
+	if f == nil {
+		return ""
+	}
+	msg := f.Message
+	if msg == "" {
+		msg = f.Result
+	}
+	return fmt.Sprintf("%s: %s (%s)", printable(f.Container+" "+f.Type), cut(msg, false), f.Time.UTC().Format(time.RFC3339))
+}
+
+// cut makes a message one printable line: line breaks become spaces and,
+// unless wide, it is cut at 80 characters (whole characters: a cut inside
+// a multi-byte character would print invalid UTF-8) with an ellipsis.
+func cut(msg string, wide bool) string {
+	msg = strings.ReplaceAll(msg, "\n", " ")
+	if r := []rune(msg); !wide && len(r) > 80 {
+		msg = string(r[:80]) + "…"
+	}
+	return printable(msg)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// printable makes text from the agent safe to print on a terminal: every
+// character that is not printable (strconv.IsPrint: C0 controls such as
+// ESC, BEL, CR and TAB, DEL, C1 controls U+0080–U+009F, format characters
+// such as the bidi overrides) is escaped as strconv.Quote escapes it,
+// without the quotes ("\x1b", "\r", "\a", "\u009b"); invalid UTF-8 shows
+// as U+FFFD. Probe output can carry terminal escape sequences that would
+// otherwise move the cursor, rewrite the screen or set the window title.
+func printable(s string) string {
+	clean := true
+	for _, r := range s {
+		if !strconv.IsPrint(r) || r == utf8.RuneError {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if strconv.IsPrint(r) {
+			b.WriteRune(r)
+			continue
+		}
+		q := strconv.QuoteRune(r) // '\x1b'
+		b.WriteString(q[1 : len(q)-1])
+	}
+	return b.String()
+}
