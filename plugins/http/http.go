@@ -117,11 +117,11 @@ func (h *handler) Prepare(spec *runtime.Spec) (runtime.Prober, error) {
 		client:         h.client(clientKey{timeout: timeout, h2c: h2c}),
 		injectedClient: h.client(clientKey{timeout: timeout, h2c: h2c, onInjectedClock: true}),
 		timeout:        timeout,
-		scheme:  scheme,
-		port:    port,
-		path:    g.Path,
-		header:  header,
-		host:    host,
+		scheme:         scheme,
+		port:           port,
+		path:           g.Path,
+		header:         header,
+		host:           host,
 	}
 	if g.Host != "" {
 		// The URL does not depend on the pod IP: build it once.
@@ -257,11 +257,11 @@ type prober struct {
 	// clock (runtime.OnInjectedClock); shared, without timeouts.
 	injectedClient *nethttp.Client
 	timeout        time.Duration
-	scheme  string
-	port    int
-	path    string
-	header  nethttp.Header // shared read-only by all requests
-	host    string         // request Host from the Host header, or ""
+	scheme         string
+	port           int
+	path           string
+	header         nethttp.Header // shared read-only by all requests
+	host           string         // request Host from the Host header, or ""
 
 	fixed    *url.URL // the URL when it does not depend on the pod IP
 	template url.URL  // otherwise: the URL with a placeholder authority

@@ -340,7 +340,7 @@ func TestH3_Transport(t *testing.T) {
 			t.Fatalf("h2c=%v: client not shared or wrong timeout", h2c)
 		}
 	}
-	if h.client(clientKey{timeout: 2*time.Second, h2c: false}) == h.client(clientKey{timeout: time.Second, h2c: false}) {
+	if h.client(clientKey{timeout: 2 * time.Second, h2c: false}) == h.client(clientKey{timeout: time.Second, h2c: false}) {
 		t.Fatal("clients for different timeouts must differ (dialer timeout)")
 	}
 }

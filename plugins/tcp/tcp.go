@@ -61,8 +61,8 @@ type prober struct {
 	// (runtime.OnInjectedClock): the context alone bounds the connect.
 	untimed *net.Dialer
 	port    string
-	fixed  string // host:port when tcpSocket.host is set
-	last   atomic.Pointer[podAddr]
+	fixed   string // host:port when tcpSocket.host is set
+	last    atomic.Pointer[podAddr]
 }
 
 // podAddr caches the address built for the last pod IP seen.
