@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 )
@@ -36,6 +37,22 @@ func BenchmarkRunAttemptDeadline(b *testing.B) {
 	for b.Loop() {
 		if rep := rt.Run(ctx, p, Target{}); rep.Err != nil {
 			b.Fatal(rep.Err)
+		}
+	}
+}
+
+// BenchmarkOnInjectedClock is the check a handler adds to each attempt on
+// the real clock: a context-value lookup through an attempt's context
+// (a timer context over the manager's cancel context).
+func BenchmarkOnInjectedClock(b *testing.B) {
+	parent, cancelParent := context.WithCancel(context.Background())
+	defer cancelParent()
+	ctx, cancel := WithTimeout(parent, nil, time.Second)
+	defer cancel()
+	b.ReportAllocs()
+	for b.Loop() {
+		if OnInjectedClock(ctx) {
+			b.Fatal("a real-clock attempt is marked as injected")
 		}
 	}
 }
