@@ -341,6 +341,11 @@ func (p *prober) clientTimeout(ctx context.Context) time.Duration {
 //
 // StatusCode is the final response's status, 0 when there was none.
 // A URL that cannot be built for t.PodIP → Unknown with the parse error.
+//
+// When ctx's deadline runs on an injected clock (runtime.OnInjectedClock),
+// the attempt uses a client and transport without timers of their own, so
+// only that clock's deadline ends it; the texts at that deadline are the
+// client timeout's all the same (asClientTimeout).
 func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, error) {
 	u, err := p.url(t.PodIP)
 	if err != nil {
