@@ -277,12 +277,15 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 	var rctx context.Context
 	var cancel context.CancelFunc
 	injected := runtime.OnInjectedClock(ctx)
-	if deadline, ok := ctx.Deadline(); injected {
+	deadline, hasDeadline := ctx.Deadline()
+	switch {
+	case injected:
+		// No remaining and no grace: the call ends with ctx.
 		rctx, cancel = context.WithCancel(ctx)
-	} else if ok {
+	case hasDeadline:
 		req.Remaining = durationpb.New(time.Until(deadline))
 		rctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), deadline.Add(in.h.opts.Grace))
-	} else {
+	default:
 		req.Remaining = p.tmpl.Timeout
 		rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), p.timeout+in.h.opts.Grace)
 	}
