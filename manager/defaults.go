@@ -29,6 +29,7 @@ func newDefaultRuntime(opts Options) (*runtime.Runtime, error) {
 		ExecPoolSize: opts.ExecPoolSize,
 		Recorder:     opts.Recorder,
 		Logger:       opts.Logger,
+		Clock:        opts.Clock,
 	})
 	if err != nil {
 		return nil, err

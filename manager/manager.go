@@ -105,8 +105,11 @@ type Options struct {
 	Status StatusProvider
 	// Liveness, Readiness and Startup results managers; nil: a new one each.
 	Liveness, Readiness, Startup results.Manager
-	// Clock drives all timing (scheduling, initial delays, restart windows);
-	// nil: the real clock.
+	// Clock drives all timing (scheduling, initial delays, restart windows,
+	// and the default runtime's attempt deadlines: a probe's timeoutSeconds
+	// passes when this clock passes it, runtime.WithTimeout); nil: the real
+	// clock. A Runtime given below keeps the clock it was built with
+	// (runtime.Options.Clock): build it with this one.
 	Clock clock.WithTicker
 	// TracerProvider for probe spans; nil: the global provider.
 	TracerProvider trace.TracerProvider
@@ -226,7 +229,7 @@ func New(opts Options) (Manager, error) {
 		skipSpecProbes: opts.SkipSpecProbes,
 		annotation:     opts.Annotation,
 		tracer:         tracerOf(opts.TracerProvider),
-		realClock:      isRealClock(opts.Clock),
+		realClock:      runtime.IsRealClock(opts.Clock),
 		unsetTP:        defaultGlobal,
 		workers:        newWorkerSet(),
 	}
@@ -319,15 +322,6 @@ func unsetGlobal() trace.TracerProvider {
 func startsNothing(tp trace.TracerProvider) bool {
 	_, span := tp.Tracer("github.com/probed/probed/manager").Start(context.Background(), "probe")
 	return !span.IsRecording() && !span.SpanContext().IsValid()
-}
-
-// isRealClock reports whether c is the real clock (k8s.io/utils/clock).
-func isRealClock(c clock.PassiveClock) bool {
-	switch c.(type) {
-	case clock.RealClock, *clock.RealClock:
-		return true
-	}
-	return false
 }
 
 // dispatch hands a due worker to the pool of its lane. It blocks while the

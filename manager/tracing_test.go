@@ -175,7 +175,7 @@ func TestUnsetGlobalTracerProviderIsRecognisedByBehaviour(t *testing.T) {
 	if startsNothing(tp) {
 		t.Fatal("an SDK provider was taken for the unset global")
 	}
-	if !isRealClock(clock.RealClock{}) || isRealClock(testingclock.NewFakeClock(time.Now())) {
-		t.Fatal("isRealClock")
+	if !runtime.IsRealClock(clock.RealClock{}) || runtime.IsRealClock(testingclock.NewFakeClock(time.Now())) {
+		t.Fatal("runtime.IsRealClock")
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/panjf2000/ants/v2"
 	v1 "k8s.io/api/core/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/clock"
 
 	"github.com/probed/probed/runtime/redact"
 )
@@ -69,6 +70,11 @@ type Options struct {
 	Recorder Recorder
 	// Logger receives the runtime's logs; nil uses slog.Default().
 	Logger *slog.Logger
+	// Clock bounds every attempt: its deadline, the probe's timeoutSeconds
+	// (P3), passes when this clock passes it (WithTimeout). Nil: the real
+	// clock. A manager's default runtime takes the manager's Options.Clock;
+	// a runtime given to a manager should be built with the same clock.
+	Clock clock.Clock
 }
 
 // Runtime owns the handler registry and the pools. It is safe for
@@ -76,6 +82,7 @@ type Options struct {
 type Runtime struct {
 	log      *slog.Logger
 	recorder Recorder
+	clock    clock.Clock
 
 	mu       sync.RWMutex
 	handlers map[string]Handler
@@ -106,7 +113,10 @@ func New(opts Options) (*Runtime, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	r := &Runtime{log: opts.Logger, recorder: opts.Recorder, handlers: map[string]Handler{}}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	r := &Runtime{log: opts.Logger, recorder: opts.Recorder, clock: opts.Clock, handlers: map[string]Handler{}}
 	sizes := [NumLanes]int{LaneNetwork: opts.PoolSize, LaneExec: opts.ExecPoolSize, LaneSlow: opts.SlowPoolSize}
 	for lane, size := range sizes {
 		lane := lane
@@ -324,7 +334,9 @@ type Report struct {
 }
 
 // Run probes once (spec P1–P6): up to MaxAttempts attempts while the handler
-// errors, each with a deadline of the probe's timeout (P3) derived from ctx;
+// errors, each with a deadline of the probe's timeout (P3) on the runtime's
+// clock, derived from ctx (WithTimeout: with an injected clock the attempt
+// ends when that clock passes the deadline, never on real time);
 // then it records the event of the verdict (P5, P6, K4). t.Attempt is set
 // per attempt. An attempt the prober could not make for lack of its own
 // resources (EMFILE, ENOBUFS ...: ClassifyAttempt) counts as an error, not
@@ -343,7 +355,7 @@ func (r *Runtime) Run(ctx context.Context, p *Prepared, t Target) Report {
 		timeout := p.Spec.Timeout()
 		for attempt := 1; attempt <= MaxAttempts; attempt++ {
 			t.Attempt = attempt
-			actx, cancel := context.WithTimeout(ctx, timeout)
+			actx, cancel := WithTimeout(ctx, r.clock, timeout)
 			out, err := ClassifyAttempt(p.prober.Probe(actx, t))
 			cancel()
 			rep = Report{Outcome: out, Err: err, Attempts: attempt}

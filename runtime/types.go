@@ -1,5 +1,6 @@
 // Package runtime runs one probe: it owns the handler registry, the bounded
-// goroutine pools the probes run on, the per-run deadline (spec P3), the retry
+// goroutine pools the probes run on, the per-attempt deadline (spec P3) on
+// the injected clock (WithTimeout, the one place it is made), the retry
 // loop (P2), the rule that an attempt the prober could not make for lack of
 // its own resources is errored, not a Failure (ClassifyAttempt), the
 // redaction of each run's report (runtime/redact), and the mapping of handler
@@ -257,7 +258,10 @@ type Handler interface {
 // Prober runs one prepared probe.
 type Prober interface {
 	// Probe makes one attempt. ctx carries the deadline of the probe's
-	// timeout (P3). A non-nil error means the probe could not be carried out
+	// timeout (P3), made by WithTimeout on the runtime's clock: when
+	// OnInjectedClock(ctx) is true, ctx reports no Deadline and ends with
+	// context.DeadlineExceeded when that clock passes it, and Probe must
+	// set no real-time timer of its own. A non-nil error means the probe could not be carried out
 	// (errored: retried per P2, then discarded by the worker per W5.10); a
 	// verdict about the target, including a timeout, is an Outcome with a nil
 	// error.

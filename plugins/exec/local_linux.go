@@ -41,7 +41,9 @@ const DefaultWaitDelay = 250 * time.Millisecond
 // chatty command never blocks on a full pipe.
 //
 // Ending (BR-02): when timeout (or ctx's deadline) expires, or ctx is
-// cancelled, the whole tree receives SIGKILL, so a command that ignores
+// cancelled (an attempt whose deadline runs on an injected clock,
+// runtime.OnInjectedClock, is bounded by ctx alone: timeout only names the
+// limit in the error), the whole tree receives SIGKILL, so a command that ignores
 // SIGTERM and the children it forked die with it; the command is then
 // reaped, so it leaves no zombie. Once the command exits by itself, whatever
 // it left running is killed too, so no probe-spawned process outlives the
@@ -126,7 +128,7 @@ func (r *LocalRunner) RunInContainer(ctx context.Context, _ string, cmd []string
 	if len(cmd) == 0 {
 		return nil, errors.New("exec: empty command")
 	}
-	if timeout > 0 {
+	if timeout > 0 && !runtime.OnInjectedClock(ctx) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()

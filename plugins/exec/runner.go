@@ -25,7 +25,12 @@ import (
 //     ctx was cancelled) is a plain error: the probe is errored (P5).
 //
 // timeout is the probe's timeoutSeconds as a duration (P3); zero means no
-// timeout beyond ctx. containerID is the runtime ID of the container
+// timeout beyond ctx. When runtime.OnInjectedClock(ctx) reports true, the
+// attempt's deadline runs on an injected clock (manager Options.Clock, a
+// fake clock in tests): ctx, cut with context.DeadlineExceeded when that
+// clock passes the deadline, must alone end the command, and timeout only
+// names the limit (a runner that bounds the command by timeout on the
+// real clock would cut it however the injected clock stands). containerID is the runtime ID of the container
 // ("containerd://abc"); runners that do not run in containers ignore it.
 // RunInContainer must not modify cmd and must be safe for concurrent use.
 type Runner interface {

@@ -71,6 +71,7 @@ func (handler) Prepare(spec *runtime.Spec) (runtime.Prober, error) {
 		service: service,
 		timeout: timeout,
 		dialer:  dialer.New(timeout),
+		untimed: dialer.New(0),
 		opts: []ggrpc.DialOption{
 			ggrpc.WithUserAgent(runtime.KubeProbeUserAgent),
 			ggrpc.WithTransportCredentials(creds),
@@ -83,6 +84,9 @@ type prober struct {
 	service string
 	timeout time.Duration
 	dialer  *net.Dialer
+	// untimed dials attempts whose deadline runs on an injected clock
+	// (runtime.OnInjectedClock): the context alone bounds the connect.
+	untimed *net.Dialer
 	opts    []ggrpc.DialOption // without the dialer, which is per attempt
 }
 
@@ -107,11 +111,11 @@ func (d *dialErrors) get() error {
 	return d.last
 }
 
-// dialOptions returns the prober's options plus a dialer that records its
-// errors in errs.
-func (p *prober) dialOptions(errs *dialErrors) []ggrpc.DialOption {
+// dialOptions returns the prober's options plus d, recording its errors in
+// errs.
+func (p *prober) dialOptions(d *net.Dialer, errs *dialErrors) []ggrpc.DialOption {
 	return append(p.opts[:len(p.opts):len(p.opts)], ggrpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-		c, err := p.dialer.DialContext(ctx, "tcp", addr)
+		c, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			errs.set(err)
 		}
@@ -120,7 +124,10 @@ func (p *prober) dialOptions(errs *dialErrors) []ggrpc.DialOption {
 }
 
 // Probe checks t.PodIP:port (joined IPv6-safely) once. Connect and RPC share
-// one deadline: the probe timeout (P3), or ctx's deadline if earlier. The
+// one deadline: the probe timeout (P3), or ctx's deadline if earlier; when
+// ctx's deadline runs on an injected clock (runtime.OnInjectedClock), that
+// deadline alone, so the verdict at the injected clock's timeout is the
+// kubelet's at its timeout. The
 // error is nil for every verdict; the texts are the kubelet's (G2):
 //
 //   - SERVING → Success "service healthy";
@@ -142,14 +149,19 @@ func (p *prober) dialOptions(errs *dialErrors) []ggrpc.DialOption {
 // never cancelled): when ctx is cancelled before its deadline, Probe returns
 // Unknown and an error wrapping context.Canceled (errored), not a Failure.
 func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
-	defer cancel()
+	d := p.untimed
+	if !runtime.OnInjectedClock(ctx) {
+		d = p.dialer
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.timeout)
+		defer cancel()
+	}
 
 	addr := net.JoinHostPort(t.PodIP, p.port)
 	// passthrough: the address goes to the dialer as it is, as with the
 	// kubelet's (blocking) Dial; no name resolution.
 	var dialErrs dialErrors
-	conn, err := ggrpc.NewClient("passthrough:///"+addr, p.dialOptions(&dialErrs)...)
+	conn, err := ggrpc.NewClient("passthrough:///"+addr, p.dialOptions(d, &dialErrs)...)
 	if err != nil {
 		return failure(fmt.Sprintf("error: failed to connect service at %q: %v", addr, err)), nil
 	}

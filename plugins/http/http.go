@@ -72,6 +72,9 @@ func New(opts ...Option) runtime.Handler {
 type clientKey struct {
 	timeout time.Duration
 	h2c     bool
+	// onInjectedClock: the client of attempts whose deadline runs on an
+	// injected clock (runtime.OnInjectedClock): no timer of its own.
+	onInjectedClock bool
 }
 
 type handler struct {
@@ -111,13 +114,14 @@ func (h *handler) Prepare(spec *runtime.Spec) (runtime.Prober, error) {
 	timeout := spec.Timeout()
 	header, host := buildHeader(g.HTTPHeaders)
 	p := &prober{
-		client:  h.client(timeout, h2c),
-		timeout: timeout,
-		scheme:  scheme,
-		port:    port,
-		path:    g.Path,
-		header:  header,
-		host:    host,
+		client:         h.client(clientKey{timeout: timeout, h2c: h2c}),
+		injectedClient: h.client(clientKey{timeout: timeout, h2c: h2c, onInjectedClock: true}),
+		timeout:        timeout,
+		scheme:         scheme,
+		port:           port,
+		path:           g.Path,
+		header:         header,
+		host:           host,
 	}
 	if g.Host != "" {
 		// The URL does not depend on the pod IP: build it once.
@@ -145,17 +149,22 @@ func (h *handler) Prepare(spec *runtime.Spec) (runtime.Prober, error) {
 	return p, nil
 }
 
-// client returns the shared client for (timeout, h2c), creating it on first
-// use.
-func (h *handler) client(timeout time.Duration, h2c bool) *nethttp.Client {
-	k := clientKey{timeout, h2c}
+// client returns the shared client for k, creating it on first use. The
+// client of an injected clock has no timeout, and its transport neither a
+// dial timeout nor a TLS handshake timeout: the attempt's context, cut
+// when that clock passes the deadline, alone bounds its attempts.
+func (h *handler) client(k clientKey) *nethttp.Client {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if c, ok := h.clients[k]; ok {
 		return c
 	}
+	timeout := k.timeout
+	if k.onInjectedClock {
+		timeout = 0
+	}
 	c := &nethttp.Client{
-		Transport:     newTransport(timeout, h2c, h.disableHTTP2),
+		Transport:     newTransport(timeout, k.h2c, h.disableHTTP2),
 		CheckRedirect: redirectPolicy(h.followNonLocal),
 		Timeout:       timeout,
 	}
@@ -168,7 +177,9 @@ func (h *handler) client(timeout time.Duration, h2c bool) *nethttp.Client {
 // "Connection: close" over HTTP/1.1), no proxy is consulted (HTTP_PROXY and
 // friends are ignored: Proxy is nil), compression is off (no
 // "Accept-Encoding: gzip"), connections come from dialer.New(timeout) and
-// the TLS handshake is bounded by TLSHandshakeTimeout. Response headers are
+// the TLS handshake is bounded by TLSHandshakeTimeout (a zero timeout, the
+// injected clock's transport: neither is bounded but by the attempt's
+// context). Response headers are
 // read up to runtime.MaxResponseHeaderBytes (64 KiB; the kubelet keeps Go's
 // 10 MiB): longer ones fail the attempt ("net/http: server response headers
 // exceeded 65536 bytes; aborted").
@@ -189,11 +200,15 @@ func newTransport(timeout time.Duration, h2c, disableHTTP2 bool) *nethttp.Transp
 		protocols.SetHTTP1(true)
 		protocols.SetHTTP2(true)
 	}
+	handshakeTimeout := TLSHandshakeTimeout
+	if timeout == 0 {
+		handshakeTimeout = 0
+	}
 	return &nethttp.Transport{
 		Proxy:                  nil,
 		DialContext:            dialer.New(timeout).DialContext,
 		TLSClientConfig:        &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // H3: probes never verify certificates (BR-04).
-		TLSHandshakeTimeout:    TLSHandshakeTimeout,
+		TLSHandshakeTimeout:    handshakeTimeout,
 		DisableKeepAlives:      true,
 		DisableCompression:     true,
 		MaxResponseHeaderBytes: runtime.MaxResponseHeaderBytes,
@@ -237,13 +252,16 @@ func (p errProber) Probe(context.Context, runtime.Target) (runtime.Outcome, erro
 
 // prober is one prepared httpGet probe. It is safe for concurrent use.
 type prober struct {
-	client  *nethttp.Client // shared; copied per attempt to set Timeout
-	timeout time.Duration
-	scheme  string
-	port    int
-	path    string
-	header  nethttp.Header // shared read-only by all requests
-	host    string         // request Host from the Host header, or ""
+	client *nethttp.Client // shared; copied per attempt to set Timeout
+	// injectedClient serves attempts whose deadline is on an injected
+	// clock (runtime.OnInjectedClock); shared, without timeouts.
+	injectedClient *nethttp.Client
+	timeout        time.Duration
+	scheme         string
+	port           int
+	path           string
+	header         nethttp.Header // shared read-only by all requests
+	host           string         // request Host from the Host header, or ""
 
 	fixed    *url.URL // the URL when it does not depend on the pod IP
 	template url.URL  // otherwise: the URL with a placeholder authority
@@ -323,6 +341,11 @@ func (p *prober) clientTimeout(ctx context.Context) time.Duration {
 //
 // StatusCode is the final response's status, 0 when there was none.
 // A URL that cannot be built for t.PodIP → Unknown with the parse error.
+//
+// When ctx's deadline runs on an injected clock (runtime.OnInjectedClock),
+// the attempt uses a client and transport without timers of their own, so
+// only that clock's deadline ends it; the texts at that deadline are the
+// client timeout's all the same (asClientTimeout).
 func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, error) {
 	u, err := p.url(t.PodIP)
 	if err != nil {
@@ -338,10 +361,19 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 		Host:       p.host,
 	}).WithContext(ctx)
 
-	c := *p.client
-	c.Timeout = p.clientTimeout(ctx)
-	resp, err := c.Do(req)
+	injected := runtime.OnInjectedClock(ctx)
+	var resp *nethttp.Response
+	if injected {
+		resp, err = p.injectedClient.Do(req)
+	} else {
+		c := *p.client
+		c.Timeout = p.clientTimeout(ctx)
+		resp, err = c.Do(req)
+	}
 	if err != nil {
+		if injected {
+			err = asClientTimeout(ctx, err, awaitingHeaders)
+		}
 		// With a CheckRedirect error resp is non-nil, but its body is
 		// already closed.
 		return runtime.Outcome{Result: runtime.Failure, Output: err.Error(), Cause: err}, nil
@@ -351,6 +383,9 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 	code := resp.StatusCode
 	body, err := readBody(resp.Body)
 	if err != nil {
+		if injected {
+			err = asClientTimeout(ctx, err, readingBody)
+		}
 		return runtime.Outcome{Result: runtime.Failure, StatusCode: code}, err
 	}
 	switch {
@@ -368,6 +403,44 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 		Output:     "HTTP probe failed with statuscode: " + strconv.Itoa(code),
 		StatusCode: code,
 	}, nil
+}
+
+// The texts net/http appends to an error when the client's timeout ended
+// the request (net/http client.go): while the headers were awaited, and
+// while the body was read.
+const (
+	awaitingHeaders = " (Client.Timeout exceeded while awaiting headers)"
+	readingBody     = " (Client.Timeout or context cancellation while reading body)"
+)
+
+// asClientTimeout returns err as the client's timeout would have reported
+// it (H4, H6), when the attempt's deadline on an injected clock ended the
+// request: the kubelet's client has Timeout = timeoutSeconds, and the
+// kubelet's output at its timeout is that error's text
+// (`Get "<url>": context deadline exceeded (Client.Timeout exceeded while
+// awaiting headers)`). The attempt's context does the cutting under an
+// injected clock, because a client timeout runs on the real clock; this
+// restores the text. Any other error is returned as it is.
+func asClientTimeout(ctx context.Context, err error, suffix string) error {
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return err
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) && suffix == awaitingHeaders {
+		return &url.Error{Op: ue.Op, URL: ue.URL, Err: &clientTimeoutError{ue.Err.Error() + suffix}}
+	}
+	return &clientTimeoutError{err.Error() + suffix}
+}
+
+// clientTimeoutError is net/http's timeoutError: a net.Error whose
+// Timeout is true and that matches context.DeadlineExceeded.
+type clientTimeoutError struct{ text string }
+
+func (e *clientTimeoutError) Error() string   { return e.text }
+func (e *clientTimeoutError) Timeout() bool   { return true }
+func (e *clientTimeoutError) Temporary() bool { return true }
+func (e *clientTimeoutError) Is(err error) bool {
+	return err == context.DeadlineExceeded
 }
 
 // bodyBuf holds one attempt's body; pooled so an attempt allocates only the

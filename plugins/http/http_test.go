@@ -59,8 +59,10 @@ func TestHT1_ProxyEnvIgnored(t *testing.T) {
 	// any proxy function at all.
 	h := New().(*handler)
 	for _, h2c := range []bool{false, true} {
-		if h.client(time.Second, h2c).Transport.(*nethttp.Transport).Proxy != nil {
-			t.Fatalf("h2c=%v: transport has a proxy function", h2c)
+		for _, injected := range []bool{false, true} {
+			if h.client(clientKey{timeout: time.Second, h2c: h2c, onInjectedClock: injected}).Transport.(*nethttp.Transport).Proxy != nil {
+				t.Fatalf("h2c=%v, injected clock=%v: transport has a proxy function", h2c, injected)
+			}
 		}
 	}
 }
@@ -324,7 +326,7 @@ func TestHT6_PayloadNormal(t *testing.T) {
 func TestH3_Transport(t *testing.T) {
 	h := New().(*handler)
 	for _, h2c := range []bool{false, true} {
-		c := h.client(time.Second, h2c)
+		c := h.client(clientKey{timeout: time.Second, h2c: h2c})
 		tr := c.Transport.(*nethttp.Transport)
 		if tr.Proxy != nil || !tr.DisableKeepAlives || !tr.DisableCompression ||
 			!tr.TLSClientConfig.InsecureSkipVerify || tr.TLSHandshakeTimeout != 10*time.Second || tr.DialContext == nil {
@@ -334,11 +336,11 @@ func TestH3_Transport(t *testing.T) {
 		if h2c && (p.HTTP1() || !p.UnencryptedHTTP2()) || !h2c && (!p.HTTP1() || !p.HTTP2() || p.UnencryptedHTTP2()) {
 			t.Fatalf("h2c=%v: protocols %v", h2c, p)
 		}
-		if c.Timeout != time.Second || h.client(time.Second, h2c) != c {
+		if c.Timeout != time.Second || h.client(clientKey{timeout: time.Second, h2c: h2c}) != c {
 			t.Fatalf("h2c=%v: client not shared or wrong timeout", h2c)
 		}
 	}
-	if h.client(2*time.Second, false) == h.client(time.Second, false) {
+	if h.client(clientKey{timeout: 2 * time.Second, h2c: false}) == h.client(clientKey{timeout: time.Second, h2c: false}) {
 		t.Fatal("clients for different timeouts must differ (dialer timeout)")
 	}
 }

@@ -164,7 +164,7 @@ func TestH1_URLForPodIP(t *testing.T) {
 // kubelet's transport defaults do.
 func TestH3_DisableHTTP2Env(t *testing.T) {
 	t.Setenv("DISABLE_HTTP2", "1")
-	p := New().(*handler).client(time.Second, false).Transport.(*nethttp.Transport).Protocols
+	p := New().(*handler).client(clientKey{timeout: time.Second}).Transport.(*nethttp.Transport).Protocols
 	if !p.HTTP1() || p.HTTP2() {
 		t.Fatalf("protocols %v, want HTTP/1 only", p)
 	}

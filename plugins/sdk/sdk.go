@@ -285,7 +285,13 @@ func (s *server) Configure(ctx context.Context, req *pb.ConfigureRequest) (*pb.C
 }
 
 // Probe prepares (or takes from the cache) the request's probe and runs
-// one attempt with a deadline of req.remaining. Errors, as gRPC status:
+// one attempt with a deadline of req.remaining. A request without
+// remaining comes from a host whose attempt deadline runs on an injected
+// clock (a fake clock in its tests), which this process cannot see: the
+// attempt gets no deadline here, its context is marked
+// (runtime.WithInjectedDeadline) so that the built-in handlers set no
+// real-time timer of their own either, and it ends when the host cancels
+// the call as its clock passes the deadline. Errors, as gRPC status:
 // NotFound for a kind the plugin does not serve, InvalidArgument for a
 // request that cannot be decoded, FailedPrecondition for a Prepare error,
 // Unknown for a handler error (and for a Failure whose Cause shows the
@@ -310,6 +316,8 @@ func (s *server) Probe(ctx context.Context, req *pb.ProbeRequest) (resp *pb.Prob
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d.AsDuration())
 		defer cancel()
+	} else {
+		ctx = runtime.WithInjectedDeadline(ctx)
 	}
 	start := time.Now()
 	// A Failure the plugin could not help (its own descriptors or ports

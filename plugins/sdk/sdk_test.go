@@ -254,3 +254,33 @@ func TestWatchParent(t *testing.T) {
 		t.Fatal("a changed parent was not noticed")
 	}
 }
+
+// TestProbeWithoutRemainingIsOnInjectedClock: a request without remaining
+// comes from a host whose deadline runs on an injected clock. The handler
+// gets no deadline, and its context says so (runtime.OnInjectedClock), so
+// the built-in handlers set no real-time timer of their own either; the
+// host's cancel of the call ends it.
+func TestProbeWithoutRemainingIsOnInjectedClock(t *testing.T) {
+	h := &countingHandler{}
+	h.probe = func(ctx context.Context, _ *runtime.Spec, _ runtime.Target) (runtime.Outcome, error) {
+		if dl, ok := ctx.Deadline(); ok {
+			t.Errorf("handler deadline %v, want none", dl)
+		}
+		if !runtime.OnInjectedClock(ctx) {
+			t.Error("the handler's context is not marked as on an injected clock")
+		}
+		<-ctx.Done()
+		return runtime.Outcome{Result: runtime.Success}, nil
+	}
+	srv, err := NewServer(Plugin{Name: "p", Kinds: []Kind{{Name: "k", Handler: h}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := request(nil)
+	r.Remaining = nil
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel) // the host cancels the call
+	if _, err := srv.Probe(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+}

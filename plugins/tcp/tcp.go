@@ -24,7 +24,8 @@ func New() runtime.Handler { return handler{} }
 type handler struct{}
 
 // Prepare binds spec (which must carry Probe.TCPSocket) to a Prober whose
-// connections come from dialer.New(spec.Timeout()).
+// connections come from dialer.New(spec.Timeout()), or dialer.New(0) for an
+// attempt whose deadline runs on an injected clock.
 //
 // Prepare fails (every run errored, P5) only when the spec has no tcpSocket
 // action. A port that does not resolve (spec 1.4: `port "metrcis" not
@@ -43,8 +44,9 @@ func (handler) Prepare(spec *runtime.Spec) (runtime.Prober, error) {
 		}), nil
 	}
 	p := &prober{
-		dialer: dialer.New(spec.Timeout()),
-		port:   strconv.Itoa(port),
+		dialer:  dialer.New(spec.Timeout()),
+		untimed: dialer.New(0),
+		port:    strconv.Itoa(port),
 	}
 	if a.Host != "" {
 		p.fixed = net.JoinHostPort(a.Host, p.port)
@@ -55,9 +57,12 @@ func (handler) Prepare(spec *runtime.Spec) (runtime.Prober, error) {
 // prober is one prepared tcpSocket probe. It is safe for concurrent use.
 type prober struct {
 	dialer *net.Dialer
-	port   string
-	fixed  string // host:port when tcpSocket.host is set
-	last   atomic.Pointer[podAddr]
+	// untimed dials attempts whose deadline runs on an injected clock
+	// (runtime.OnInjectedClock): the context alone bounds the connect.
+	untimed *net.Dialer
+	port    string
+	fixed   string // host:port when tcpSocket.host is set
+	last    atomic.Pointer[podAddr]
 }
 
 // podAddr caches the address built for the last pod IP seen.
@@ -78,7 +83,10 @@ func (p *prober) addr(podIP string) string {
 }
 
 // Probe opens one TCP connection to the target and closes it at once (T1).
-// The connect is bounded by the probe timeout (the dialer's) and by ctx.
+// The connect is bounded by the probe timeout (the dialer's) and by ctx; on
+// an injected clock by ctx alone, which ends with context.DeadlineExceeded
+// when that clock passes the deadline, so the output is the kubelet's
+// dial timeout ("dial tcp <addr>: i/o timeout") all the same.
 //
 //   - connected → Success, output "";
 //   - any dial error (refused, timeout, name resolution, bad address) →
@@ -89,7 +97,11 @@ func (p *prober) addr(podIP string) string {
 // the prober out of its own resources (socket: too many open files, no
 // free local port) an errored run instead (runtime.ClassifyAttempt).
 func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, error) {
-	return dial(ctx, p.dialer, p.addr(t.PodIP)), nil
+	d := p.dialer
+	if runtime.OnInjectedClock(ctx) {
+		d = p.untimed
+	}
+	return dial(ctx, d, p.addr(t.PodIP)), nil
 }
 
 // dial is the T1 check against addr.

@@ -220,7 +220,14 @@ func (p *prober) fail(code codes.Code, format string, args ...any) (runtime.Outc
 // Probe sends one attempt to the plugin. ctx's deadline is the attempt's
 // (the probe's timeout, spec P3): the plugin is told the time left
 // (ProbeRequest.remaining) and the RPC may take Options.Grace longer, so
-// a verdict reached at the deadline still counts. The result, message
+// a verdict reached at the deadline still counts. When the deadline runs on
+// an injected clock (runtime.OnInjectedClock), the plugin, a process of its
+// own, cannot see that clock: it is told no time left (remaining unset, so
+// the SDK sets no deadline of its own; ProbeRequest.timeout still names the
+// probe's timeout), the RPC has no deadline, and it is cancelled when the
+// clock passes the deadline, with no grace: the run is errored
+// (codes.DeadlineExceeded), as when a plugin does not answer by its
+// deadline on the real clock (docs/plugins.md). The result, message
 // (capped at runtime.MaxOutputBytes), status code, exit code and details
 // are the plugin's.
 //
@@ -269,10 +276,16 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 	// The RPC outlives ctx's deadline by the grace, but not a cancellation.
 	var rctx context.Context
 	var cancel context.CancelFunc
-	if deadline, ok := ctx.Deadline(); ok {
+	injected := runtime.OnInjectedClock(ctx)
+	deadline, hasDeadline := ctx.Deadline()
+	switch {
+	case injected:
+		// No remaining and no grace: the call ends with ctx.
+		rctx, cancel = context.WithCancel(ctx)
+	case hasDeadline:
 		req.Remaining = durationpb.New(time.Until(deadline))
 		rctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), deadline.Add(in.h.opts.Grace))
-	} else {
+	default:
 		req.Remaining = p.tmpl.Timeout
 		rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), p.timeout+in.h.opts.Grace)
 	}
@@ -286,8 +299,15 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 	resp, err := proc.conn.Probe(rctx, req)
 	if err != nil {
 		st := status.Convert(err)
-		switch st.Code() {
+		code := st.Code()
+		if injected && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			code = codes.DeadlineExceeded // cut by the injected clock
+		}
+		switch code {
 		case codes.DeadlineExceeded:
+			if injected {
+				return p.fail(codes.DeadlineExceeded, "no answer before the injected clock passed the probe's timeout of %s", p.timeout)
+			}
 			return p.fail(codes.DeadlineExceeded, "no answer within the probe's timeout of %s (plus %s grace)", p.timeout, in.h.opts.Grace)
 		case codes.Canceled:
 			// Canceled means the caller cancelled only if it did; otherwise

@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/probed/probed/plugins/sdk"
 	"github.com/probed/probed/runtime"
@@ -45,6 +46,7 @@ type statusRange struct{ lo, hi int }
 
 type prober struct {
 	client   *http.Client
+	untimed  *http.Client // for a host on an injected clock
 	scheme   string
 	port     string
 	path     string
@@ -121,8 +123,18 @@ func (Handler) Prepare(spec *runtime.Spec) (runtime.Prober, error) {
 		}
 		p.jsonPath, p.jsonWant = strings.Split(path, "."), want
 	}
-	timeout := spec.Timeout()
-	p.client = &http.Client{
+	p.client = newClient(spec.Timeout())
+	// A host on an injected clock (a fake clock in its tests) sends no
+	// deadline and cancels the call when its clock passes the deadline:
+	// that client has no timer of its own (docs/plugins.md, Deadlines).
+	p.untimed = newClient(0)
+	return p, nil
+}
+
+// newClient returns the probe client; timeout bounds each request, its
+// connect and its TLS handshake (zero: only the request's context does).
+func newClient(timeout time.Duration) *http.Client {
+	return &http.Client{
 		Timeout: timeout,
 		Transport: &http.Transport{
 			Proxy:               nil,
@@ -146,7 +158,6 @@ func (Handler) Prepare(spec *runtime.Spec) (runtime.Prober, error) {
 			return nil
 		},
 	}
-	return p, nil
 }
 
 // parseStatus parses "200", "200-299" or a comma-separated list of them.
@@ -182,7 +193,11 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 	}
 	req.Header.Set("User-Agent", runtime.KubeProbeUserAgent)
 	req.Header.Set("Accept", "*/*")
-	resp, err := p.client.Do(req)
+	client := p.client
+	if runtime.OnInjectedClock(ctx) {
+		client = p.untimed
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		// The error is the Cause: the SDK makes an attempt the plugin
 		// could not make (its descriptors ran out) errored, not a Failure.

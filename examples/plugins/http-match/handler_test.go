@@ -170,3 +170,25 @@ func TestPrepareErrors(t *testing.T) {
 		t.Error("spec without plugin action: no error")
 	}
 }
+
+// TestNotCutOnRealTimeForInjectedClock: a request from a host on an
+// injected clock (no deadline, the context marked, docs/plugins.md
+// Deadlines) is bounded by the context alone: a target that answers after
+// more real time than timeoutSeconds is not cut off.
+func TestNotCutOnRealTimeForInjectedClock(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/late", func(w http.ResponseWriter, _ *http.Request) {
+		time.Sleep(1300 * time.Millisecond)
+		io.WriteString(w, "ok")
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	pr, err := Handler{}.Prepare(spec(srv.Listener.Addr().(*net.TCPAddr).Port, map[string]string{"path": "/late"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pr.Probe(runtime.WithInjectedDeadline(context.Background()), runtime.Target{PodIP: "127.0.0.1"})
+	if err != nil || out.Result != runtime.Success {
+		t.Fatalf("%+v, %v, want Success", out, err)
+	}
+}

@@ -24,8 +24,10 @@ import (
 // nil means net.DefaultResolver.
 var resolver atomic.Pointer[net.Resolver]
 
-// New returns a dialer for one probe attempt: timeout bounds the connect,
-// and every socket it opens closes with SO_LINGER {on, 0}.
+// New returns a dialer for one probe attempt: timeout bounds the connect
+// (zero: only the context does, as for an attempt whose deadline runs on
+// an injected clock, runtime.OnInjectedClock), and every socket it opens
+// closes with SO_LINGER {on, 0}.
 func New(timeout time.Duration) *net.Dialer {
 	// KeepAlive -1: a probe connection lives for one request; TCP
 	// keep-alive would cost three setsockopt calls per probe for nothing.

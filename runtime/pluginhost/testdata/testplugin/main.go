@@ -126,10 +126,16 @@ func probe(ctx context.Context, spec *runtime.Spec, t runtime.Target) (runtime.O
 		time.Sleep(time.Hour)
 		return ok, nil
 	case "sleep":
+		// details["sleep_end"]: "slept" when the whole sleep passed,
+		// "cut" when the call's context ended it.
 		dur, _ := time.ParseDuration(prm["sleep"])
+		t := time.NewTimer(dur)
+		defer t.Stop()
 		select {
-		case <-time.After(dur):
+		case <-t.C:
+			d["sleep_end"] = "slept"
 		case <-ctx.Done():
+			d["sleep_end"] = "cut"
 		}
 		return ok, nil
 	case "crash":

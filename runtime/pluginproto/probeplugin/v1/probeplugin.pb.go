@@ -600,7 +600,10 @@ type ProbeRequest struct {
 	// remaining is the time left until this attempt's deadline when the host
 	// sent the request. The plugin should answer before it. The RPC's gRPC
 	// deadline is later by a small grace so that a verdict reached at the
-	// deadline (a timeout of the target) still arrives.
+	// deadline (a timeout of the target) still arrives. Unset when the host's
+	// attempt deadline runs on an injected clock (a fake clock in the host's
+	// tests), which the plugin cannot see: the call then has no deadline, and
+	// the host cancels it when its clock passes the deadline.
 	Remaining *durationpb.Duration `protobuf:"bytes,6,opt,name=remaining,proto3" json:"remaining,omitempty"`
 	// params are the kind's parameters, verbatim from the probe's
 	// declaration. Names starting with "probed.io/" are reserved for the host:
