@@ -99,7 +99,7 @@ func newWorker(m *manager, spec runtime.Spec) *worker {
 	}
 	m.rt.PrepareInto(&w.prepared, &w.rs)
 	if m.rtm != nil {
-		w.counters = m.rtm.countersFor(kind, key.probeType)
+		w.counters = m.rtm.countersFor(spec.Kind, spec.ProbeType)
 	}
 	return w
 }
