@@ -89,11 +89,13 @@ bench-subsec: bench-build
 bench-density: bench-build
 	cd bench && ../bin/probebench suite -suite density -out out -doc ../docs/benchmarks.md
 
-PROFILE_DIR := bench/out/profile
+PROFILE_DIR    ?= bench/out/profile
+PROFILE_PODS   ?= 20000 50000
+PROFILE_WINDOW ?= 15s
 bench-profile: bench-build
 	mkdir -p $(PROFILE_DIR)
-	set -e; args=""; for impl in probed kubelet; do for pods in 20000 50000; do \
+	set -e; args=""; for impl in probed kubelet; do for pods in $(PROFILE_PODS); do \
 		n=$$(( pods * 2 / 1000 ))k; \
-		./bin/probebench run -impl $$impl -pods $$pods -window 15s -cpuprofile $(PROFILE_DIR)/cpu-$$impl-$$n.out > $(PROFILE_DIR)/run-$$impl-$$n.json; \
+		./bin/probebench run -impl $$impl -pods $$pods -window $(PROFILE_WINDOW) -cpuprofile $(PROFILE_DIR)/cpu-$$impl-$$n.out > $(PROFILE_DIR)/run-$$impl-$$n.json; \
 		args="$$args -profile $(PROFILE_DIR)/cpu-$$impl-$$n.out -result $(PROFILE_DIR)/run-$$impl-$$n.json"; \
 	done; done; ./bin/probebench breakdown $$args | tee $(PROFILE_DIR)/breakdown.md
