@@ -63,7 +63,13 @@ generate:
 # burst run); `bench-full` runs every scenario (about 30 minutes). Both
 # rewrite their section of docs/benchmarks.md and its plot; raw JSON lines
 # go to bench/out/.
-.PHONY: bench bench-full bench-subsec bench-build
+# `bench-density` runs issue 13's targets (2k–100k instant probes/s, both
+# implementations; 1M probes at period 10 s; TCP saturation against the
+# bare dial loop; about 12 minutes). `bench-profile` takes CPU profiles of
+# the 40k and 100k probes/s instant runs of both implementations and
+# prints their breakdown by cost centre (about 4 minutes; profiles and
+# JSON lines in bench/out/profile/).
+.PHONY: bench bench-full bench-subsec bench-density bench-profile bench-build
 
 bench-build:
 	cd bench && $(GO) build -o ../bin/probebench ./cmd/probebench
@@ -79,3 +85,17 @@ bench-full: bench-build
 # "subsec" section of docs/benchmarks.md.
 bench-subsec: bench-build
 	cd bench && ../bin/probebench suite -suite subsec -out out -doc ../docs/benchmarks.md
+
+bench-density: bench-build
+	cd bench && ../bin/probebench suite -suite density -out out -doc ../docs/benchmarks.md
+
+PROFILE_DIR    ?= bench/out/profile
+PROFILE_PODS   ?= 20000 50000
+PROFILE_WINDOW ?= 15s
+bench-profile: bench-build
+	mkdir -p $(PROFILE_DIR)
+	set -e; args=""; for impl in probed kubelet; do for pods in $(PROFILE_PODS); do \
+		n=$$(( pods * 2 / 1000 ))k; \
+		./bin/probebench run -impl $$impl -pods $$pods -window $(PROFILE_WINDOW) -cpuprofile $(PROFILE_DIR)/cpu-$$impl-$$n.out > $(PROFILE_DIR)/run-$$impl-$$n.json; \
+		args="$$args -profile $(PROFILE_DIR)/cpu-$$impl-$$n.out -result $(PROFILE_DIR)/run-$$impl-$$n.json"; \
+	done; done; ./bin/probebench breakdown $$args | tee $(PROFILE_DIR)/breakdown.md

@@ -2,6 +2,8 @@ package manager
 
 import (
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +27,9 @@ type runtimeMetrics struct {
 	// as failures of its targets.
 	errored *prometheus.CounterVec
 	gauges  *statsCollector
+
+	mu       sync.Mutex
+	counters map[countersKey]*probeCounters
 }
 
 func newRuntimeMetrics(reg prometheus.Registerer, m *manager) (*runtimeMetrics, error) {
@@ -43,7 +48,8 @@ func newRuntimeMetrics(reg prometheus.Registerer, m *manager) (*runtimeMetrics, 
 			Name: "probed_probes_errored_total",
 			Help: "Errored probe runs (not counted toward thresholds, spec P5) by handler kind, probe type and reason: the errno when the prober itself ran out of a local resource (EMFILE, ENFILE, ENOBUFS, ENOMEM, EADDRNOTAVAIL, EAGAIN), else handler_error.",
 		}, []string{"handler", "probe_type", "reason"}),
-		gauges: &statsCollector{m: m},
+		gauges:   &statsCollector{m: m},
+		counters: map[countersKey]*probeCounters{},
 	}
 	for lane := range rm.lagObs {
 		rm.lagObs[lane] = rm.lag.WithLabelValues(laneNames[lane])
@@ -63,14 +69,63 @@ func (rm *runtimeMetrics) observeLag(lane int, d time.Duration) {
 	}
 }
 
-func (rm *runtimeMetrics) countProbe(kind string, pt runtime.ProbeType, rep runtime.Report) {
-	result := "errored"
-	if rep.Err == nil {
-		result = rep.Outcome.Result.String()
-	} else {
-		rm.errored.WithLabelValues(kind, pt.Lower(), runtime.ErroredReason(rep.Err)).Inc()
+// probeCounters are the probed_probes_total children of one (handler kind,
+// probe type), bound once per result on first use, so that counting a run
+// looks nothing up (no WithLabelValues: no label hashing, no lock). A child
+// exists only once its result has been counted, as with WithLabelValues.
+// Workers of the same kind and probe type share one.
+type probeCounters struct {
+	rm        *runtimeMetrics
+	kind      string
+	probeType string
+	byResult  [numRunResults]atomic.Pointer[boundCounter]
+}
+
+type boundCounter struct{ prometheus.Counter }
+
+// The result label of probed_probes_total by runtime.Result (Unknown,
+// Success, Warning, Failure), then errored.
+const numRunResults = 5
+
+var runResultLabels = [numRunResults]string{"unknown", "success", "warning", "failure", "errored"}
+
+type countersKey struct {
+	kind string
+	pt   runtime.ProbeType
+}
+
+// countersFor returns the shared counters of a handler kind and probe type.
+func (rm *runtimeMetrics) countersFor(kind string, pt runtime.ProbeType) *probeCounters {
+	rm.mu.Lock()
+	defer rm.mu.Unlock()
+	k := countersKey{kind, pt}
+	pc, ok := rm.counters[k]
+	if !ok {
+		pc = &probeCounters{rm: rm, kind: kind, probeType: pt.Lower()}
+		rm.counters[k] = pc
 	}
-	rm.probes.WithLabelValues(kind, pt.Lower(), result).Inc()
+	return pc
+}
+
+// countProbe counts one executed run in probed_probes_total (and, for an
+// errored run, probed_probes_errored_total by reason).
+func (pc *probeCounters) countProbe(rep runtime.Report) {
+	i := numRunResults - 1 // errored
+	if rep.Err == nil {
+		i = int(rep.Outcome.Result)
+		if i >= numRunResults-1 {
+			i = int(runtime.Unknown) // an out-of-range verdict reads "unknown", as its String does
+		}
+	} else {
+		pc.rm.errored.WithLabelValues(pc.kind, pc.probeType, runtime.ErroredReason(rep.Err)).Inc()
+	}
+	c := pc.byResult[i].Load()
+	if c == nil {
+		// Racing runs bind the same child: WithLabelValues is idempotent.
+		c = &boundCounter{pc.rm.probes.WithLabelValues(pc.kind, pc.probeType, runResultLabels[i])}
+		pc.byResult[i].Store(c)
+	}
+	c.Inc()
 }
 
 func (rm *runtimeMetrics) unregister() {

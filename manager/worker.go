@@ -48,6 +48,9 @@ type worker struct {
 	// Metric series handles, created on the first executed run (X1, X2);
 	// atomic because the scrape reads it while a run may be creating it.
 	series atomic.Pointer[workerSeries]
+	// counters are probed_probes_total's children for the worker's kind
+	// and probe type; nil without Options.RuntimeMetricsRegisterer.
+	counters *probeCounters
 }
 
 // key returns the worker's key (spec §2).
@@ -95,6 +98,9 @@ func newWorker(m *manager, spec runtime.Spec) *worker {
 		}
 	}
 	m.rt.PrepareInto(&w.prepared, &w.rs)
+	if m.rtm != nil {
+		w.counters = m.rtm.countersFor(spec.Kind, spec.ProbeType)
+	}
 	return w
 }
 
@@ -282,8 +288,8 @@ func (w *worker) probe(ctx context.Context, start time.Time, status *v1.PodStatu
 		w.lane = uint8(lane)
 		m.sched.SetLane(w.id, lane)
 	}
-	if m.rtm != nil {
-		m.rtm.countProbe(w.rs.Kind, w.rs.ProbeType, rep)
+	if w.counters != nil {
+		w.counters.countProbe(rep)
 	}
 	if rep.Err != nil || ctx.Err() != nil {
 		m.log.Debug("Probe errored", "pod", klogPod(w.rs.Pod), "containerName", w.rs.Container.Name, "probeType", w.rs.ProbeType.String(), "err", rep.Err)

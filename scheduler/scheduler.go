@@ -109,10 +109,7 @@ type Scheduler[T any] struct {
 	start  time.Time
 	shards []*shard[T]
 
-	dispatched atomic.Uint64
-	skipped    atomic.Uint64
-	triggered  atomic.Uint64
-	advanced   atomic.Int64 // last tick processed, +1 (0: none yet)
+	advanced atomic.Int64 // last tick processed, +1 (0: none yet)
 
 	stop   chan struct{}
 	wg     sync.WaitGroup
@@ -295,12 +292,7 @@ func phaseIn(key uint64, window time.Duration) time.Duration {
 
 // Stats returns the current counters.
 func (s *Scheduler[T]) Stats() Stats {
-	st := Stats{
-		Ready:      make([]int, s.opts.Lanes),
-		Dispatched: s.dispatched.Load(),
-		Skipped:    s.skipped.Load(),
-		Triggered:  s.triggered.Load(),
-	}
+	st := Stats{Ready: make([]int, s.opts.Lanes)}
 	if n := s.advanced.Load(); n > 0 {
 		st.Advanced = s.timeOf(n - 1)
 	}
@@ -308,6 +300,9 @@ func (s *Scheduler[T]) Stats() Stats {
 		sh.mu.Lock()
 		st.Entries += sh.live
 		st.Running += sh.running
+		st.Dispatched += sh.dispatched
+		st.Skipped += sh.skipped
+		st.Triggered += sh.triggered
 		for lane := range sh.ready {
 			st.Ready[lane] += sh.ready[lane].n
 		}

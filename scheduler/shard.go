@@ -52,6 +52,9 @@ type shard[T any] struct {
 	signal   []chan struct{}
 	live     int
 	running  int
+	// Counters of Stats, per shard under mu (the lock every run takes
+	// anyway) instead of atomics every shard's runs would share.
+	dispatched, skipped, triggered uint64
 }
 
 func newShard[T any](s *Scheduler[T], idx, nslots int) *shard[T] {
@@ -98,12 +101,12 @@ func (sh *shard[T]) runFeeder(lane int) {
 		e := &sh.entries[i]
 		e.flags = e.flags&^fQueued | fRunning
 		sh.running++
+		sh.dispatched++
 		id := makeID(sh.idx, e.gen, i)
 		task := sh.tasks[i]
 		due := e.due
 		sh.mu.Unlock()
 
-		s.dispatched.Add(1)
 		err := s.opts.Dispatch(id, task)
 		if s.opts.ObserveLag != nil {
 			// After Dispatch: the wait for a free pool slot is lag too.
@@ -170,10 +173,10 @@ func (sh *shard[T]) fire(i int32) {
 		// A tick while the run is in flight: dropped, and one follow-up
 		// runs as soon as the run ends (BR-10).
 		e.flags |= fPending
-		sh.s.skipped.Add(1)
+		sh.skipped++
 	case e.flags&fQueued != 0:
 		// Still waiting for the pool: that queued run serves this tick too.
-		sh.s.skipped.Add(1)
+		sh.skipped++
 	default:
 		e.due = microsSince(time.Duration(nominal) * sh.s.tick)
 		sh.pushReady(i)
@@ -182,7 +185,7 @@ func (sh *shard[T]) fire(i int32) {
 	next := nominal + period
 	if next <= sh.cur {
 		missed := (sh.cur-next)/period + 1
-		sh.s.skipped.Add(uint64(missed))
+		sh.skipped += uint64(missed)
 		next += missed * period
 	}
 	e.deadline = next
@@ -304,7 +307,7 @@ func (sh *shard[T]) trigger(id ID) {
 	if e.flags&fRemoved != 0 {
 		return
 	}
-	sh.s.triggered.Add(1)
+	sh.triggered++
 	if e.flags&fRunning != 0 {
 		e.flags |= fTrigger
 		return

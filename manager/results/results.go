@@ -128,11 +128,19 @@ func (m *manager) Set(id ContainerID, r Result, pod *v1.Pod) {
 	}
 }
 
-// setInternal stores r and reports whether it changed the cache.
+// setInternal stores r and reports whether it changed the cache. A Set
+// that changes nothing, what nearly every probe run does, takes the read
+// lock only: runs of many workers do not queue on the write lock.
 func (m *manager) setInternal(id ContainerID, r Result) bool {
+	m.mu.RLock()
+	prev, ok := m.cache[id]
+	m.mu.RUnlock()
+	if ok && prev == r {
+		return false
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	prev, ok := m.cache[id]
+	prev, ok = m.cache[id]
 	if ok && prev == r {
 		return false
 	}

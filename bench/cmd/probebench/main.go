@@ -5,6 +5,7 @@
 //	probebench run -impl probed|kubelet|dialloop -mode instant|tcp|http|hung -pods N [...]
 //	probebench suite -suite quick|full [-out DIR] [-doc FILE]
 //	probebench report -in results.jsonl [-out DIR] [-doc FILE]
+//	probebench breakdown -profile cpu.out -result run.json [...]
 //
 // "suite" re-executes this binary once per run ("run"), so each run is its
 // own process and its RSS is its own; TCP and HTTP targets are served by
@@ -19,7 +20,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: probebench run|suite|report|targets [flags]")
+		fmt.Fprintln(os.Stderr, "usage: probebench run|suite|report|breakdown|targets [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -32,6 +33,8 @@ func main() {
 		err = suiteMain(os.Args[2:])
 	case "report":
 		err = reportMain(os.Args[2:])
+	case "breakdown":
+		err = breakdownMain(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}

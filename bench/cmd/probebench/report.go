@@ -158,6 +158,10 @@ func renderMarkdown(results []Result, suite, cmdline, img string) string {
 	for _, t := range evaluate(results) {
 		fmt.Fprintf(&b, "- %s\n", t)
 	}
+	b.WriteString("\n### Targets of issue 13 (density)\n\n")
+	for _, t := range evaluateDensity(results) {
+		fmt.Fprintf(&b, "- %s\n", t)
+	}
 	fmt.Fprintf(&b, "\n![RSS and CPU against probe count](%s)\n\n", img)
 	return b.String()
 }
@@ -411,5 +415,98 @@ func (c countTicks) Ticks(lo, hi float64) []plot.Tick {
 			out = append(out, plot.Tick{Value: x, Label: shortCount(int(x))})
 		}
 	}
+	return out
+}
+
+// evaluateDensity checks the targets of issue 13 (100k probes/s on two
+// cores, a flat cost per probe) against the results present.
+func evaluateDensity(results []Result) []string {
+	var out []string
+	na := func(what, why string) { out = append(out, what+": not measured in this suite"+why) }
+
+	const t100k = "100k instant probes/s, lateness p99 ≤ 10 ms and 0 skipped runs"
+	if p, ok := find(results, instantRun("probed", 100000)); ok {
+		kub := kubeletField(results, 100000, func(k Result) string {
+			return fmt.Sprintf("p99 %.1f ms, %d skipped, %.0f of %.0f probes/s executed", k.LatenessP99Ms, k.SkippedRuns, k.ProbesPerSecond, k.ExpectedProbesPerSecond)
+		})
+		out = append(out, fmt.Sprintf("%s: p99 %.1f ms, %d skipped, %.0f of %.0f probes/s executed (kubelet: %s) %s", t100k,
+			p.LatenessP99Ms, p.SkippedRuns, p.ProbesPerSecond, p.ExpectedProbesPerSecond, kub, verdict(p.LatenessP99Ms <= 10 && p.SkippedRuns == 0)))
+	} else {
+		na(t100k, "")
+	}
+
+	const t1m = "1M probes at period 10 s, lateness p99 ≤ 20 ms and 0 skipped runs"
+	if p, ok := find(results, func(r Result) bool {
+		return r.Impl == "probed" && r.Mode == modeInstant && r.Probes >= 1000000 && r.PeriodSeconds == 10
+	}); ok {
+		out = append(out, fmt.Sprintf("%s: p99 %.1f ms, %d skipped, %d silent; RSS %s MiB, of which the pods' own objects (before AddPod) %s MiB, %.0f B per probe added %s", t1m,
+			p.LatenessP99Ms, p.SkippedRuns, p.SilentWorkers, mib(p.RSSBytes), mib(p.BaselineRSSBytes), p.RSSPerProbeBytes,
+			verdict(p.LatenessP99Ms <= 20 && p.SkippedRuns == 0 && p.SilentWorkers == 0)))
+	} else {
+		na(t1m, "")
+	}
+
+	const tcpu = "CPU per instant probe ≤ 0.25× the kubelet's, 10k–100k probes/s"
+	var parts []string
+	worst := 0.0
+	for _, probes := range []int{10000, 20000, 40000, 100000} {
+		p, ok1 := find(results, instantRun("probed", probes))
+		k, ok2 := find(results, instantRun("kubelet", probes))
+		if !ok1 || !ok2 || k.CPUPer1kProbes == 0 {
+			continue
+		}
+		ratio := p.CPUPer1kProbes / k.CPUPer1kProbes
+		worst = math.Max(worst, ratio)
+		parts = append(parts, fmt.Sprintf("%s/s %.2f× (%.1f vs %.1f µs)", shortCount(probes), ratio, p.CPUPer1kProbes, k.CPUPer1kProbes))
+	}
+	if len(parts) > 0 {
+		out = append(out, fmt.Sprintf("%s: %s %s", tcpu, strings.Join(parts, ", "), verdict(worst <= 0.25)))
+	} else {
+		na(tcpu, "")
+	}
+
+	const trss = "RSS added per registered probe at 100k probes (rss_per_probe_bytes) ≤ 1 KiB"
+	if p, ok := find(results, instantRun("probed", 100000)); ok {
+		kub := kubeletField(results, 100000, func(k Result) string { return fmt.Sprintf("%.0f B", k.RSSPerProbeBytes) })
+		out = append(out, fmt.Sprintf("%s: %.0f B (heap + stacks %.0f B; kubelet %s) %s", trss, p.RSSPerProbeBytes, p.MemPerProbeBytes, kub, verdict(p.RSSPerProbeBytes <= 1024)))
+	} else {
+		na(trss, "")
+	}
+
+	const tflat = "cost per probe from 2k to 1M probes (CPU per 1k probes, max/min) ≤ 1.5×"
+	var pts []Result
+	for _, r := range results {
+		if r.Impl == "probed" && r.Mode == modeInstant && r.Label == "" && r.CPUPer1kProbes > 0 {
+			pts = append(pts, r)
+		}
+	}
+	if len(pts) >= 2 {
+		sort.Slice(pts, func(i, j int) bool { return pts[i].Probes < pts[j].Probes })
+		lo, hi := pts[0].CPUPer1kProbes, pts[0].CPUPer1kProbes
+		var parts []string
+		for _, r := range pts {
+			lo, hi = math.Min(lo, r.CPUPer1kProbes), math.Max(hi, r.CPUPer1kProbes)
+			parts = append(parts, fmt.Sprintf("%s (period %d s): %.1f ms", shortCount(r.Probes), r.PeriodSeconds, r.CPUPer1kProbes))
+		}
+		v := verdict(hi/lo <= 1.5)
+		if pts[0].Probes > 2000 || pts[len(pts)-1].Probes < 1000000 {
+			v = "**not judged** (the suite has no run at 2k probes or none at 1M)"
+		}
+		out = append(out, fmt.Sprintf("%s: %s → %.2f× %s", tflat, strings.Join(parts, ", "), hi/lo, v))
+	} else {
+		na(tflat, "")
+	}
+
+	const ttcp = "real TCP probes: throughput ≥ 0.95× and CPU per probe ≤ 1.1× the bare dial loop at the same concurrency"
+	p, ok1 := find(results, func(r Result) bool { return r.Impl == "probed" && r.Label == "saturation" })
+	d, ok2 := find(results, func(r Result) bool { return r.Impl == "dialloop" && r.Label == "saturation" })
+	if ok1 && ok2 && d.ProbesPerSecond > 0 && d.CPUPer1kProbes > 0 {
+		tput, cpu := p.ProbesPerSecond/d.ProbesPerSecond, p.CPUPer1kProbes/d.CPUPer1kProbes
+		out = append(out, fmt.Sprintf("%s (%d): throughput %.2f× (%.0f vs %.0f/s), CPU per probe %.2f× (%.1f vs %.1f ms per 1k) %s", ttcp, d.Concurrency,
+			tput, p.ProbesPerSecond, d.ProbesPerSecond, cpu, p.CPUPer1kProbes, d.CPUPer1kProbes, verdict(tput >= 0.95 && cpu <= 1.1)))
+	} else {
+		na(ttcp, "")
+	}
+	out = append(out, "real HTTP probes against a bare GET loop: not measured (the harness has no HTTP floor yet)")
 	return out
 }

@@ -79,8 +79,10 @@ func suites(name string) ([]spec, error) {
 			return spec{"-impl", impl, "-mode", modeHung, "-pods", "1000", "-window", "20s"}
 		})
 		// probed alone: 500k pods, 1M probes, period 60 s (the kubelet
-		// cannot start 1M goroutines with tickers here).
+		// cannot start 1M goroutines with tickers here), then period 10 s
+		// (100k probes/s, issue 13).
 		out = append(out, instant("probed", 500000, "-period", "60", "-warmup", "70s", "-window", "180s", "-drain-wait", "120s"))
+		out = append(out, instant("probed", 500000, "-period", "10", "-warmup", "15s", "-window", "30s", "-drain-wait", "120s"))
 	case subsecSuite:
 		// Sub-second periods (probed only: the kubelet has none), the
 		// probes declared in the probed.io/probes annotation with
@@ -90,15 +92,25 @@ func suites(name string) ([]spec, error) {
 		out = append(out,
 			instant("probed", 5000, "-period-ms", "100", "-warmup", "3s", "-window", "20s"),
 			spec{"-impl", "probed", "-mode", modeTCP, "-pods", "500", "-period-ms", "100", "-warmup", "3s", "-window", "20s"})
+	case "density":
+		// Issue 13's targets: 2k–100k instant probes/s side by side, 1M
+		// probes at period 10 s (100k/s, probed alone), TCP saturation
+		// against the bare dial loop. About 12 minutes.
+		for _, pods := range []int{1000, 5000, 10000, 20000, 50000} {
+			both(func(impl string) spec { return instant(impl, pods, "-window", "20s") })
+		}
+		out = append(out, instant("probed", 500000, "-period", "10", "-warmup", "15s", "-window", "30s", "-drain-wait", "120s"))
+		out = append(out, spec{"-impl", "probed", "-mode", modeTCP, "-pods", "25000", "-label", "saturation", "-window", "20s"})
+		out = append(out, spec{"-impl", "dialloop", "-mode", modeTCP, "-pods", "25000", "-label", "saturation", "-concurrency", fmt.Sprint(runtime.DefaultPoolSize), "-warmup", "3s", "-window", "20s"})
 	default:
-		return nil, fmt.Errorf("unknown suite %q (quick, full, %s)", name, subsecSuite)
+		return nil, fmt.Errorf("unknown suite %q (quick, full, density, %s)", name, subsecSuite)
 	}
 	return out, nil
 }
 
 func suiteMain(args []string) error {
 	fs := flag.NewFlagSet("suite", flag.ExitOnError)
-	name := fs.String("suite", "quick", "quick, full or "+subsecSuite)
+	name := fs.String("suite", "quick", "quick, full, density or "+subsecSuite)
 	outDir := fs.String("out", "out", "directory for the JSON lines, table and plot")
 	doc := fs.String("doc", "", "markdown file whose generated section to rewrite (e.g. ../docs/benchmarks.md)")
 	only := fs.String("only", "", "run only the specs whose arguments contain this text")
@@ -162,14 +174,7 @@ func suiteMain(args []string) error {
 		fmt.Fprintln(f, string(line))
 	}
 	fmt.Fprintf(os.Stderr, "suite %s: %d runs in %s\n", *name, len(results), time.Since(start).Round(time.Second))
-	cmdline := "make bench"
-	switch *name {
-	case "full":
-		cmdline = "make bench-full"
-	case subsecSuite:
-		cmdline = "make bench-subsec"
-	}
-	return writeReport(results, *name, cmdline, *outDir, *doc)
+	return writeReport(results, *name, suiteCommand(*name), *outDir, *doc)
 }
 
 func lastJSONLine(b []byte) []byte {
@@ -206,13 +211,20 @@ func reportMain(args []string) error {
 		}
 	}
 	if *cmdline == "" {
-		*cmdline = "make bench"
-		switch *name {
-		case "full":
-			*cmdline = "make bench-full"
-		case subsecSuite:
-			*cmdline = "make bench-subsec"
-		}
+		*cmdline = suiteCommand(*name)
 	}
 	return writeReport(results, *name, *cmdline, *outDir, *doc)
+}
+
+// suiteCommand is the make target that runs a suite.
+func suiteCommand(name string) string {
+	switch name {
+	case "full":
+		return "make bench-full"
+	case "density":
+		return "make bench-density"
+	case subsecSuite:
+		return "make bench-subsec"
+	}
+	return "make bench"
 }
