@@ -80,6 +80,7 @@ type podRow struct {
 	PageURL              string // this pod's page
 	ProbesURL            string // GET /pods/{namespace}/{name}/probes
 	JSONURL              string // GET /pods/{namespace}/{name}
+	Rowspan              int    // table rows of the pod: one per probe, at least one
 }
 
 // probeRow is one probe of one container.
@@ -287,6 +288,7 @@ func (p *Page) row(pod *v1.Pod, probes []history.Probe) podRow {
 	if pod.Status.Phase == v1.PodFailed {
 		r.Failing = true
 	}
+	r.Rowspan = max(1, len(r.Probes))
 	return r
 }
 
