@@ -141,7 +141,7 @@ const (
 )
 
 // startAgent runs a real agent on loopback over a manifest directory with
-// two pods: shop/web (an HTTP liveness probe and a TCP readiness probe of
+// three pods: shop/api (an HTTP readiness probe), shop/web (an HTTP liveness probe and a TCP readiness probe of
 // real loopback targets, period 1 s) and shop/hostile (an annotation with
 // markup, an exec readiness probe whose failure message is markup).
 func startAgent(t *testing.T) (base string, tcp *tcpServer) {
@@ -169,6 +169,17 @@ spec:
       periodSeconds: 1
       failureThreshold: 2
 `, webPort, tcp.port),
+		"api.yaml": fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: api, namespace: shop}
+spec:
+  containers:
+  - name: api
+    image: api
+    readinessProbe:
+      httpGet: {path: /ready, port: %d}
+      periodSeconds: 1
+`, webPort),
 		"hostile.yaml": fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
@@ -292,7 +303,7 @@ func TestBrowser_RowsTurnFailingAndHostileValuesAreInert(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Join(order, " ") != "shop/hostile shop/web" {
+	if strings.Join(order, " ") != "shop/hostile shop/api shop/web" {
 		t.Errorf("rows %v, want the failing pod first", order)
 	}
 	assertNoScriptRan(ctx, t)
