@@ -417,7 +417,8 @@ func TestBrowser_WorksWithJavaScriptDisabled(t *testing.T) {
 }
 
 // screenshot writes a full-page PNG of url to $PROBED_SCREENSHOT_DIR/name
-// when that variable is set (make screenshots; docs/operations.md).
+// when that variable is set: PROBED_SCREENSHOT_DIR=$PWD/docs go test -run
+// TestBrowser_Rows ./agent/statuspage/ renews docs/status-page*.png.
 func screenshot(ctx context.Context, t *testing.T, url, name string) {
 	t.Helper()
 	dir := os.Getenv("PROBED_SCREENSHOT_DIR")
