@@ -28,6 +28,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -167,6 +168,10 @@ func (p *Page) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /{$}", p.serveIndex)
 	mux.HandleFunc("GET /pod/{namespace}/{name}", p.servePod)
 	mux.HandleFunc("GET /static/", func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/") { // files only, no listing
+			http.NotFound(w, r)
+			return
+		}
 		w.Header().Set("Cache-Control", "no-cache")
 		p.files.ServeHTTP(w, r)
 	})

@@ -521,4 +521,7 @@ func TestIndex_RefreshParameter(t *testing.T) {
 			t.Errorf("GET %s = %d (%d bytes)", path, code, len(body))
 		}
 	}
+	if code, _, _ := get(t, srv, "/static/"); code != 404 {
+		t.Errorf("GET /static/ = %d, want 404 (no listing)", code)
+	}
 }
