@@ -185,8 +185,8 @@ func (r *running) get(path string, into any) {
 	}
 }
 
-// text returns the body of a GET that must answer 200 (the status page).
-func (r *running) text(path string) string {
+// getPage returns the body of a GET that must answer 200 (the status page).
+func (r *running) getPage(path string) string {
 	r.t.Helper()
 	resp, err := r.client.Get(r.base + path)
 	if err != nil {

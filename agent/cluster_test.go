@@ -178,7 +178,7 @@ func TestClusterGateFollowsProbe(t *testing.T) {
 	// The status page in cluster mode (issue 12 §1): the API server
 	// connection and the pending condition writes in the header; the
 	// annotation's readiness probe of web, and not the other node's pod.
-	page := r.text("/")
+	page := r.getPage("/")
 	for _, want := range []string{"pods of " + node + " synced; condition writes succeeding", "<dt>condition writes pending</dt>",
 		`data-pod="` + ns + `/web"`, `data-probe="app/readiness"`, fmt.Sprintf("tcp :%d", tg.port)} {
 		if !strings.Contains(page, want) {
@@ -320,7 +320,7 @@ func TestClusterHealthzBeforeSync(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("/healthz = %d with no API server, want 503", resp.StatusCode)
 	}
-	if page := r.text("/"); !strings.Contains(page, "pods of node-x not synced yet") {
+	if page := r.getPage("/"); !strings.Contains(page, "pods of node-x not synced yet") {
 		t.Errorf("the status page does not say the node's pods have not synced:\n%s", page)
 	}
 }
