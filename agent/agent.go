@@ -36,6 +36,7 @@ import (
 	"github.com/probed/probed/agent/simulator"
 	"github.com/probed/probed/agent/source"
 	"github.com/probed/probed/agent/state"
+	"github.com/probed/probed/agent/statuspage"
 	"github.com/probed/probed/agent/store"
 	"github.com/probed/probed/agent/verdicts"
 	"github.com/probed/probed/manager"
@@ -433,23 +434,43 @@ func (a *Agent) Handler() http.Handler {
 			st, _ := manager.StatsOf(a.mgr)
 			return map[string]any{"scheduler": st, "plugins": a.plugins.Status()}
 		},
-		History: func(namespace, name string) (any, bool) {
+		History: func(namespace, name string) (history.PodHistory, bool) {
 			pod, ok := a.pods.PodByName(namespace, name)
 			if !ok {
-				return nil, false
+				return history.PodHistory{}, false
 			}
-			return PodHistory{Namespace: namespace, Name: name, UID: string(pod.UID), Probes: a.hist.Pod(pod.UID)}, true
+			return history.PodHistory{Namespace: namespace, Name: name, UID: string(pod.UID), Probes: a.hist.Pod(pod.UID)}, true
 		},
+		Page: a.pageOptions(),
 	})
 }
 
-// PodHistory is the body of GET /pods/{namespace}/{name}/probes.
-type PodHistory struct {
-	Namespace string          `json:"namespace"`
-	Name      string          `json:"name"`
-	UID       string          `json:"uid"`
-	Probes    []history.Probe `json:"probes"`
+// pageOptions are the status page's sources beside the API's own: the
+// scheduler's figures, the plugins, and the mode's (cluster mode: the API
+// server connection and the condition writer; manifest mode: the spec's
+// probes are probed's).
+func (a *Agent) pageOptions() *statuspage.Options {
+	opts := &statuspage.Options{
+		Scheduler:   func() (manager.Stats, bool) { return manager.StatsOf(a.mgr) },
+		Plugins:     a.plugins.Status,
+		SpecProbes:  a.opts.Cluster == nil,
+		HistorySize: a.hist.Size(),
+		Logger:      a.log,
+	}
+	if a.opts.Cluster == nil {
+		opts.Manifests = func() []source.Rejection { return a.Manifests().Rejected }
+	}
+	if c := a.cluster; c != nil {
+		opts.Cluster = func() statuspage.Cluster {
+			return statuspage.Cluster{Node: a.opts.Cluster.NodeName, Synced: c.source.HasSynced(),
+				WritesFailing: c.gate.WritesFailing(), WritesPending: c.gate.WritesPending(), ConditionType: string(c.gate.ConditionType())}
+		}
+	}
+	return opts
 }
+
+// PodHistory is the body of GET /pods/{namespace}/{name}/probes.
+type PodHistory = history.PodHistory
 
 // Run probes until ctx is done, then shuts down gracefully: it stops
 // reading pods and serving, lets the probes in flight finish within their

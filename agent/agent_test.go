@@ -185,6 +185,21 @@ func (r *running) get(path string, into any) {
 	}
 }
 
+// getPage returns the body of a GET that must answer 200 (the status page).
+func (r *running) getPage(path string) string {
+	r.t.Helper()
+	resp, err := r.client.Get(r.base + path)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		r.t.Fatalf("GET %s = %d %s", path, resp.StatusCode, body)
+	}
+	return string(body)
+}
+
 func (r *running) pods() map[string]v1.Pod {
 	r.t.Helper()
 	var list v1.PodList

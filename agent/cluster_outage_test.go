@@ -164,6 +164,12 @@ func TestClusterAPIServerOutageLosesNothing(t *testing.T) {
 		}
 	}
 
+	// The status page tells the outage (issue 12 §1): the pods had synced,
+	// the condition writes of the closed targets fail and wait.
+	if page := r.getPage("/"); !strings.Contains(page, "pods of "+node+" synced; condition writes failing, retried with backoff") {
+		t.Errorf("the status page does not show the failing condition writes during the outage")
+	}
+
 	kubetest.StartAPIServer(t)
 	restarted := time.Now()
 	for _, name := range names {
@@ -174,6 +180,9 @@ func TestClusterAPIServerOutageLosesNothing(t *testing.T) {
 		waitGateWithin(t, admin, ns, name, want, restarted.Add(convergeAfterRestart))
 	}
 	t.Logf("all gates converged %.1fs after the API server was back", time.Since(restarted).Seconds())
+	if page := r.getPage("/"); !strings.Contains(page, "pods of "+node+" synced; condition writes succeeding") {
+		t.Errorf("the status page does not show the condition writes succeeding again")
+	}
 	if code := healthz(t, r); code != http.StatusOK {
 		t.Errorf("/healthz = %d after the restart, want 200", code)
 	}

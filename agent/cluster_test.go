@@ -175,6 +175,20 @@ func TestClusterGateFollowsProbe(t *testing.T) {
 	tg.open()
 	waitGate(t, admin, ns, "web", v1.ConditionTrue)
 
+	// The status page in cluster mode (issue 12 §1): the API server
+	// connection and the pending condition writes in the header; the
+	// annotation's readiness probe of web, and not the other node's pod.
+	page := r.getPage("/")
+	for _, want := range []string{"pods of " + node + " synced; condition writes succeeding", "<dt>condition writes pending</dt>",
+		`data-pod="` + ns + `/web"`, `data-probe="app/readiness"`, fmt.Sprintf("tcp :%d", tg.port)} {
+		if !strings.Contains(page, want) {
+			t.Errorf("status page misses %q", want)
+		}
+	}
+	if strings.Contains(page, ns+"/elsewhere") {
+		t.Error("status page lists the other node's pod")
+	}
+
 	if _, ok := gateCondition(t, admin, ns, "elsewhere"); ok {
 		t.Error("the pod of another node got a gate condition")
 	}
@@ -305,6 +319,9 @@ func TestClusterHealthzBeforeSync(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("/healthz = %d with no API server, want 503", resp.StatusCode)
+	}
+	if page := r.getPage("/"); !strings.Contains(page, "pods of node-x not synced yet") {
+		t.Errorf("the status page does not say the node's pods have not synced:\n%s", page)
 	}
 }
 

@@ -1,11 +1,11 @@
 // Package api serves the agent's HTTP API: /pods (a v1.PodList like the
-// kubelet's /pods), /healthz (with ?verbose: the reason and the build's
-// version), /version (the build's version.Info), the kubelet's probe
-// metrics on /metrics/probes (spec X3), the runtime's metrics on /metrics,
-// /events, /manifests (the manifests rejected and skipped) and
-// /debug/scheduler,
-// from a server that bounds itself (NewServer, Listen: timeouts, a header
-// cap, a cap on connections).
+// kubelet's /pods) and /pods/{namespace}/{name} (one v1.Pod), /healthz
+// (with ?verbose: the reason and the build's version), /version (the
+// build's version.Info), the kubelet's probe metrics on /metrics/probes
+// (spec X3), the runtime's metrics on /metrics, /events, /manifests (the
+// manifests rejected and skipped), /debug/scheduler and the status page at
+// / (package statuspage), from a server that bounds itself (NewServer,
+// Listen: timeouts, a header cap, a cap on connections).
 package api
 
 import (
@@ -18,7 +18,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/probed/probed/agent/events"
+	"github.com/probed/probed/agent/history"
 	"github.com/probed/probed/agent/source"
+	"github.com/probed/probed/agent/statuspage"
 	"github.com/probed/probed/internal/version"
 	"github.com/probed/probed/manager/customprobe"
 	"github.com/probed/probed/runtime/redact"
@@ -45,13 +47,18 @@ type Options struct {
 	// Healthy, when set, decides /healthz (nil: always ok).
 	Healthy func() error
 	// History, when set, serves GET /pods/{namespace}/{name}/probes.
-	History func(namespace, name string) (any, bool)
+	History func(namespace, name string) (history.PodHistory, bool)
 	// Manifests, when set, serves GET /manifests: the manifests rejected
 	// and skipped (source.Report, its JSON as docs/operations.md shows).
 	Manifests func() source.Report
 	// Version is the build served on GET /version and in
 	// /healthz?verbose; the zero value: version.Get().
 	Version version.Info
+	// Page, when set with History, serves the status page (package
+	// statuspage) at /. Its Pods, Probes, Events and Metrics are this API's
+	// own when nil: the page shows what the JSON endpoints serve, redacted
+	// alike.
+	Page *statuspage.Options
 }
 
 // New returns the API's handler.
@@ -85,15 +92,21 @@ func New(opts Options) http.Handler {
 		writeJSON(w, opts.Version)
 	})
 	mux.HandleFunc("GET /pods", func(w http.ResponseWriter, _ *http.Request) {
-		list := v1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}}
-		for _, p := range opts.Pods.Pods() {
-			redactPod(p)
+		list := v1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}, Items: []v1.Pod{}}
+		for _, p := range redactedPods(opts.Pods) {
 			list.Items = append(list.Items, *p)
 		}
-		if list.Items == nil {
-			list.Items = []v1.Pod{}
-		}
 		writeJSON(w, list)
+	})
+	mux.HandleFunc("GET /pods/{namespace}/{name}", func(w http.ResponseWriter, r *http.Request) {
+		for _, p := range redactedPods(opts.Pods) {
+			if p.Namespace == r.PathValue("namespace") && p.Name == r.PathValue("name") {
+				p.TypeMeta = metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}
+				writeJSON(w, p)
+				return
+			}
+		}
+		http.Error(w, "pod not found", http.StatusNotFound)
 	})
 	if opts.History != nil {
 		mux.HandleFunc("GET /pods/{namespace}/{name}/probes", func(w http.ResponseWriter, r *http.Request) {
@@ -109,6 +122,22 @@ func New(opts Options) http.Handler {
 		mux.HandleFunc("GET /manifests", func(w http.ResponseWriter, _ *http.Request) {
 			writeJSON(w, opts.Manifests())
 		})
+	}
+	if opts.Page != nil && opts.History != nil {
+		page := *opts.Page
+		if page.Pods == nil {
+			page.Pods = func() []*v1.Pod { return redactedPods(opts.Pods) }
+		}
+		if page.Probes == nil {
+			page.Probes = opts.History
+		}
+		if page.Events == nil && opts.Events != nil {
+			page.Events = opts.Events.List
+		}
+		if page.Metrics == nil {
+			page.Metrics = opts.Metrics
+		}
+		statuspage.New(page).Register(mux)
 	}
 	if opts.ProbeMetrics != nil {
 		mux.Handle("GET /metrics/probes", promhttp.HandlerFor(opts.ProbeMetrics, promhttp.HandlerOpts{}))
@@ -127,6 +156,16 @@ func New(opts Options) http.Handler {
 		})
 	}
 	return mux
+}
+
+// redactedPods lists the pods as /pods serves them: redacted (redactPod).
+// The lister returns copies, so redacting them in place is safe.
+func redactedPods(l PodLister) []*v1.Pod {
+	pods := l.Pods()
+	for _, p := range pods {
+		redactPod(p)
+	}
+	return pods
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

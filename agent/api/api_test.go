@@ -26,7 +26,9 @@ import (
 
 	"github.com/probed/probed/agent/api"
 	"github.com/probed/probed/agent/events"
+	"github.com/probed/probed/agent/history"
 	"github.com/probed/probed/agent/source"
+	"github.com/probed/probed/agent/statuspage"
 	"github.com/probed/probed/agent/store"
 	"github.com/probed/probed/agent/verdicts"
 	"github.com/probed/probed/internal/version"
@@ -516,5 +518,48 @@ func TestManifests_ServesTheReport(t *testing.T) {
 	defer srv.Close()
 	if code, _, _ := get(t, srv, "/manifests"); code != http.StatusNotFound {
 		t.Errorf("without Manifests: %d, want 404", code)
+	}
+}
+
+// TestPage_ShowsThePodsRedactedAsPodsDoes: the status page at / and the
+// pod's page read the pods /pods serves, redacted alike (a probe path's
+// query value, kubectl's last-applied copy, env values never reach the
+// HTML); GET /pods/{namespace}/{name} is the one pod, redacted, with kind
+// Pod, and 404 for an unknown pod.
+func TestPage_ShowsThePodsRedactedAsPodsDoes(t *testing.T) {
+	st := store.New(store.Options{Logger: quiet()})
+	p := secretPod()
+	p.Spec.Containers[0].ReadinessProbe.HTTPGet.Path = "/healthz?token=SECRET-QUERY-5"
+	st.Put(p)
+	srv := httptest.NewServer(api.New(api.Options{Pods: st,
+		History: func(ns, name string) (history.PodHistory, bool) {
+			return history.PodHistory{Namespace: ns, Name: name}, ns == "ns1" && name == "web"
+		},
+		Page: &statuspage.Options{SpecProbes: true}}))
+	defer srv.Close()
+	secrets := []string{"SECRET-TOKEN-1", "SECRET-KEY-2", "SECRET-PASSWORD-3", "SECRET-SIDE-4", "SECRET-QUERY-5"}
+	for _, path := range []string{"/", "/pod/ns1/web", "/pods/ns1/web"} {
+		code, _, body := get(t, srv, path)
+		if code != 200 {
+			t.Fatalf("GET %s = %d", path, code)
+		}
+		for _, secret := range secrets {
+			if strings.Contains(string(body), secret) {
+				t.Errorf("GET %s shows %s", path, secret)
+			}
+		}
+	}
+	_, _, body := get(t, srv, "/")
+	if !strings.Contains(string(body), "GET http://127.0.0.1:8080/healthz?token=") || !strings.Contains(string(body), `data-pod="ns1/web"`) {
+		t.Errorf("the page misses the pod's redacted readiness target:\n%s", body)
+	}
+	_, _, body = get(t, srv, "/pods/ns1/web")
+	var pod v1.Pod
+	if err := json.Unmarshal(body, &pod); err != nil || pod.Kind != "Pod" || pod.APIVersion != "v1" || pod.Name != "web" ||
+		pod.Spec.Containers[0].Env[0].Value != api.Redacted {
+		t.Errorf("GET /pods/ns1/web = %s (%v)", body, err)
+	}
+	if code, _, _ := get(t, srv, "/pods/ns1/nope"); code != 404 {
+		t.Errorf("unknown pod = %d", code)
 	}
 }

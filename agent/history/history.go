@@ -28,6 +28,15 @@ type Record struct {
 	Cached string `json:"cachedResult"`
 }
 
+// PodHistory is the body of GET /pods/{namespace}/{name}/probes: a pod's
+// probes' histories, sorted by container and type (History.Pod).
+type PodHistory struct {
+	Namespace string  `json:"namespace"`
+	Name      string  `json:"name"`
+	UID       string  `json:"uid"`
+	Probes    []Probe `json:"probes"`
+}
+
 // Probe is the history of one probe.
 type Probe struct {
 	Container string `json:"container"`
@@ -111,6 +120,9 @@ func (h *History) ProbeRan(r manager.RunRecord) {
 		rg.lastFailure = &f
 	}
 }
+
+// Size is the number of records kept per probe.
+func (h *History) Size() int { return h.size }
 
 // Forget drops the history of a pod.
 func (h *History) Forget(uid types.UID) {

@@ -320,6 +320,16 @@ func (w *Writer) WritesPending() int {
 	return len(w.pending)
 }
 
+// WritesFailing reports whether the last condition write went unanswered
+// or failed for a reason worth retrying (a transport error, a timeout, a
+// 5xx or 429): writes are then retried with backoff until one succeeds.
+// It is the status page's view of the API server connection.
+func (w *Writer) WritesFailing() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.failing
+}
+
 // queueDepth is the number of pods queued and not yet taken by a worker.
 func (w *Writer) queueDepth() int {
 	w.mu.Lock()

@@ -1,0 +1,528 @@
+package statuspage_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"golang.org/x/net/html"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/probed/probed/agent/events"
+	"github.com/probed/probed/agent/history"
+	"github.com/probed/probed/agent/source"
+	"github.com/probed/probed/agent/statuspage"
+	"github.com/probed/probed/manager"
+	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/pluginhost"
+)
+
+// TestMain stops the shared browser (browser_test.go) before goleak looks
+// for goroutines the tests left behind.
+func TestMain(m *testing.M) {
+	ignore := goleak.IgnoreCurrent()
+	code := m.Run()
+	stopBrowser()
+	if code == 0 {
+		if err := goleak.Find(ignore); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// hostile is markup an attacker could put in a pod name, an annotation, a
+// probe's output or a plugin's error: it must reach the page as text.
+const hostile = `<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">"'&`
+
+var now = time.Date(2026, 12, 1, 23, 50, 0, 0, time.UTC)
+
+// fixture is a real value of the page's sources: pods, their histories,
+// events, scheduler figures, plugins, the cluster and rejected manifests.
+type fixture struct {
+	pods      []*v1.Pod
+	hist      map[string][]history.Probe
+	events    []events.Event
+	plugins   []pluginhost.PluginStatus
+	cluster   *statuspage.Cluster
+	rejected  []source.Rejection
+	specProbe bool
+}
+
+func (f *fixture) options() statuspage.Options {
+	opts := statuspage.Options{
+		Pods: func() []*v1.Pod {
+			out := make([]*v1.Pod, len(f.pods))
+			for i, p := range f.pods {
+				out[i] = p.DeepCopy()
+			}
+			return out
+		},
+		Probes: func(ns, name string) (history.PodHistory, bool) {
+			for _, p := range f.pods {
+				if p.Namespace == ns && p.Name == name {
+					return history.PodHistory{Namespace: ns, Name: name, UID: string(p.UID), Probes: f.hist[ns+"/"+name]}, true
+				}
+			}
+			return history.PodHistory{}, false
+		},
+		Events: func() []events.Event { return f.events },
+		Scheduler: func() (manager.Stats, bool) {
+			return manager.Stats{Entries: 7, Running: 1, Backlog: map[string]int{"network": 2, "slow": 0, "exec": 0},
+				Pools: map[string]runtime.PoolStats{"network": {Capacity: 256, Busy: 3}, "slow": {Capacity: 1024}, "exec": {Capacity: 64, Busy: 1}}}, true
+		},
+		Plugins:     func() []pluginhost.PluginStatus { return f.plugins },
+		SpecProbes:  f.specProbe,
+		HistorySize: 10,
+		Now:         func() time.Time { return now },
+	}
+	if f.cluster != nil {
+		c := *f.cluster
+		opts.Cluster = func() statuspage.Cluster { return c }
+	}
+	if f.rejected != nil {
+		opts.Manifests = func() []source.Rejection { return f.rejected }
+	}
+	return opts
+}
+
+func (f *fixture) serve(t *testing.T) *httptest.Server {
+	t.Helper()
+	mux := http.NewServeMux()
+	statuspage.New(f.options()).Register(mux)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func get(t *testing.T, srv *httptest.Server, path string) (int, http.Header, string) {
+	t.Helper()
+	resp, err := srv.Client().Get(srv.URL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header, string(body)
+}
+
+func pod(ns, name string, containers ...v1.Container) *v1.Pod {
+	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(ns + "-" + name + "-uid")},
+		Spec: v1.PodSpec{Containers: containers}, Status: v1.PodStatus{Phase: v1.PodRunning, PodIP: "10.1.2.3"}}
+	for _, c := range containers {
+		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, v1.ContainerStatus{Name: c.Name, Ready: true, ContainerID: "containerd://" + c.Name})
+	}
+	return p
+}
+
+func run(at int, result string, ms float64, msg string) history.Record {
+	return history.Record{Time: now.Add(time.Duration(at) * time.Second), DurationMS: ms, Result: result, Message: msg,
+		Attempts: 1, ContainerID: "containerd://app", Cached: "Success"}
+}
+
+func httpProbe(path string, port intstr.IntOrString, failureThreshold int32) *v1.Probe {
+	return &v1.Probe{ProbeHandler: v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{Path: path, Port: port}},
+		PeriodSeconds: 1, SuccessThreshold: 1, FailureThreshold: failureThreshold}
+}
+
+// elements parses the page and returns its elements by tag name, failing on
+// a page that is not HTML.
+func elements(t *testing.T, body string) map[string][]*html.Node {
+	t.Helper()
+	doc, err := html.Parse(strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]*html.Node{}
+	var walk func(*html.Node)
+	walk = func(n *html.Node) {
+		if n.Type == html.ElementNode {
+			out[n.Data] = append(out[n.Data], n)
+		}
+		for c := n.FirstChild; c != nil; c = c.NextSibling {
+			walk(c)
+		}
+	}
+	walk(doc)
+	return out
+}
+
+// textOf is the text content of a node, as a browser's textContent.
+func textOf(n *html.Node) string {
+	var b strings.Builder
+	var walk func(*html.Node)
+	walk = func(n *html.Node) {
+		if n.Type == html.TextNode {
+			b.WriteString(n.Data)
+		}
+		for c := n.FirstChild; c != nil; c = c.NextSibling {
+			walk(c)
+		}
+	}
+	walk(n)
+	return b.String()
+}
+
+// assertInert checks that the hostile markup produced no element and no
+// event handler attribute: the only script is the page's own refresh
+// script, no img exists, no attribute starts with "on"; and the hostile text
+// is present literally in the page's text.
+func assertInert(t *testing.T, body string, wantCopies int) {
+	t.Helper()
+	els := elements(t, body)
+	if n := len(els["script"]); n != 1 || attr(els["script"][0], "src") != "/static/refresh.js" {
+		t.Errorf("scripts: %d, want only /static/refresh.js", n)
+	}
+	if len(els["img"]) != 0 {
+		t.Errorf("hostile <img> became an element: %d", len(els["img"]))
+	}
+	for tag, nodes := range els {
+		for _, n := range nodes {
+			for _, a := range n.Attr {
+				if strings.HasPrefix(strings.ToLower(a.Key), "on") {
+					t.Errorf("<%s> has event handler attribute %s=%q", tag, a.Key, a.Val)
+				}
+			}
+		}
+	}
+	doc, _ := html.Parse(strings.NewReader(body))
+	if got := strings.Count(textOf(doc), hostile); got < wantCopies {
+		t.Errorf("hostile text shown literally %d times, want at least %d", got, wantCopies)
+	}
+}
+
+func attr(n *html.Node, key string) string {
+	for _, a := range n.Attr {
+		if a.Key == key {
+			return a.Val
+		}
+	}
+	return ""
+}
+
+func hostileFixture() *fixture {
+	// A pod name the API server would refuse still must not break the
+	// page: the page escapes, it does not rely on validation upstream.
+	p := pod("default", hostile, v1.Container{Name: "app", LivenessProbe: httpProbe("/healthz", intstr.FromInt32(8080), 3)})
+	p.Annotations = map[string]string{"note": hostile}
+	return &fixture{
+		specProbe: true,
+		pods:      []*v1.Pod{p},
+		hist: map[string][]history.Probe{"default/" + hostile: {{Container: "app", Type: "liveness", Handler: "http",
+			Results:     []history.Record{run(0, "failure", 2, hostile)},
+			LastFailure: &history.Record{Time: now, Result: "failure", Message: hostile, ContainerID: "containerd://app"}}}},
+		events:   []events.Event{{Time: now, Type: "Warning", Reason: "Unhealthy", Message: hostile, Namespace: "default", Pod: hostile, PodUID: "default-" + hostile + "-uid", Count: 1}},
+		plugins:  []pluginhost.PluginStatus{{Name: "redis", Kinds: []string{"redis"}, Running: false, Restarts: 2, LastError: hostile}},
+		cluster:  &statuspage.Cluster{Node: hostile, Synced: true, WritesPending: 1, ConditionType: "probed.io/ready"},
+		rejected: []source.Rejection{{File: "/m/web.yaml", Document: 2, Line: 14, Pod: "default/web", Error: hostile, Since: now}},
+	}
+}
+
+// TestIndex_HostileValuesAreText: a pod name, an annotation's pod, a probe
+// message, a plugin's error, a node name and a manifest error holding HTML
+// and script reach the index as text, and the CSP forbids inline script.
+func TestIndex_HostileValuesAreText(t *testing.T) {
+	srv := hostileFixture().serve(t)
+	code, h, body := get(t, srv, "/")
+	if code != 200 || !strings.HasPrefix(h.Get("Content-Type"), "text/html") {
+		t.Fatalf("GET / = %d %s", code, h.Get("Content-Type"))
+	}
+	if csp := h.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe-inline") {
+		t.Errorf("Content-Security-Policy %q", csp)
+	}
+	// name (link text), probe message, plugin error, node, manifest error
+	assertInert(t, body, 5)
+	if strings.Contains(body, "<script>window") || strings.Contains(body, "<img") {
+		t.Errorf("raw hostile markup in the page:\n%s", body)
+	}
+}
+
+// TestPod_HostileValuesAreText: the pod's page (name, annotation, history
+// message, last failure, event) escapes them too, also in the pod's URL.
+func TestPod_HostileValuesAreText(t *testing.T) {
+	srv := hostileFixture().serve(t)
+	code, _, body := get(t, srv, "/pod/default/"+pathEscape(hostile))
+	if code != 200 {
+		t.Fatalf("GET pod page = %d\n%s", code, body)
+	}
+	// heading, annotation, history message, last failure, event message
+	assertInert(t, body, 5)
+	code, _, body = get(t, srv, "/pod/default/"+pathEscape(hostile+"x"))
+	if code != 404 {
+		t.Fatalf("unknown pod = %d", code)
+	}
+	assertInert(t, body, 1)
+}
+
+func pathEscape(s string) string {
+	r := strings.NewReplacer("%", "%25", "/", "%2F", "?", "%3F", "#", "%23", " ", "%20", `"`, "%22", "<", "%3C", ">", "%3E", "'", "%27", "&", "%26", "=", "%3D")
+	return r.Replace(s)
+}
+
+// rowsOf returns the data-pod attribute of every pod tbody, in order.
+func rowsOf(t *testing.T, body string) []string {
+	t.Helper()
+	var out []string
+	for _, n := range elements(t, body)["tbody"] {
+		if v := attr(n, "data-pod"); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func orderFixture() *fixture {
+	ok := func(ns, name string) *v1.Pod {
+		return pod(ns, name, v1.Container{Name: "app", ReadinessProbe: &v1.Probe{ProbeHandler: v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{Port: intstr.FromInt32(6379)}}, SuccessThreshold: 1, FailureThreshold: 3}})
+	}
+	f := &fixture{specProbe: true, hist: map[string][]history.Probe{}}
+	for _, p := range []*v1.Pod{ok("b", "web"), ok("a", "zeta"), ok("b", "api"), ok("a", "alpha")} {
+		f.pods = append(f.pods, p)
+		f.hist[p.Namespace+"/"+p.Name] = []history.Probe{{Container: "app", Type: "readiness", Handler: "tcp", Results: []history.Record{run(0, "success", 1, "")}}}
+	}
+	// b/web and a/zeta fail now: their newest run failed.
+	for _, k := range []string{"b/web", "a/zeta"} {
+		f.hist[k][0].Results = append(f.hist[k][0].Results, run(1, "failure", 1, "dial tcp 10.1.2.3:6379: connect: connection refused"))
+		f.hist[k][0].LastFailure = &f.hist[k][0].Results[1]
+	}
+	return f
+}
+
+// TestIndex_FailingFirstThenNamespaceAndName: failing pods first, each
+// group by namespace then name.
+func TestIndex_FailingFirstThenNamespaceAndName(t *testing.T) {
+	_, _, body := get(t, orderFixture().serve(t), "/")
+	want := []string{"a/zeta", "b/web", "a/alpha", "b/api"}
+	if got := rowsOf(t, body); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("rows %v, want %v", got, want)
+	}
+	if !strings.Contains(body, "4 shown of 4, 2 failing") {
+		t.Errorf("count line missing")
+	}
+}
+
+// TestIndex_Filters: failing=1, namespace and q are applied on the server
+// (they work without JavaScript) and kept in the form.
+func TestIndex_Filters(t *testing.T) {
+	srv := orderFixture().serve(t)
+	for _, tc := range []struct {
+		query string
+		want  []string
+	}{
+		{"?failing=1", []string{"a/zeta", "b/web"}},
+		{"?namespace=b", []string{"b/web", "b/api"}},
+		{"?failing=1&namespace=b", []string{"b/web"}},
+		{"?q=ZET", []string{"a/zeta"}},
+		{"?q=connection+refused", []string{"a/zeta", "b/web"}},            // the last failure's message
+		{"?q=tcp+:6379", []string{"a/zeta", "b/web", "a/alpha", "b/api"}}, // the target
+		{"?q=nothing-matches", nil},
+	} {
+		_, _, body := get(t, srv, "/"+tc.query)
+		if got := rowsOf(t, body); strings.Join(got, " ") != strings.Join(tc.want, " ") {
+			t.Errorf("%s: rows %v, want %v", tc.query, got, tc.want)
+		}
+	}
+	_, _, body := get(t, srv, "/?failing=1&namespace=b&q=we")
+	for _, want := range []string{`name="failing" value="1" checked`, `<option value="b" selected>`, `name="q" value="we"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("form does not keep the filter: no %s", want)
+		}
+	}
+}
+
+// cell returns the text of the td with the given class in the probe row
+// data-probe=probe of the pod data-pod=podKey.
+func cell(t *testing.T, body, podKey, probe, class string) string {
+	t.Helper()
+	for _, tb := range elements(t, body)["tbody"] {
+		if attr(tb, "data-pod") != podKey {
+			continue
+		}
+		for tr := tb.FirstChild; tr != nil; tr = tr.NextSibling {
+			if tr.Type != html.ElementNode || attr(tr, "data-probe") != probe {
+				continue
+			}
+			for td := tr.FirstChild; td != nil; td = td.NextSibling {
+				if td.Type == html.ElementNode && strings.Contains(" "+attr(td, "class")+" ", " "+class+" ") {
+					return strings.TrimSpace(textOf(td))
+				}
+			}
+		}
+	}
+	t.Fatalf("no cell %s in %s %s", class, podKey, probe)
+	return ""
+}
+
+// TestIndex_ProbeRows: each kind's target as an operator writes it (named
+// ports resolved, the pod IP as HTTP host), the annotation's plugin probe,
+// the last result, consecutive results against the threshold (errored runs
+// skipped, a new container ID starts afresh, W11), the last failure and the
+// sparkline; links to the JSON.
+func TestIndex_ProbeRows(t *testing.T) {
+	svc := "health"
+	p := pod("default", "web",
+		v1.Container{Name: "app", Ports: []v1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+			LivenessProbe:  httpProbe("/healthz", intstr.FromString("http"), 3),
+			ReadinessProbe: &v1.Probe{ProbeHandler: v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{Port: intstr.FromInt32(6379)}}, SuccessThreshold: 2, FailureThreshold: 3},
+			StartupProbe:   &v1.Probe{ProbeHandler: v1.ProbeHandler{GRPC: &v1.GRPCAction{Port: 9090, Service: &svc}}, SuccessThreshold: 1, FailureThreshold: 30}},
+		v1.Container{Name: "cache"})
+	p.Annotations = map[string]string{"probed.io/probes": `[{"container":"cache","type":"readiness","plugin":{"name":"redis","port":6379}}]`}
+	liveness := []history.Record{run(0, "failure", 3, "old container"), run(1, "success", 2, ""), run(2, "failure", 4, "HTTP probe failed with statuscode: 500"), run(3, "errored", 0, "plugin gone"), run(4, "failure", 8, "HTTP probe failed with statuscode: 503")}
+	liveness[0].ContainerID = "containerd://before-restart"
+	liveness[1].ContainerID = "containerd://before-restart"
+	f := &fixture{specProbe: true, pods: []*v1.Pod{p}, hist: map[string][]history.Probe{"default/web": {
+		{Container: "app", Type: "liveness", Handler: "http", Results: liveness, LastFailure: &liveness[4]},
+		{Container: "app", Type: "readiness", Handler: "tcp", Results: []history.Record{run(0, "failure", 1, "refused"), run(1, "success", 1, ""), run(2, "warning", 1, "")}},
+		{Container: "cache", Type: "readiness", Handler: "redis", Results: []history.Record{run(0, "success", 1, "")}},
+	}}}
+	_, _, body := get(t, f.serve(t), "/")
+	for _, tc := range []struct{ probe, class, want string }{
+		{"app/liveness", "target", "GET http://10.1.2.3:8080/healthz"},
+		{"app/liveness", "kind", "http"},
+		{"app/liveness", "last", "failure"},
+		// 2 failures of this container (the errored run is skipped; the
+		// one before the restart is another container's).
+		{"app/liveness", "consecutive", "2/3 failures"},
+		{"app/readiness", "target", "tcp :6379"},
+		{"app/readiness", "consecutive", "2/2 successes"}, // a warning is a success (P5)
+		{"app/readiness", "last", "warning"},
+		{"app/startup", "target", "grpc :9090 health"},
+		{"app/startup", "last", "not run yet"},
+		{"cache/readiness", "target", "plugin redis :6379"},
+		{"cache/readiness", "kind", "redis"},
+		{"cache/readiness", "consecutive", "1/1 successes"},
+	} {
+		if got := cell(t, body, "default/web", tc.probe, tc.class); got != tc.want {
+			t.Errorf("%s %s = %q, want %q", tc.probe, tc.class, got, tc.want)
+		}
+	}
+	if got := cell(t, body, "default/web", "app/liveness", "failure"); !strings.Contains(got, "HTTP probe failed with statuscode: 503") || !strings.Contains(body, `datetime="2026-12-01T23:50:04Z"`) {
+		t.Errorf("last failure %q", got)
+	}
+	if n := strings.Count(body, `<rect class="r-failure"`); n != 4 { // liveness 3, readiness 1
+		t.Errorf("%d failure bars, want 4", n)
+	}
+	if !strings.Contains(body, `<rect class="r-errored"`) || !strings.Contains(body, `<rect class="r-warning"`) {
+		t.Errorf("sparkline misses errored or warning bars")
+	}
+	for _, link := range []string{`href="/pods/default/web/probes"`, `href="/pods/default/web"`, `href="/pod/default/web"`, `href="/debug/scheduler"`, `href="/metrics"`} {
+		if !strings.Contains(body, link) {
+			t.Errorf("no link %s", link)
+		}
+	}
+	// The slowest run is full height, the others proportional.
+	if !regexp.MustCompile(`<rect class="r-failure" x="32" y="0" width="6" height="24">`).MatchString(body) {
+		t.Errorf("the slowest run (8 ms) is not full height")
+	}
+}
+
+// TestIndex_ClusterModeListsAnnotationProbesOnly: without SpecProbes (the
+// kubelet runs the spec's probes) only the annotation's probes are rows.
+func TestIndex_ClusterModeListsAnnotationProbesOnly(t *testing.T) {
+	p := pod("default", "web", v1.Container{Name: "app", LivenessProbe: httpProbe("/healthz", intstr.FromInt32(8080), 3)})
+	p.Annotations = map[string]string{"probed.io/probes": `[{"container":"app","type":"readiness","tcpSocket":{"port":5432}}]`}
+	f := &fixture{pods: []*v1.Pod{p}, cluster: &statuspage.Cluster{Node: "node-1", Synced: false, WritesFailing: true, WritesPending: 4, ConditionType: "probed.io/ready"}}
+	_, _, body := get(t, f.serve(t), "/")
+	if strings.Contains(body, `data-probe="app/liveness"`) {
+		t.Errorf("the spec's liveness probe is listed in cluster mode")
+	}
+	if got := cell(t, body, "default/web", "app/readiness", "target"); got != "tcp :5432" {
+		t.Errorf("annotation probe target %q", got)
+	}
+	for _, want := range []string{"pods of node-1 not synced yet; condition writes failing, retried with backoff", "4 (probed.io/ready)"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("header misses %q", want)
+		}
+	}
+}
+
+// TestIndex_Header: lag p99, backlog, pool busy per lane and plugin
+// states; rejected manifests from Options.Manifests.
+func TestIndex_Header(t *testing.T) {
+	f := &fixture{plugins: []pluginhost.PluginStatus{{Name: "redis", Version: "1.2.0", Running: true, Restarts: 1}},
+		rejected: []source.Rejection{{File: "/m/web.yaml", Document: 2, Line: 14, Pod: "default/web", Error: "web.yaml: pod default/web: container app: livenessProbe.periodSeconds: must be greater than 0", Since: now.Add(-time.Minute), Stale: true}}}
+	_, _, body := get(t, f.serve(t), "/")
+	for _, want := range []string{
+		`<dd id="backlog">2</dd>`, "7 registered, 1 running", "<dt>pool network</dt><dd>3/256 busy, 2 due waiting</dd>", "<dt>pool exec</dt><dd>1/64 busy</dd>",
+		"redis 1.2.0: running, 1 restarts", "livenessProbe.periodSeconds: must be greater than 0", "<td>14</td>", "last valid version, stale", "1m0s ago",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("page misses %q", want)
+		}
+	}
+	if strings.Contains(body, `id="apiserver"`) {
+		t.Errorf("API server shown in manifest mode")
+	}
+}
+
+// TestPod_FullHistoryAndEvents: the pod's page lists every kept run newest
+// first and the events of this pod only.
+func TestPod_FullHistoryAndEvents(t *testing.T) {
+	p := pod("default", "web", v1.Container{Name: "app", LivenessProbe: httpProbe("/healthz", intstr.FromInt32(8080), 3)})
+	var recs []history.Record
+	for i := range 10 {
+		recs = append(recs, run(i, "success", float64(i+1), ""))
+	}
+	recs[9] = run(9, "failure", 10, "HTTP probe failed with statuscode: 500")
+	f := &fixture{specProbe: true, pods: []*v1.Pod{p, pod("default", "other")}, hist: map[string][]history.Probe{"default/web": {{Container: "app", Type: "liveness", Handler: "http", Results: recs, LastFailure: &recs[9]}}},
+		events: []events.Event{
+			{Time: now, Type: "Warning", Reason: "Unhealthy", Message: "Liveness probe failed: HTTP probe failed with statuscode: 500", Namespace: "default", Pod: "web", PodUID: "default-web-uid", Count: 3},
+			{Time: now, Type: "Warning", Reason: "Unhealthy", Message: "not this pod", Namespace: "default", Pod: "other", PodUID: "default-other-uid", Count: 1},
+		}}
+	code, _, body := get(t, f.serve(t), "/pod/default/web")
+	if code != 200 {
+		t.Fatalf("GET /pod/default/web = %d", code)
+	}
+	var times []string
+	for _, tr := range elements(t, body)["tr"] {
+		if strings.HasPrefix(attr(tr, "class"), "run ") {
+			times = append(times, strings.TrimSpace(textOf(tr.FirstChild)))
+		}
+	}
+	if len(times) != 10 || times[0] != stampOf(9) || times[9] != stampOf(0) {
+		t.Fatalf("history rows %v: want 10, newest first", times)
+	}
+	if !strings.Contains(body, "Liveness probe failed: HTTP probe failed with statuscode: 500") || strings.Contains(body, "not this pod") {
+		t.Errorf("events: want this pod's only")
+	}
+	if !strings.Contains(body, "≥1/3 failures") && !strings.Contains(body, "1/3 failures") {
+		t.Errorf("consecutive missing")
+	}
+}
+
+func stampOf(at int) string {
+	return now.Add(time.Duration(at) * time.Second).UTC().Format(time.RFC3339)
+}
+
+// TestIndex_RefreshParameter: the script's interval comes from ?refresh=
+// (0 turns it off), default 5 s; the static files are embedded.
+func TestIndex_RefreshParameter(t *testing.T) {
+	srv := (&fixture{}).serve(t)
+	for q, want := range map[string]string{"": `data-refresh="5"`, "?refresh=0": `data-refresh="0"`, "?refresh=2": `data-refresh="2"`, "?refresh=x": `data-refresh="5"`} {
+		if _, _, body := get(t, srv, "/"+q); !strings.Contains(body, want) {
+			t.Errorf("%q: no %s", q, want)
+		}
+	}
+	for _, path := range []string{"/static/page.css", "/static/refresh.js"} {
+		if code, _, body := get(t, srv, path); code != 200 || len(body) < 100 {
+			t.Errorf("GET %s = %d (%d bytes)", path, code, len(body))
+		}
+	}
+	if code, _, _ := get(t, srv, "/static/"); code != 404 {
+		t.Errorf("GET /static/ = %d, want 404 (no listing)", code)
+	}
+}

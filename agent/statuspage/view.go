@@ -1,0 +1,534 @@
+package statuspage
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/probed/probed/agent/events"
+	"github.com/probed/probed/agent/history"
+	"github.com/probed/probed/agent/source"
+	"github.com/probed/probed/manager/customprobe"
+	"github.com/probed/probed/runtime"
+)
+
+// filter is the index's query: failing=1, namespace=NS, q=TEXT, refresh=S.
+type filter struct {
+	FailingOnly bool
+	Namespace   string
+	Text        string
+	Refresh     int
+}
+
+func parseFilter(r *http.Request) filter {
+	q := r.URL.Query()
+	return filter{
+		FailingOnly: q.Get("failing") == "1" || q.Get("failing") == "true" || q.Get("failing") == "on",
+		Namespace:   strings.TrimSpace(q.Get("namespace")),
+		Text:        strings.TrimSpace(q.Get("q")),
+		Refresh:     refreshOf(r),
+	}
+}
+
+// layoutView is what every page's layout reads.
+type layoutView struct {
+	Title   string
+	Refresh int // seconds; 0: the script does not refresh
+	Header  headerView
+}
+
+type indexView struct {
+	layoutView
+	Filter     filter
+	Namespaces []string
+	Pods       []podRow
+	Total      int // pods before filtering
+	Failing    int // failing pods before filtering
+	Manifests  []source.Rejection
+	// ShowManifests: Options.Manifests is set (manifest mode).
+	ShowManifests bool
+}
+
+type podView struct {
+	layoutView
+	Found       bool
+	Namespace   string
+	Name        string
+	Pod         podRow
+	Annotations []keyValue
+	Events      []events.Event
+	ShowEvents  bool
+}
+
+type keyValue struct{ Key, Value string }
+
+// podRow is one pod of the index with its probes.
+type podRow struct {
+	Namespace, Name, UID string
+	Phase                string
+	Ready                string // ready/total containers, sidecars included
+	Restarts             int32
+	Failing              bool
+	Probes               []probeRow
+	PageURL              string // this pod's page
+	ProbesURL            string // GET /pods/{namespace}/{name}/probes
+	JSONURL              string // GET /pods/{namespace}/{name}
+	Rowspan              int    // table rows of the pod: one per probe, at least one
+}
+
+// probeRow is one probe of one container.
+type probeRow struct {
+	Container string
+	Type      string // liveness, readiness, startup
+	Kind      string // http, tcp, grpc, exec or a plugin kind
+	Target    string // GET http://10.1.2.3:8080/healthz, tcp :6379, grpc :9090, plugin redis
+	// Declared: annotation (probed.io/probes) or spec; "" for a probe
+	// known only from its history.
+	Declared string
+	// Last is the newest run's result (history.Record.Result); "" before
+	// the first run.
+	Last string
+	// Cached is the worker's result after thresholds at the newest run.
+	Cached      string
+	Consecutive consecutive
+	LastFailure *history.Record
+	Spark       sparkline
+	Failing     bool
+	Results     []history.Record // oldest first
+}
+
+// consecutive is the run of same-outcome results at the end of a history
+// against the threshold that turns the result (W10-W13): failureThreshold
+// for failures, successThreshold for successes.
+type consecutive struct {
+	Count     int
+	Outcome   string // "failures" or "successes"; "" without a counted run
+	Threshold int32
+	// AtLeast: every record of the ring counts, so the run may be longer.
+	AtLeast bool
+}
+
+func (c consecutive) String() string {
+	if c.Outcome == "" {
+		return "-"
+	}
+	n := strconv.Itoa(c.Count)
+	if c.AtLeast {
+		n = "≥" + n
+	}
+	return fmt.Sprintf("%s/%d %s", n, c.Threshold, c.Outcome)
+}
+
+// Reached reports whether the run met its threshold.
+func (c consecutive) Reached() bool { return c.Outcome != "" && int32(c.Count) >= c.Threshold }
+
+// indexView builds the index: every pod, failing first, then filtered.
+func (p *Page) indexView(f filter) indexView {
+	all := p.rows()
+	v := indexView{layoutView: layoutView{Title: "probed", Refresh: f.Refresh, Header: p.header()}, Filter: f, Total: len(all)}
+	seen := map[string]bool{}
+	for _, r := range all {
+		if r.Failing {
+			v.Failing++
+		}
+		if !seen[r.Namespace] {
+			seen[r.Namespace] = true
+			v.Namespaces = append(v.Namespaces, r.Namespace)
+		}
+		if f.matches(&r) {
+			v.Pods = append(v.Pods, r)
+		}
+	}
+	sort.Strings(v.Namespaces)
+	if p.opts.Manifests != nil {
+		v.ShowManifests = true
+		v.Manifests = p.opts.Manifests()
+	}
+	return v
+}
+
+// matches applies the filter: failing only, the namespace exactly, the
+// text case-insensitively in the pod's namespace/name, container names,
+// probe kinds, targets and failure messages.
+func (f filter) matches(r *podRow) bool {
+	if f.FailingOnly && !r.Failing {
+		return false
+	}
+	if f.Namespace != "" && r.Namespace != f.Namespace {
+		return false
+	}
+	if f.Text == "" {
+		return true
+	}
+	needle := strings.ToLower(f.Text)
+	hay := []string{r.Namespace + "/" + r.Name, r.Phase}
+	for _, pr := range r.Probes {
+		hay = append(hay, pr.Container, pr.Type, pr.Kind, pr.Target)
+		if pr.LastFailure != nil {
+			hay = append(hay, pr.LastFailure.Message)
+		}
+	}
+	for _, h := range hay {
+		if strings.Contains(strings.ToLower(h), needle) {
+			return true
+		}
+	}
+	return false
+}
+
+// rows builds every pod's row, failing pods first, then by namespace and
+// name.
+func (p *Page) rows() []podRow {
+	pods := p.opts.Pods()
+	out := make([]podRow, 0, len(pods))
+	for _, pod := range pods {
+		hist, _ := p.opts.Probes(pod.Namespace, pod.Name)
+		out = append(out, p.row(pod, hist.Probes))
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Failing != out[j].Failing {
+			return out[i].Failing
+		}
+		if out[i].Namespace != out[j].Namespace {
+			return out[i].Namespace < out[j].Namespace
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+// podView builds one pod's page.
+func (p *Page) podView(namespace, name string, refresh int) (podView, bool) {
+	v := podView{layoutView: layoutView{Title: namespace + "/" + name + " · probed", Refresh: refresh, Header: p.header()},
+		Namespace: namespace, Name: name}
+	var pod *v1.Pod
+	for _, candidate := range p.opts.Pods() {
+		if candidate.Namespace == namespace && candidate.Name == name {
+			pod = candidate
+			break
+		}
+	}
+	if pod == nil {
+		return v, false
+	}
+	hist, _ := p.opts.Probes(namespace, name)
+	v.Found = true
+	v.Pod = p.row(pod, hist.Probes)
+	for k, val := range pod.Annotations {
+		v.Annotations = append(v.Annotations, keyValue{k, val})
+	}
+	sort.Slice(v.Annotations, func(i, j int) bool { return v.Annotations[i].Key < v.Annotations[j].Key })
+	if p.opts.Events != nil {
+		v.ShowEvents = true
+		for _, e := range p.opts.Events() {
+			if (e.PodUID != "" && e.PodUID == string(pod.UID)) || (e.PodUID == "" && e.Namespace == namespace && e.Pod == name) {
+				v.Events = append(v.Events, e)
+			}
+		}
+	}
+	return v, true
+}
+
+// declaredProbe is a probe the pod declares, in its spec or annotation.
+type declaredProbe struct {
+	container *v1.Container
+	typ       runtime.ProbeType
+	probe     *v1.Probe
+	plugin    *runtime.PluginAction
+	declared  string
+}
+
+// row joins a pod's declared probes with their histories (by container and
+// probe type). A history without a declared probe (the pod changed since)
+// is listed too, without a target.
+func (p *Page) row(pod *v1.Pod, probes []history.Probe) podRow {
+	r := podRow{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID), Phase: string(pod.Status.Phase),
+		PageURL: "/pod/" + url.PathEscape(pod.Namespace) + "/" + url.PathEscape(pod.Name),
+		JSONURL: "/pods/" + url.PathEscape(pod.Namespace) + "/" + url.PathEscape(pod.Name)}
+	r.ProbesURL = r.JSONURL + "/probes"
+	if r.Phase == "" {
+		r.Phase = "Pending"
+	}
+	r.Ready, r.Restarts = readiness(pod)
+	byKey := map[string]*history.Probe{}
+	for i := range probes {
+		byKey[probes[i].Container+"/"+probes[i].Type] = &probes[i]
+	}
+	used := map[string]bool{}
+	for _, d := range p.declared(pod) {
+		key := d.container.Name + "/" + d.typ.Lower()
+		used[key] = true
+		pr := probeRow{Container: d.container.Name, Type: d.typ.Lower(), Declared: d.declared}
+		pr.Kind, pr.Target = target(pod, d)
+		threshold := [2]int32{d.probe.SuccessThreshold, d.probe.FailureThreshold}
+		fill(&pr, byKey[key], threshold, p.opts.HistorySize)
+		r.Probes = append(r.Probes, pr)
+	}
+	for i := range probes {
+		h := &probes[i]
+		if used[h.Container+"/"+h.Type] {
+			continue
+		}
+		pr := probeRow{Container: h.Container, Type: h.Type, Kind: h.Handler}
+		fill(&pr, h, [2]int32{}, p.opts.HistorySize)
+		r.Probes = append(r.Probes, pr)
+	}
+	for _, pr := range r.Probes {
+		if pr.Failing {
+			r.Failing = true
+		}
+	}
+	if pod.Status.Phase == v1.PodFailed {
+		r.Failing = true
+	}
+	r.Rowspan = max(1, len(r.Probes))
+	return r
+}
+
+// fill sets the row's results from the probe's history; threshold holds
+// the success and failure thresholds (0: the API defaults, 1 and 3).
+func fill(pr *probeRow, h *history.Probe, threshold [2]int32, kept int) {
+	if threshold[0] <= 0 {
+		threshold[0] = 1
+	}
+	if threshold[1] <= 0 {
+		threshold[1] = 3
+	}
+	if h == nil {
+		return
+	}
+	if pr.Kind == "" {
+		pr.Kind = h.Handler
+	}
+	pr.Results = h.Results
+	pr.LastFailure = h.LastFailure
+	if n := len(h.Results); n > 0 {
+		last := h.Results[n-1]
+		pr.Last, pr.Cached = last.Result, last.Cached
+		pr.Failing = !succeeded(last.Result)
+	}
+	pr.Consecutive = consecutiveOf(h.Results, threshold, kept)
+	pr.Spark = newSparkline(h.Results)
+}
+
+// succeeded: a success or a warning (which the kubelet counts as a success,
+// spec P5).
+func succeeded(result string) bool { return result == "success" || result == "warning" }
+
+// consecutiveOf counts the newest run of same-outcome results of the
+// newest container instance: the worker starts counting afresh for a new
+// container ID (spec W11, as the kubelet's worker resets its counters).
+// Errored runs are skipped: the worker discards them and they change no
+// counter (spec P2). Failure and unknown count as failures (P5). kept is
+// the history's ring size: when every kept record counts, the run may be
+// longer than the ring (AtLeast).
+func consecutiveOf(recs []history.Record, threshold [2]int32, kept int) consecutive {
+	var c consecutive
+	if len(recs) == 0 {
+		return c
+	}
+	container := recs[len(recs)-1].ContainerID
+	counted := 0
+	for i := len(recs) - 1; i >= 0; i-- {
+		if recs[i].ContainerID != container {
+			break
+		}
+		counted++
+		res := recs[i].Result
+		if res == "errored" {
+			continue
+		}
+		outcome := "failures"
+		if succeeded(res) {
+			outcome = "successes"
+		}
+		if c.Outcome == "" {
+			c.Outcome = outcome
+		} else if c.Outcome != outcome {
+			counted--
+			break
+		}
+		c.Count++
+	}
+	c.AtLeast = c.Outcome != "" && kept > 0 && counted == len(recs) && len(recs) >= kept
+	switch c.Outcome {
+	case "successes":
+		c.Threshold = threshold[0]
+	case "failures":
+		c.Threshold = threshold[1]
+	}
+	return c
+}
+
+// declared lists the probes the pod declares that probed runs: the
+// containers' spec probes (when Options.SpecProbes) and the probed.io/probes
+// annotation's, regular containers and restartable init containers
+// (sidecars), in the order liveness, readiness, startup.
+func (p *Page) declared(pod *v1.Pod) []declaredProbe {
+	var out []declaredProbe
+	var custom []customprobe.Probe
+	if _, ok := pod.Annotations[customprobe.Annotation]; ok {
+		custom, _ = customprobe.Parse(pod, nil) // errors are the manifest's report, not the page's
+	}
+	containers := []*v1.Container{}
+	for i := range pod.Spec.InitContainers {
+		if runtime.IsRestartable(&pod.Spec.InitContainers[i]) {
+			containers = append(containers, &pod.Spec.InitContainers[i])
+		}
+	}
+	for i := range pod.Spec.Containers {
+		containers = append(containers, &pod.Spec.Containers[i])
+	}
+	for _, c := range containers {
+		for _, t := range []runtime.ProbeType{runtime.Liveness, runtime.Readiness, runtime.Startup} {
+			if p.opts.SpecProbes {
+				if sp := specProbe(c, t); sp != nil {
+					out = append(out, declaredProbe{container: c, typ: t, probe: sp, declared: "spec"})
+					continue
+				}
+			}
+			for i := range custom {
+				cp := &custom[i]
+				if cp.Container == c.Name && cp.Type == t {
+					d := declaredProbe{container: c, typ: t, probe: &cp.Probe, declared: "annotation"}
+					if cp.Plugin.Name != "" {
+						d.plugin = &cp.Plugin
+					}
+					out = append(out, d)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func specProbe(c *v1.Container, t runtime.ProbeType) *v1.Probe {
+	switch t {
+	case runtime.Liveness:
+		return c.LivenessProbe
+	case runtime.Readiness:
+		return c.ReadinessProbe
+	case runtime.Startup:
+		return c.StartupProbe
+	}
+	return nil
+}
+
+// target says what a probe probes, the way an operator writes it: "GET
+// http://10.1.2.3:8080/healthz" (the host defaults to the pod's IP, spec
+// H1), "tcp :6379" (an empty host is the pod's IP), "grpc :9090" (with the
+// service when set), "exec cat /tmp/ready", "plugin redis" (with ":port"
+// when set). A named port is shown resolved against the container's ports
+// when it can be (spec 1.4), else by its name.
+func target(pod *v1.Pod, d declaredProbe) (kind, text string) {
+	if d.plugin != nil {
+		text = "plugin " + d.plugin.Name
+		if port := portOf(d.plugin.Port, d.container); port != "" && port != "0" {
+			text += " :" + port
+		}
+		return d.plugin.Name, text
+	}
+	h := &d.probe.ProbeHandler
+	switch {
+	case h.HTTPGet != nil:
+		g := h.HTTPGet
+		host := g.Host
+		if host == "" {
+			host = pod.Status.PodIP
+		}
+		scheme := strings.ToLower(string(g.Scheme))
+		if scheme == "" {
+			scheme = "http"
+		}
+		path := g.Path
+		if !strings.HasPrefix(path, "/") {
+			path = "/" + path
+		}
+		return "http", "GET " + scheme + "://" + net.JoinHostPort(host, portOf(g.Port, d.container)) + path
+	case h.TCPSocket != nil:
+		return "tcp", "tcp " + net.JoinHostPort(h.TCPSocket.Host, portOf(h.TCPSocket.Port, d.container))
+	case h.GRPC != nil:
+		text = "grpc :" + strconv.Itoa(int(h.GRPC.Port))
+		if h.GRPC.Service != nil && *h.GRPC.Service != "" {
+			text += " " + *h.GRPC.Service
+		}
+		return "grpc", text
+	case h.Exec != nil:
+		return "exec", strings.TrimSpace("exec " + strings.Join(h.Exec.Command, " "))
+	}
+	return runtime.KindOf(d.probe), ""
+}
+
+// portOf resolves a port number or name against the container's ports.
+func portOf(port intstr.IntOrString, c *v1.Container) string {
+	if port.Type == intstr.Int {
+		return strconv.Itoa(port.IntValue())
+	}
+	for _, cp := range c.Ports {
+		if cp.Name == port.StrVal {
+			return strconv.Itoa(int(cp.ContainerPort))
+		}
+	}
+	return port.StrVal
+}
+
+// readiness counts ready containers (sidecars included) over all of them,
+// and sums their restarts, as `kubectl get pods` and `probed status` show.
+func readiness(pod *v1.Pod) (string, int32) {
+	statuses := append([]v1.ContainerStatus{}, pod.Status.ContainerStatuses...)
+	for _, cs := range pod.Status.InitContainerStatuses {
+		for i := range pod.Spec.InitContainers {
+			if pod.Spec.InitContainers[i].Name == cs.Name && runtime.IsRestartable(&pod.Spec.InitContainers[i]) {
+				statuses = append(statuses, cs)
+			}
+		}
+	}
+	total := len(statuses)
+	if total == 0 {
+		total = len(pod.Spec.Containers)
+	}
+	ready, restarts := 0, int32(0)
+	for _, cs := range statuses {
+		if cs.Ready {
+			ready++
+		}
+		restarts += cs.RestartCount
+	}
+	return fmt.Sprintf("%d/%d", ready, total), restarts
+}
+
+// formatMS shows a duration in milliseconds with up to one decimal.
+func formatMS(ms float64) string {
+	if ms >= 10 {
+		return strconv.FormatFloat(ms, 'f', 0, 64) + " ms"
+	}
+	return strconv.FormatFloat(ms, 'f', 1, 64) + " ms"
+}
+
+// stamp is a time in UTC, RFC 3339; "-" for the zero time.
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// ago is the age of t at now, rounded to the second ("3s ago").
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := now.Sub(t)
+	if d < 0 {
+		d = 0
+	}
+	return d.Round(time.Second).String() + " ago"
+}
