@@ -113,7 +113,12 @@ func TestAgent_ManifestsSkippedAndSingleFile(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "secret.yaml"), "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n")
 	r := startAgent(t, dir, nil)
 	var rep source.Report
-	r.get("/manifests", &rep)
+	// The API answers from the start; the report is the first scan's once
+	// that has run.
+	r.eventually("the first scan in /manifests", func() bool {
+		r.get("/manifests", &rep)
+		return rep.Files == 2
+	})
 	if len(rep.Skipped) != 2 || rep.Skipped[0].Document != 0 || rep.Skipped[1].Kind != "Secret" || rep.Skipped[1].Reason != "kind Secret holds no pod template" {
 		t.Errorf("skipped %+v", rep.Skipped)
 	}
