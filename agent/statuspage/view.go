@@ -390,7 +390,7 @@ func (p *Page) declared(pod *v1.Pod) []declaredProbe {
 	for _, c := range containers {
 		for _, t := range []runtime.ProbeType{runtime.Liveness, runtime.Readiness, runtime.Startup} {
 			if p.opts.SpecProbes {
-				if sp := specProbe(c, t); sp != nil {
+				if sp := runtime.ProbeOf(c, t); sp != nil {
 					out = append(out, declaredProbe{container: c, typ: t, probe: sp, declared: "spec"})
 					continue
 				}
@@ -408,18 +408,6 @@ func (p *Page) declared(pod *v1.Pod) []declaredProbe {
 		}
 	}
 	return out
-}
-
-func specProbe(c *v1.Container, t runtime.ProbeType) *v1.Probe {
-	switch t {
-	case runtime.Liveness:
-		return c.LivenessProbe
-	case runtime.Readiness:
-		return c.ReadinessProbe
-	case runtime.Startup:
-		return c.StartupProbe
-	}
-	return nil
 }
 
 // target says what a probe probes, the way an operator writes it: "GET
