@@ -455,17 +455,13 @@ func target(pod *v1.Pod, d declaredProbe) (kind, text string) {
 	return runtime.KindOf(d.probe), ""
 }
 
-// portOf resolves a port number or name against the container's ports.
+// portOf resolves a port number or name against the container's ports
+// (runtime.ResolvePort, the handlers' rule).
 func portOf(port intstr.IntOrString, c *v1.Container) string {
-	if port.Type == intstr.Int {
-		return strconv.Itoa(port.IntValue())
+	if n, _ := runtime.ResolvePort(port, c); n >= 0 { // a number, or a name found (spec 1.4)
+		return strconv.Itoa(n)
 	}
-	for _, cp := range c.Ports {
-		if cp.Name == port.StrVal {
-			return strconv.Itoa(int(cp.ContainerPort))
-		}
-	}
-	return port.StrVal
+	return port.StrVal // a name the container does not declare: shown as written
 }
 
 // readiness counts ready containers (sidecars included) over all of them,
