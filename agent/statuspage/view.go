@@ -16,6 +16,7 @@ import (
 	"github.com/probed/probed/agent/events"
 	"github.com/probed/probed/agent/history"
 	"github.com/probed/probed/agent/source"
+	"github.com/probed/probed/agent/statusview"
 	"github.com/probed/probed/manager/customprobe"
 	"github.com/probed/probed/runtime"
 )
@@ -464,29 +465,11 @@ func portOf(port intstr.IntOrString, c *v1.Container) string {
 	return port.StrVal // a name the container does not declare: shown as written
 }
 
-// readiness counts ready containers (sidecars included) over all of them,
-// and sums their restarts, as `kubectl get pods` and `probed status` show.
+// readiness is the pod's READY ("1/2") and RESTARTS, counted as `kubectl
+// get pods` and `probed status` count them (statusview.CountContainers).
 func readiness(pod *v1.Pod) (string, int32) {
-	statuses := append([]v1.ContainerStatus{}, pod.Status.ContainerStatuses...)
-	for _, cs := range pod.Status.InitContainerStatuses {
-		for i := range pod.Spec.InitContainers {
-			if pod.Spec.InitContainers[i].Name == cs.Name && runtime.IsRestartable(&pod.Spec.InitContainers[i]) {
-				statuses = append(statuses, cs)
-			}
-		}
-	}
-	total := len(statuses)
-	if total == 0 {
-		total = len(pod.Spec.Containers)
-	}
-	ready, restarts := 0, int32(0)
-	for _, cs := range statuses {
-		if cs.Ready {
-			ready++
-		}
-		restarts += cs.RestartCount
-	}
-	return fmt.Sprintf("%d/%d", ready, total), restarts
+	c := statusview.CountContainers(pod)
+	return fmt.Sprintf("%d/%d", c.Ready, c.Containers), c.Restarts
 }
 
 // formatMS shows a duration in milliseconds with up to one decimal.

@@ -167,22 +167,8 @@ func podOf(p *v1.Pod, probes []history.Probe) Pod {
 		t := p.Status.StartTime.UTC()
 		out.StartTime = &t
 	}
-	statuses := append([]v1.ContainerStatus{}, p.Status.ContainerStatuses...)
-	for j := range p.Status.InitContainerStatuses {
-		if isSidecar(p, p.Status.InitContainerStatuses[j].Name) {
-			statuses = append(statuses, p.Status.InitContainerStatuses[j])
-		}
-	}
-	for _, cs := range statuses {
-		out.Containers++
-		if cs.Ready {
-			out.ReadyContainers++
-		}
-		if cs.Started != nil && *cs.Started {
-			out.StartedContainers++
-		}
-		out.Restarts += cs.RestartCount
-	}
+	c := CountContainers(p)
+	out.Containers, out.ReadyContainers, out.StartedContainers, out.Restarts = c.Containers, c.Ready, c.Started, c.Restarts
 	for i := range probes {
 		hp := &probes[i]
 		pr := Probe{Container: hp.Container, Type: hp.Type, Handler: hp.Handler}
@@ -203,13 +189,53 @@ func podOf(p *v1.Pod, probes []history.Probe) Pod {
 	return out
 }
 
-func isSidecar(p *v1.Pod, name string) bool {
-	for _, c := range p.Spec.InitContainers {
-		if c.Name == name {
-			return runtime.IsRestartable(&c)
+// ContainerCounts are the READY, STARTED and RESTARTS columns of a pod,
+// as kubectl's printPod counts them: the regular containers and the
+// sidecars (restartable init containers).
+type ContainerCounts struct {
+	// Containers is the number the pod's spec declares (a container
+	// without a status yet counts, neither ready nor started), or of its
+	// statuses when there are more (a pod listed without its spec).
+	Containers int
+	// Ready and Started count the statuses with Ready, Started true.
+	Ready, Started int
+	// Restarts sums their restart counts.
+	Restarts int32
+}
+
+// CountContainers counts p's containers and sidecars (ContainerCounts).
+// The status page and `probed status` both show these counts.
+func CountContainers(p *v1.Pod) ContainerCounts {
+	out := ContainerCounts{Containers: len(p.Spec.Containers)}
+	sidecars := map[string]bool{}
+	for i := range p.Spec.InitContainers {
+		if runtime.IsRestartable(&p.Spec.InitContainers[i]) {
+			sidecars[p.Spec.InitContainers[i].Name] = true
+			out.Containers++
 		}
 	}
-	return false
+	statuses := 0
+	count := func(cs *v1.ContainerStatus) {
+		statuses++
+		if cs.Ready {
+			out.Ready++
+		}
+		if cs.Started != nil && *cs.Started {
+			out.Started++
+		}
+		out.Restarts += cs.RestartCount
+	}
+	for i := range p.Status.ContainerStatuses {
+		count(&p.Status.ContainerStatuses[i])
+	}
+	for i := range p.Status.InitContainerStatuses {
+		if sidecars[p.Status.InitContainerStatuses[i].Name] {
+			count(&p.Status.InitContainerStatuses[i])
+		}
+	}
+	// A pod listed without its spec still counts the statuses it has.
+	out.Containers = max(out.Containers, statuses)
+	return out
 }
 
 // phase is the STATUS column as kubectl's printPod computes it for the

@@ -323,3 +323,24 @@ func TestPrintStatusCrashLoopBackOff(t *testing.T) {
 		t.Errorf("STATUS %v, want %v\n%s", got, want, out)
 	}
 }
+
+// TestCountContainersAsKubectl: READY's total is what the spec declares,
+// sidecars (restartable init containers) included and plain init containers
+// not, whether or not the containers have statuses yet (kubectl's printPod).
+func TestCountContainersAsKubectl(t *testing.T) {
+	always := v1.ContainerRestartPolicyAlways
+	yes := true
+	pod := &v1.Pod{Spec: v1.PodSpec{
+		InitContainers: []v1.Container{{Name: "setup"}, {Name: "proxy", RestartPolicy: &always}},
+		Containers:     []v1.Container{{Name: "app"}, {Name: "worker"}},
+	}}
+	if got := statusview.CountContainers(pod); got != (statusview.ContainerCounts{Containers: 3}) {
+		t.Errorf("pending pod without statuses: %+v, want 0 of 3", got)
+	}
+	pod.Status.InitContainerStatuses = []v1.ContainerStatus{{Name: "setup", RestartCount: 7}, {Name: "proxy", Ready: true, Started: &yes, RestartCount: 1}}
+	pod.Status.ContainerStatuses = []v1.ContainerStatus{{Name: "app", Ready: true, Started: &yes, RestartCount: 2}}
+	want := statusview.ContainerCounts{Containers: 3, Ready: 2, Started: 2, Restarts: 3}
+	if got := statusview.CountContainers(pod); got != want {
+		t.Errorf("running pod: %+v, want %+v (the plain init container's restarts do not count)", got, want)
+	}
+}
