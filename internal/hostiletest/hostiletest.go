@@ -3,6 +3,7 @@
 // answers every connection with a 200 status line followed by one header
 // of a given size, then closes. The header bytes come from one shared
 // buffer, so the targets themselves cost the test process almost nothing.
+// RunAllBounded runs probers against them at once under a heap bound.
 package hostiletest
 
 import (
@@ -14,9 +15,12 @@ import (
 	"net/http"
 	goruntime "runtime"
 	"runtime/metrics"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/probed/probed/runtime"
 )
 
 // HeaderBombs starts n listeners on 127.0.0.1 whose answers carry a header
@@ -121,6 +125,36 @@ func HeapGrowth(abort uint64, run func(ctx context.Context)) uint64 {
 		case <-done:
 			return peak
 		case <-tick.C:
+		}
+	}
+}
+
+// RunAllBounded runs every prober's Probe at once against target, fails t
+// when the heap grows by more than bound meanwhile (HeapGrowth), and
+// otherwise requires each run to be a Failure whose output holds want
+// (the header-limit error). It logs the growth seen.
+func RunAllBounded(t testing.TB, probers []runtime.Prober, target runtime.Target, bound uint64, want string) {
+	t.Helper()
+	outs := make([]runtime.Outcome, len(probers))
+	errs := make([]error, len(probers))
+	growth := HeapGrowth(bound, func(ctx context.Context) {
+		var wg sync.WaitGroup
+		for i, p := range probers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				outs[i], errs[i] = p.Probe(ctx, target)
+			}()
+		}
+		wg.Wait()
+	})
+	t.Logf("heap grew by %d MiB at most with %d probes at once", growth>>20, len(probers))
+	if growth > bound {
+		t.Fatalf("heap grew by %d MiB (> %d MiB) with %d probes at once: response headers are not bounded", growth>>20, bound>>20, len(probers))
+	}
+	for i := range outs {
+		if errs[i] != nil || outs[i].Result != runtime.Failure || !strings.Contains(outs[i].Output, want) {
+			t.Fatalf("probe %d: result %v, err %v, output %q; want Failure %q", i, outs[i].Result, errs[i], outs[i].Output, want)
 		}
 	}
 }

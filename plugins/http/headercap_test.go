@@ -1,10 +1,7 @@
 package http
 
 import (
-	"context"
 	"fmt"
-	"strings"
-	"sync"
 	"testing"
 
 	"github.com/probed/probed/internal/hostiletest"
@@ -27,28 +24,5 @@ func TestHostileHeadersKeepMemoryBounded(t *testing.T) {
 		spec.Probe.TimeoutSeconds = 30 // the verdict, not a timeout, under -race on 2 cores
 		probers[i] = prepare(t, h, spec)
 	}
-	outs := make([]runtime.Outcome, targets)
-	errs := make([]error, targets)
-	growth := hostiletest.HeapGrowth(bound, func(ctx context.Context) {
-		var wg sync.WaitGroup
-		for i, p := range probers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				outs[i], errs[i] = p.Probe(ctx, runtime.Target{PodIP: podIP})
-			}()
-		}
-		wg.Wait()
-	})
-	t.Logf("heap grew by %d MiB at most with %d targets answering %d MiB headers", growth>>20, targets, headerSize>>20)
-	if growth > bound {
-		t.Fatalf("heap grew by %d MiB (> %d MiB) with %d targets answering %d MiB headers: response headers are not bounded",
-			growth>>20, bound>>20, targets, headerSize>>20)
-	}
-	want := fmt.Sprintf("net/http: server response headers exceeded %d bytes; aborted", runtime.MaxResponseHeaderBytes)
-	for i := range outs {
-		if errs[i] != nil || outs[i].Result != runtime.Failure || !strings.Contains(outs[i].Output, want) {
-			t.Fatalf("target %d: result %v, err %v, output %q; want Failure %q", i, outs[i].Result, errs[i], outs[i].Output, want)
-		}
-	}
+	hostiletest.RunAllBounded(t, probers, runtime.Target{PodIP: podIP}, bound, fmt.Sprintf("net/http: server response headers exceeded %d bytes; aborted", runtime.MaxResponseHeaderBytes))
 }

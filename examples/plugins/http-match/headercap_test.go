@@ -1,10 +1,7 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"strings"
-	"sync"
 	"testing"
 
 	"github.com/probed/probed/internal/hostiletest"
@@ -28,27 +25,5 @@ func TestHostileHeadersKeepMemoryBounded(t *testing.T) {
 		}
 		probers = append(probers, pr)
 	}
-	outs := make([]runtime.Outcome, targets)
-	errs := make([]error, targets)
-	growth := hostiletest.HeapGrowth(bound, func(ctx context.Context) {
-		var wg sync.WaitGroup
-		for i, pr := range probers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				outs[i], errs[i] = pr.Probe(ctx, runtime.Target{PodIP: "127.0.0.1"})
-			}()
-		}
-		wg.Wait()
-	})
-	t.Logf("heap grew by %d MiB at most", growth>>20)
-	if growth > bound {
-		t.Fatalf("heap grew by %d MiB (> %d MiB) with %d targets answering %d MiB headers", growth>>20, bound>>20, targets, headerSize>>20)
-	}
-	want := fmt.Sprintf("server response headers exceeded %d bytes; aborted", runtime.MaxResponseHeaderBytes)
-	for i := range outs {
-		if errs[i] != nil || outs[i].Result != runtime.Failure || !strings.Contains(outs[i].Output, want) {
-			t.Fatalf("target %d: %v %q, err %v; want Failure %q", i, outs[i].Result, outs[i].Output, errs[i], want)
-		}
-	}
+	hostiletest.RunAllBounded(t, probers, runtime.Target{PodIP: "127.0.0.1"}, bound, fmt.Sprintf("server response headers exceeded %d bytes; aborted", runtime.MaxResponseHeaderBytes))
 }
