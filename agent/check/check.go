@@ -106,9 +106,13 @@ type Result struct {
 }
 
 // Run loads the input, runs every selected probe once (Check), writes the
-// result to out in Options.Output and returns the exit code. Errors,
-// warnings and skipped documents are written to errOut, one per line,
-// naming file, document, pod, container and field. The table is written
+// result to out in Options.Output and returns the exit code. Errors and
+// warnings are written to errOut, one per line, naming file, document,
+// pod, container and field. Skipped documents are written there too, but
+// only when no probe ran: then they say why a file yielded nothing (issue
+// 12 §2); beside probes that ran, the Services, ConfigMaps and RBAC objects
+// of a real multi-document manifest are expected, not news, and are listed
+// only in the JSON or YAML Report's "skipped". The table is written
 // only when probes ran (bad input prints nothing on stdout); a JSON or
 // YAML Report is always written, so that a pipeline reading it sees the
 // errors too.
@@ -120,8 +124,10 @@ func Run(ctx context.Context, opts Options, out, errOut io.Writer) int {
 	for _, w := range res.Warnings {
 		fmt.Fprintln(errOut, w)
 	}
-	for _, sk := range res.Skipped {
-		fmt.Fprintf(errOut, "%s: %s\n", sk.File, sk.Skipped)
+	if len(res.Rows) == 0 {
+		for _, sk := range res.Skipped {
+			fmt.Fprintf(errOut, "%s: %s\n", sk.File, sk.Skipped)
+		}
 	}
 	switch {
 	case opts.Output.Document():
