@@ -65,7 +65,8 @@ generate:
 # go to bench/out/.
 # `bench-density` runs issue 13's targets (2k–100k instant probes/s, both
 # implementations; 1M probes at period 10 s; TCP saturation against the
-# bare dial loop; about 12 minutes). `bench-profile` takes CPU profiles of
+# bare dial loop, HTTP saturation against the bare GET loop; about 13
+# minutes). `bench-profile` takes CPU profiles of
 # the 40k and 100k probes/s instant runs of both implementations and
 # prints their breakdown by cost centre (about 4 minutes; profiles and
 # JSON lines in bench/out/profile/).

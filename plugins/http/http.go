@@ -35,10 +35,6 @@ const TLSHandshakeTimeout = 10 * time.Second
 // "stopped after 10 redirects".
 const MaxRequests = 10
 
-// deadlineMargin is how much earlier than the context's deadline the
-// client's own timeout fires; see prober.clientTimeout.
-const deadlineMargin = time.Millisecond
-
 // Option configures the handler returned by New.
 type Option func(*handler)
 
@@ -56,8 +52,9 @@ func FollowNonLocalRedirects(follow bool) Option {
 // ALPN unless the environment variable DISABLE_HTTP2 is non-empty when New
 // is called.
 //
-// Probers of the same handler share one client and transport per (timeout,
-// protocol): keep-alives are off, so nothing idles in them.
+// Probers of the same handler share one transport per (timeout, protocol)
+// and clock kind, and its clients: keep-alives are off, so nothing idles in
+// them.
 func New(opts ...Option) runtime.Handler {
 	h := &handler{
 		disableHTTP2: os.Getenv("DISABLE_HTTP2") != "",
@@ -75,6 +72,13 @@ type clientKey struct {
 	// onInjectedClock: the client of attempts whose deadline runs on an
 	// injected clock (runtime.OnInjectedClock): no timer of its own.
 	onInjectedClock bool
+	// deadlineBound: the client of attempts whose context's deadline
+	// bounds them at least as tightly as the probe timeout (the runtime's
+	// attempt deadline on the real clock, P3). It shares the transport
+	// of the client without this flag but has no Timeout: the context
+	// already ends the attempt (H4), and a client Timeout would arm a
+	// second deadline, a timer and a context of its own on every request.
+	deadlineBound bool
 }
 
 type handler struct {
@@ -116,6 +120,7 @@ func (h *handler) Prepare(spec *runtime.Spec) (runtime.Prober, error) {
 	p := &prober{
 		client:         h.client(clientKey{timeout: timeout, h2c: h2c}),
 		injectedClient: h.client(clientKey{timeout: timeout, h2c: h2c, onInjectedClock: true}),
+		boundClient:    h.client(clientKey{timeout: timeout, h2c: h2c, deadlineBound: true}),
 		timeout:        timeout,
 		scheme:         scheme,
 		port:           port,
@@ -152,11 +157,25 @@ func (h *handler) Prepare(spec *runtime.Spec) (runtime.Prober, error) {
 // client returns the shared client for k, creating it on first use. The
 // client of an injected clock has no timeout, and its transport neither a
 // dial timeout nor a TLS handshake timeout: the attempt's context, cut
-// when that clock passes the deadline, alone bounds its attempts.
+// when that clock passes the deadline, alone bounds its attempts. The
+// deadline-bound client (k.deadlineBound) is the timed client's transport
+// and redirect policy without a client Timeout.
 func (h *handler) client(k clientKey) *nethttp.Client {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.clientLocked(k)
+}
+
+func (h *handler) clientLocked(k clientKey) *nethttp.Client {
 	if c, ok := h.clients[k]; ok {
+		return c
+	}
+	if k.deadlineBound {
+		timed := k
+		timed.deadlineBound = false
+		t := h.clientLocked(timed)
+		c := &nethttp.Client{Transport: t.Transport, CheckRedirect: t.CheckRedirect}
+		h.clients[k] = c
 		return c
 	}
 	timeout := k.timeout
@@ -252,7 +271,14 @@ func (p errProber) Probe(context.Context, runtime.Target) (runtime.Outcome, erro
 
 // prober is one prepared httpGet probe. It is safe for concurrent use.
 type prober struct {
-	client *nethttp.Client // shared; copied per attempt to set Timeout
+	// client serves attempts whose context does not bound them within
+	// the probe timeout (no deadline, or a later one): its Timeout is the
+	// probe timeout (H4). Shared.
+	client *nethttp.Client
+	// boundClient serves attempts whose context's deadline comes within
+	// the probe timeout (the runtime's attempts on the real clock): the
+	// same transport, no client Timeout. Shared.
+	boundClient *nethttp.Client
 	// injectedClient serves attempts whose deadline is on an injected
 	// clock (runtime.OnInjectedClock); shared, without timeouts.
 	injectedClient *nethttp.Client
@@ -300,21 +326,23 @@ func (p *prober) url(podIP string) (*url.URL, error) {
 	return c.url, c.err
 }
 
-// clientTimeout is the client timeout for one attempt (H4): the probe
-// timeout, or, when ctx's deadline comes earlier, the time left until
-// shortly before that deadline. Letting the client's timer fire first keeps
-// the kubelet's error texts ("... (Client.Timeout exceeded while awaiting
-// headers)", "... (Client.Timeout or context cancellation while reading
-// body)"); ctx still cancels the request. Zero (no client timeout) when
-// less than the margin is left: ctx alone then ends the attempt.
-func (p *prober) clientTimeout(ctx context.Context) time.Duration {
-	d := p.timeout
-	if dl, ok := ctx.Deadline(); ok {
-		if left := time.Until(dl) - deadlineMargin; left < d {
-			d = max(left, 0)
-		}
+// clientFor picks the client of one attempt (H4: the attempt ends at the
+// probe timeout at the latest). When ctx ends the attempt by then — an
+// attempt deadline on an injected clock, or a real deadline no later than
+// the probe timeout from now, as the runtime sets (P3) — the client has no
+// Timeout of its own and ctxEnds is true: the caller then gives the
+// errors at that deadline the client timeout's texts (asClientTimeout),
+// the kubelet's, whose client Timeout is the probe timeout. Otherwise the
+// client's Timeout is the probe timeout and its own texts are the
+// kubelet's.
+func (p *prober) clientFor(ctx context.Context) (c *nethttp.Client, ctxEnds bool) {
+	if runtime.OnInjectedClock(ctx) {
+		return p.injectedClient, true
 	}
-	return d
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= p.timeout {
+		return p.boundClient, true
+	}
+	return p.client, false
 }
 
 // Probe sends one GET to the pod (or httpGet.host) and maps the response
@@ -344,8 +372,10 @@ func (p *prober) clientTimeout(ctx context.Context) time.Duration {
 //
 // When ctx's deadline runs on an injected clock (runtime.OnInjectedClock),
 // the attempt uses a client and transport without timers of their own, so
-// only that clock's deadline ends it; the texts at that deadline are the
-// client timeout's all the same (asClientTimeout).
+// only that clock's deadline ends it. When ctx has a real deadline within
+// the probe timeout (the runtime's attempts), the client sets no second
+// deadline of its own (clientFor). Either way the texts at that deadline
+// are the client timeout's (asClientTimeout), as upstream's.
 func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, error) {
 	u, err := p.url(t.PodIP)
 	if err != nil {
@@ -361,17 +391,10 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 		Host:       p.host,
 	}).WithContext(ctx)
 
-	injected := runtime.OnInjectedClock(ctx)
-	var resp *nethttp.Response
-	if injected {
-		resp, err = p.injectedClient.Do(req)
-	} else {
-		c := *p.client
-		c.Timeout = p.clientTimeout(ctx)
-		resp, err = c.Do(req)
-	}
+	c, ctxEnds := p.clientFor(ctx)
+	resp, err := c.Do(req)
 	if err != nil {
-		if injected {
+		if ctxEnds {
 			err = asClientTimeout(ctx, err, awaitingHeaders)
 		}
 		// With a CheckRedirect error resp is non-nil, but its body is
@@ -383,7 +406,7 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 	code := resp.StatusCode
 	body, err := readBody(resp.Body)
 	if err != nil {
-		if injected {
+		if ctxEnds {
 			err = asClientTimeout(ctx, err, readingBody)
 		}
 		return runtime.Outcome{Result: runtime.Failure, StatusCode: code}, err
@@ -414,13 +437,15 @@ const (
 )
 
 // asClientTimeout returns err as the client's timeout would have reported
-// it (H4, H6), when the attempt's deadline on an injected clock ended the
-// request: the kubelet's client has Timeout = timeoutSeconds, and the
-// kubelet's output at its timeout is that error's text
-// (`Get "<url>": context deadline exceeded (Client.Timeout exceeded while
-// awaiting headers)`). The attempt's context does the cutting under an
-// injected clock, because a client timeout runs on the real clock; this
-// restores the text. Any other error is returned as it is.
+// it (H4, H6), when the attempt's context deadline ended the request: the
+// kubelet's client has Timeout = timeoutSeconds, and the kubelet's output
+// at its timeout is that error's text (`Get "<url>": context deadline
+// exceeded (Client.Timeout exceeded while awaiting headers)`). The
+// attempt's context does the cutting under an injected clock, because a
+// client timeout runs on the real clock, and on the real clock when it
+// comes within the probe timeout, because a client timeout would be a
+// second deadline (clientFor); this restores the text. Any other error is
+// returned as it is.
 func asClientTimeout(ctx context.Context, err error, suffix string) error {
 	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return err

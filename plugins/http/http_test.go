@@ -459,3 +459,70 @@ func TestSC1_NoFalseFailuresUnderChurn(t *testing.T) {
 		t.Fatalf("%d of 160 probes failed", n)
 	}
 }
+
+// H4 on the real clock: an attempt whose context deadline comes within the
+// probe timeout (the runtime's, P3) is ended by that deadline alone: its
+// client has no Timeout (no second deadline, timer and context per
+// request) and shares the timed client's transport; without such a
+// deadline the client's Timeout is the probe timeout.
+func TestH4_OneDeadlinePerAttempt(t *testing.T) {
+	p := prepare(t, New(), httpSpec(get(closedPort(t), "/"))).(*prober)
+	within, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	later, cancelLater := context.WithTimeout(context.Background(), time.Hour)
+	defer cancelLater()
+	for _, c := range []struct {
+		name        string
+		ctx         context.Context
+		timeout     time.Duration
+		wantCtxEnds bool
+	}{
+		{"runtime's deadline", within, 0, true},
+		{"no deadline", context.Background(), time.Second, false},
+		{"later deadline", later, time.Second, false},
+		{"injected clock", runtime.WithInjectedDeadline(context.Background()), 0, true},
+	} {
+		got, ctxEnds := p.clientFor(c.ctx)
+		if got.Timeout != c.timeout || ctxEnds != c.wantCtxEnds {
+			t.Errorf("%s: client Timeout %v, ctxEnds %v; want %v, %v", c.name, got.Timeout, ctxEnds, c.timeout, c.wantCtxEnds)
+		}
+	}
+	if bound, _ := p.clientFor(within); bound.Transport != p.client.Transport {
+		t.Error("the deadline-bound client must share the timed client's transport")
+	}
+}
+
+// The handler adds next to nothing to the GET itself: an attempt with the
+// runtime's deadline allocates no more than the bare GET with the same
+// context (bareGET, the floor of the benchmark harness's HTTP saturation
+// run) plus the output string and the request's context copy. A client
+// Timeout on top of the attempt's deadline cost 10 more allocations.
+func TestProbeAllocationsAtTheBareGETFloor(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures allocations over 200 real GETs")
+	}
+	port := okServer(t)
+	p := prepare(t, New(), httpSpec(get(port, "/healthz")))
+	target := runtime.Target{PodIP: podIP, Attempt: 1}
+	bare := bareGET(t, port)
+	withDeadline := func(f func(context.Context)) func() {
+		return func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			f(ctx)
+			cancel()
+		}
+	}
+	floor := testing.AllocsPerRun(100, withDeadline(func(ctx context.Context) {
+		if err := bare(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}))
+	probe := testing.AllocsPerRun(100, withDeadline(func(ctx context.Context) {
+		if got, err := p.Probe(ctx, target); err != nil || got.Result != runtime.Success {
+			t.Fatalf("outcome (%v, %q, %v)", got.Result, got.Output, err)
+		}
+	}))
+	if probe > floor+3 {
+		t.Fatalf("Probe allocates %.1f per attempt, the bare GET %.1f: want at most 3 more", probe, floor)
+	}
+}

@@ -54,8 +54,12 @@ func requestURL(scheme, host string, port int, path string) (*url.URL, error) {
 //     TCP connection and the TLS server name still use the URL's host.
 //
 // The returned header is never nil and is shared read-only by every request
-// of the probe.
+// of the probe; without httpHeaders it is defaultHeader, shared by every
+// such probe.
 func buildHeader(list []v1.HTTPHeader) (h nethttp.Header, host string) {
+	if len(list) == 0 {
+		return defaultHeader, ""
+	}
 	h = make(nethttp.Header, len(list)+2)
 	for _, e := range list {
 		h.Add(e.Name, e.Value)
@@ -70,6 +74,12 @@ func buildHeader(list []v1.HTTPHeader) (h nethttp.Header, host string) {
 	}
 	return h, h.Get("Host")
 }
+
+// defaultHeader is the header set of a probe without httpHeaders (H2):
+// User-Agent runtime.KubeProbeUserAgent and Accept "*/*". Read-only: net/http
+// never writes a request's Header (it adds "Connection: close" on the wire,
+// and redirects copy the header), and neither does the prober.
+var defaultHeader = nethttp.Header{"User-Agent": {runtime.KubeProbeUserAgent}, "Accept": {"*/*"}}
 
 // useH2C reports whether the action asks for cleartext HTTP/2 with prior
 // knowledge (httpGet.protocol: HTTP2, BR-26). Nil and "HTTP1" select

@@ -125,6 +125,28 @@ func TestRQ1_HeaderConversion(t *testing.T) {
 	}
 }
 
+// H2: probes without httpHeaders share one header set, the default one,
+// rather than each holding its own copy; a probe with httpHeaders has its
+// own.
+func TestH2_DefaultHeaderShared(t *testing.T) {
+	h := New()
+	a := prepare(t, h, httpSpec(get(8080, "/a"))).(*prober)
+	b := prepare(t, h, httpSpec(get(8081, "/b"))).(*prober)
+	if reflect.ValueOf(a.header).Pointer() != reflect.ValueOf(b.header).Pointer() {
+		t.Fatal("two probes without httpHeaders hold two header sets")
+	}
+	want := nethttp.Header{"User-Agent": {runtime.KubeProbeUserAgent}, "Accept": {"*/*"}}
+	if !reflect.DeepEqual(a.header, want) {
+		t.Fatalf("default header = %v, want %v", a.header, want)
+	}
+	g := get(8080, "/c")
+	g.HTTPHeaders = []v1.HTTPHeader{{Name: "X-Probe", Value: "1"}}
+	c := prepare(t, h, httpSpec(g)).(*prober)
+	if reflect.ValueOf(c.header).Pointer() == reflect.ValueOf(a.header).Pointer() || c.header.Get("X-Probe") != "1" {
+		t.Fatalf("a probe with httpHeaders must have its own set: %v", c.header)
+	}
+}
+
 // H1: the scheme is lower-cased; an empty one (API default HTTP) is http.
 func TestH1_Scheme(t *testing.T) {
 	for in, want := range map[v1.URIScheme]string{"HTTP": "http", "HTTPS": "https", "": "http", "Https": "https"} {

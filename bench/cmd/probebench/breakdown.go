@@ -31,7 +31,8 @@ var centres = []centre{
 	{"GC (assists, background mark and sweep)", []string{"runtime.gcAssistAlloc", "runtime.gcBgMarkWorker", "runtime.bgsweep", "runtime.bgscavenge", "runtime.gcDrain", "runtime.markroot", "runtime.gcStart", "runtime.gcMarkDone", "runtime.gcMarkTermination"}},
 	{"harness: recording probe starts (both implementations)", []string{"bench/internal/lateness.", "main.instantRunner", "main.probedRunner", "main.kubeletRunner"}},
 	{"harness: pod status lookup (the kubelet status manager both read)", []string{"main.statusAdapter", "kubelet/status.(*manager).GetPodStatus"}},
-	{"attempt deadline (context.WithTimeout per attempt)", []string{"context.WithTimeout", "context.WithDeadline", "context.(*timerCtx)", "context.(*cancelCtx).cancel", "context.removeChild"}},
+	{centreDeadline, []string{"context.WithTimeout", "context.WithDeadline", "context.(*timerCtx)", "context.(*cancelCtx).cancel", "context.removeChild"}},
+	{centreNetwork, []string{"net/http.", "net.", "internal/poll.", "crypto/tls.", "bufio.", "probed/plugins/http.", "probed/plugins/tcp.", "probed/plugins/internal/dialer.", "main.newGetLoop", "main.newDialLoop", "main.readInto", "main.lingerZero", "main.(*floorLoop)"}},
 	{"metrics (prober_probe_*, lag)", []string{"manager.(*proberMetrics)", "manager.(*runtimeMetrics)", "prometheus/client_golang", "component-base/metrics"}},
 	{"results managers", []string{"probed/manager/results.", "kubelet/prober/results."}},
 	{"tracing (off)", []string{"manager.(*manager).startSpan", "manager.(*manager).endSpan", "manager.(*probeSpan)", "go.opentelemetry.io/"}},
@@ -50,6 +51,8 @@ var centres = []centre{
 var tickFuncs = []string{").advance", ").sweep", ").fire", ").linkWheel"}
 
 const (
+	centreDeadline  = "attempt deadline (context.WithTimeout per attempt)"
+	centreNetwork   = "network I/O: the GET or dial itself (net/http, sockets, the handler's own code)"
 	centreGoRuntime = "Go runtime (goroutine scheduling, timers, sysmon)"
 	centreOther     = "other"
 )
@@ -64,12 +67,16 @@ type breakdownRow struct {
 
 func classify(s *profile.Sample) string {
 	// Frames leaf first; inlined functions come first within a location.
+	var frames []string
 	for _, loc := range s.Location {
 		for _, line := range loc.Line {
-			if line.Function == nil {
-				continue
+			if line.Function != nil {
+				frames = append(frames, line.Function.Name)
 			}
-			fn := line.Function.Name
+		}
+	}
+	for i, fn := range frames {
+		{
 			if strings.Contains(fn, "probed/scheduler.(*shard[") {
 				for _, t := range tickFuncs {
 					if strings.Contains(fn, t) {
@@ -80,6 +87,9 @@ func classify(s *profile.Sample) string {
 			for _, c := range centres {
 				for _, p := range c.patterns {
 					if strings.Contains(fn, p) {
+						if c.name == centreDeadline {
+							return deadlineOwner(frames[i+1:])
+						}
 						return c.name
 					}
 				}
@@ -213,3 +223,20 @@ type multiFlag []string
 
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+// deadlineOwner tells the attempt's deadline (the runtime's
+// context.WithTimeout) from net/http's own: a client with a Timeout wraps
+// each request's context in a deadline too, which belongs to the GET (the
+// floor pays it as well). callers are the frames above the context call,
+// nearest first.
+func deadlineOwner(callers []string) string {
+	for _, fn := range callers {
+		switch {
+		case strings.Contains(fn, "net/http."):
+			return centreNetwork
+		case strings.Contains(fn, "probed/runtime."):
+			return centreDeadline
+		}
+	}
+	return centreDeadline
+}

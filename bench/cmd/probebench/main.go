@@ -2,7 +2,7 @@
 // (k8s.io/kubernetes/pkg/kubelet/prober, v1.37.2) and probed's manager
 // through the same scenarios and prints one JSON line per run.
 //
-//	probebench run -impl probed|kubelet|dialloop -mode instant|tcp|http|hung -pods N [...]
+//	probebench run -impl probed|kubelet|dialloop|getloop -mode instant|tcp|http|hung -pods N [...]
 //	probebench suite -suite quick|full [-out DIR] [-doc FILE]
 //	probebench report -in results.jsonl [-out DIR] [-doc FILE]
 //	probebench breakdown -profile cpu.out -result run.json [...]

@@ -127,7 +127,7 @@ func renderMarkdown(results []Result, suite, cmdline, img string) string {
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range results {
 		lat := fmt.Sprintf("%.1f / %.1f / %.1f / %.1f", r.LatenessP50Ms, r.LatenessP99Ms, r.LatenessP999Ms, r.LatenessMaxMs)
-		if r.OneAddr != "" || r.Impl == "dialloop" {
+		if r.OneAddr != "" || isFloor(r.Impl) {
 			lat = "—"
 		}
 		burst := fmt.Sprintf("%.2f", r.Burstiness)
@@ -246,8 +246,8 @@ func evaluate(results []Result) []string {
 	} else {
 		na("1M probes, period 60 s, lateness p99 ≤ 50 ms")
 	}
-	if p, ok := find(results, func(r Result) bool { return r.Impl == "probed" && r.Label == "saturation" }); ok {
-		if d, ok := find(results, func(r Result) bool { return r.Impl == "dialloop" && r.Label == "saturation" }); ok && d.ProbesPerSecond > 0 {
+	if p, ok := find(results, saturationRun("probed", modeTCP)); ok {
+		if d, ok := find(results, saturationRun(implDialLoop, modeTCP)); ok && d.ProbesPerSecond > 0 {
 			ratio := p.ProbesPerSecond / d.ProbesPerSecond
 			out = append(out, fmt.Sprintf("TCP probes/s at saturation ≥ 0.8× a bare dial loop (concurrency %d): %.2f× (%.0f vs %.0f/s) %s", d.Concurrency, ratio, p.ProbesPerSecond, d.ProbesPerSecond, verdict(ratio >= 0.8)))
 		}
@@ -311,7 +311,7 @@ func plotResults(results []Result, path, suite string) error {
 	type series struct{ rss, cores, per1k plotter.XYs }
 	by := map[string]*series{}
 	for _, r := range results {
-		if r.Mode != modeInstant || r.Label != "" || r.Impl == "dialloop" {
+		if r.Mode != modeInstant || r.Label != "" || isFloor(r.Impl) {
 			continue
 		}
 		name := r.Impl
@@ -497,16 +497,29 @@ func evaluateDensity(results []Result) []string {
 		na(tflat, "")
 	}
 
-	const ttcp = "real TCP probes: throughput ≥ 0.95× and CPU per probe ≤ 1.1× the bare dial loop at the same concurrency"
-	p, ok1 := find(results, func(r Result) bool { return r.Impl == "probed" && r.Label == "saturation" })
-	d, ok2 := find(results, func(r Result) bool { return r.Impl == "dialloop" && r.Label == "saturation" })
-	if ok1 && ok2 && d.ProbesPerSecond > 0 && d.CPUPer1kProbes > 0 {
-		tput, cpu := p.ProbesPerSecond/d.ProbesPerSecond, p.CPUPer1kProbes/d.CPUPer1kProbes
-		out = append(out, fmt.Sprintf("%s (%d): throughput %.2f× (%.0f vs %.0f/s), CPU per probe %.2f× (%.1f vs %.1f ms per 1k) %s", ttcp, d.Concurrency,
-			tput, p.ProbesPerSecond, d.ProbesPerSecond, cpu, p.CPUPer1kProbes, d.CPUPer1kProbes, verdict(tput >= 0.95 && cpu <= 1.1)))
-	} else {
-		na(ttcp, "")
-	}
-	out = append(out, "real HTTP probes against a bare GET loop: not measured (the harness has no HTTP floor yet)")
+	out = append(out, againstFloor(results, "real TCP probes: throughput ≥ 0.95× and CPU per probe ≤ 1.1× the bare dial loop at the same concurrency", modeTCP, implDialLoop))
+	out = append(out, againstFloor(results, "real HTTP probes against a bare GET loop: throughput ≥ 0.95× and CPU per probe ≤ 1.1× at the same concurrency", modeHTTP, implGetLoop))
 	return out
+}
+
+// isFloor reports whether impl is one of the saturation floors (floor.go).
+func isFloor(impl string) bool { return impl == implDialLoop || impl == implGetLoop }
+
+// saturationRun selects the saturation run of impl in mode.
+func saturationRun(impl, mode string) func(Result) bool {
+	return func(r Result) bool { return r.Impl == impl && r.Mode == mode && r.Label == "saturation" }
+}
+
+// againstFloor is issue 13's line for real probes of mode against their
+// floor (the saturation runs of probed and of floor): probed's throughput
+// at least 0.95× the floor's and its CPU per probe at most 1.1×.
+func againstFloor(results []Result, what, mode, floor string) string {
+	p, ok1 := find(results, saturationRun("probed", mode))
+	d, ok2 := find(results, saturationRun(floor, mode))
+	if !ok1 || !ok2 || d.ProbesPerSecond == 0 || d.CPUPer1kProbes == 0 {
+		return what + ": not measured in this suite"
+	}
+	tput, cpu := p.ProbesPerSecond/d.ProbesPerSecond, p.CPUPer1kProbes/d.CPUPer1kProbes
+	return fmt.Sprintf("%s (%d): throughput %.2f× (%.0f vs %.0f/s), CPU per probe %.2f× (%.1f vs %.1f ms per 1k) %s", what, d.Concurrency,
+		tput, p.ProbesPerSecond, d.ProbesPerSecond, cpu, p.CPUPer1kProbes, d.CPUPer1kProbes, verdict(tput >= 0.95 && cpu <= 1.1))
 }

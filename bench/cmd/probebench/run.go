@@ -5,19 +5,13 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	goruntime "runtime"
 	"runtime/pprof"
-	"strconv"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/probed/probed/bench/internal/lateness"
 	"github.com/probed/probed/bench/internal/sysstat"
-	"github.com/probed/probed/bench/internal/targets"
 
 	"github.com/probed/probed/runtime"
 )
@@ -76,11 +70,11 @@ type Result struct {
 	Failures                int64   `json:"failures"`       // prober_probe_total{result=failed} in the window (healthy targets)
 	Unknown                 int64   `json:"unknown"`        // prober_probe_total{result=unknown} in the window
 	HungFailures            int64   `json:"hung_failures,omitempty"`
-	TimeWait                int     `json:"time_wait"`         // TIME-WAIT sockets of the probers' side of connections to this run's targets, at the end of the window
-	TimeWaitTargets         int     `json:"time_wait_targets"` // TIME-WAIT sockets on the targets' side
-	TimeWaitAll             int     `json:"time_wait_host"`    // every TIME-WAIT socket on the host (other work included)
-	DialOK                  int64   `json:"dial_ok,omitempty"`
-	DialFailed              int64   `json:"dial_failed,omitempty"`
+	TimeWait                int     `json:"time_wait"`             // TIME-WAIT sockets of the probers' side of connections to this run's targets, at the end of the window
+	TimeWaitTargets         int     `json:"time_wait_targets"`     // TIME-WAIT sockets on the targets' side
+	TimeWaitAll             int     `json:"time_wait_host"`        // every TIME-WAIT socket on the host (other work included)
+	DialOK                  int64   `json:"dial_ok,omitempty"`     // dialloop, getloop: attempts that succeeded in the window
+	DialFailed              int64   `json:"dial_failed,omitempty"` // and those that did not
 
 	// Burst after adding all pods at once.
 	Burstiness float64 `json:"burstiness"`
@@ -140,7 +134,7 @@ func (r remoteRec) stats(period, span time.Duration, expected float64, _ func(in
 
 func runMain(args []string) error {
 	fs := flag.NewFlagSet("run", flag.ExitOnError)
-	implName := fs.String("impl", "probed", "probed, kubelet or dialloop (a bare dial-and-close loop, tcp only)")
+	implName := fs.String("impl", "probed", "probed, kubelet, dialloop (a bare dial-and-close loop, -mode tcp) or getloop (a bare GET loop, -mode http)")
 	mode := fs.String("mode", modeInstant, "instant, tcp, http or hung")
 	label := fs.String("label", "", "free-form run label")
 	pods := fs.Int("pods", 1000, "pods; each has a readiness and a liveness probe")
@@ -155,7 +149,7 @@ func runMain(args []string) error {
 	tick := fs.Duration("tick", 0, "probed: the scheduler's wheel tick (0: its default, 10ms)")
 	hungEvery := fs.Int("hung-every", 10, "hung mode: pod i never answers when i%n == n-1")
 	oneAddr := fs.String("one-addr", "", "tcp/http: every pod at this one address (e.g. 127.0.0.1)")
-	conc := fs.Int("concurrency", runtime.DefaultPoolSize, "dialloop: dialing goroutines (default: probed's network pool size)")
+	conc := fs.Int("concurrency", runtime.DefaultPoolSize, "dialloop, getloop: goroutines probing (default: probed's network pool size)")
 	drainWait := fs.Duration("drain-wait", 10*time.Second, "longest wait for RemovePod to leave nothing behind")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the window")
 	memProfile := fs.String("memprofile", "", "write a heap profile after the window")
@@ -200,10 +194,13 @@ func runMain(args []string) error {
 	var localR *lateness.Recorder
 	var tp *targetProc
 	rport, lport := 0, 0
+	switch {
+	case *implName == implDialLoop && *mode != modeTCP:
+		return fmt.Errorf("dialloop needs -mode tcp, not %q", *mode)
+	case *implName == implGetLoop && *mode != modeHTTP:
+		return fmt.Errorf("getloop needs -mode http, not %q", *mode)
+	}
 	if *mode == modeInstant {
-		if *implName == "dialloop" {
-			return fmt.Errorf("dialloop needs -mode tcp")
-		}
 		localR = lateness.New(nWorkers, horizon)
 		rec = localRec{localR}
 	} else {
@@ -220,7 +217,7 @@ func runMain(args []string) error {
 	sc := newScenario(*mode, *pods, period, *periodMs > 0, rport, lport, *oneAddr, *hungEvery)
 
 	var im impl
-	var dl *dialLoop
+	var floor *floorLoop
 	var err error
 	switch *implName {
 	case "probed":
@@ -228,9 +225,12 @@ func runMain(args []string) error {
 		im, err = newProbed(sc, probedRunner{instantRunner{localR}}, implOptions{pool: *pool, execPool: *execPool, shards: *shards, tick: *tick})
 	case "kubelet":
 		im, err = newKubelet(sc, kubeletRunner{instantRunner{localR}})
-	case "dialloop":
+	case implDialLoop:
 		res.Concurrency = *conc
-		dl = &dialLoop{sc: sc, conc: *conc}
+		floor = newDialLoop(sc, *conc)
+	case implGetLoop:
+		res.Concurrency = *conc
+		floor = newGetLoop(sc, *conc)
 	default:
 		err = fmt.Errorf("unknown -impl %q", *implName)
 	}
@@ -250,8 +250,8 @@ func runMain(args []string) error {
 	}
 	ctx := context.Background()
 	t0 := time.Now()
-	if dl != nil {
-		dl.start()
+	if floor != nil {
+		floor.start()
 	} else {
 		for _, pod := range sc.pods {
 			im.AddPod(ctx, pod)
@@ -291,8 +291,8 @@ func runMain(args []string) error {
 		}
 	}
 	var dialOK0, dialFail0 int64
-	if dl != nil {
-		dialOK0, dialFail0 = dl.ok.Load(), dl.fail.Load()
+	if floor != nil {
+		dialOK0, dialFail0 = floor.ok.Load(), floor.fail.Load()
 	}
 	u0, s0 := sysstat.CPU()
 	w0 := time.Now()
@@ -305,8 +305,8 @@ func runMain(args []string) error {
 	if err := rec.stopWindow(); err != nil {
 		return err
 	}
-	if dl != nil {
-		res.DialOK, res.DialFailed = dl.ok.Load()-dialOK0, dl.fail.Load()-dialFail0
+	if floor != nil {
+		res.DialOK, res.DialFailed = floor.ok.Load()-dialOK0, floor.fail.Load()-dialFail0
 	}
 	res.LoadAverage = sysstat.LoadAverage()
 	res.TimeWaitAll, res.TimeWait, res.TimeWaitTargets = sysstat.TimeWait(rport, lport)
@@ -323,9 +323,9 @@ func runMain(args []string) error {
 		return err
 	}
 	res.ProbesExecuted = ts.Calls
-	if *oneAddr != "" || dl != nil {
+	if *oneAddr != "" || floor != nil {
 		// Not attributable to workers (one address) or no schedule
-		// (dialloop): count what the targets accepted.
+		// (dialloop, getloop): count what the targets accepted.
 		res.ProbesExecuted = ts.Counters.Accepted
 	}
 	res.ProbesPerSecond = float64(res.ProbesExecuted) / res.WindowSeconds
@@ -336,7 +336,7 @@ func runMain(args []string) error {
 	res.SkippedRuns, res.SilentWorkers, res.ExtraRuns, res.LostSamples = ts.Missed, ts.WorkersSilent, ts.Duplicates, ts.Lost
 	res.Burstiness, res.BurstPeak, res.BurstProfile = ts.Burstiness, ts.BurstPeak, ts.Profile
 	res.TargetAccepted, res.TargetAcceptErrors = ts.Counters.Accepted, ts.Counters.AcceptErrs
-	if *oneAddr != "" || dl != nil {
+	if *oneAddr != "" || floor != nil {
 		res.LatenessP50Ms, res.LatenessP99Ms, res.LatenessP999Ms, res.LatenessMaxMs = 0, 0, 0, 0
 		res.Burstiness, res.BurstPeak = 0, 0
 		res.SkippedRuns, res.SilentWorkers, res.ExtraRuns, res.LostSamples = 0, 0, 0, 0
@@ -360,9 +360,9 @@ func runMain(args []string) error {
 	}
 
 	// Drain: RemovePod of every pod until nothing is left.
-	if dl != nil {
+	if floor != nil {
 		t := time.Now()
-		dl.stopAndWait()
+		floor.stopAndWait()
 		res.DrainSeconds = time.Since(t).Seconds()
 	} else {
 		t := time.Now()
@@ -411,64 +411,4 @@ func failuresNow(im impl, sc *scenario, healthy func(int) bool) []int64 {
 	f, u, _ := failureCounts(mfs, healthy)
 	hf, _, _ := failureCounts(mfs, func(i int) bool { return !healthy(i) })
 	return []int64{f, u, hf}
-}
-
-// dialLoop is the baseline of the TCP saturation target: conc goroutines
-// dialing and closing the same targets in a loop, with the same socket
-// options as probed's dialer (1 s timeout, SO_LINGER {on, 0}).
-type dialLoop struct {
-	sc       *scenario
-	conc     int
-	stop     atomic.Bool
-	wg       sync.WaitGroup
-	next     atomic.Uint64
-	ok, fail atomic.Int64
-}
-
-func (d *dialLoop) start() {
-	n := uint64(len(d.sc.pods) * 2)
-	addrs := make([]string, n)
-	for w := range addrs {
-		ip := targets.Addr(w / 2)
-		if d.sc.oneAddr != "" {
-			ip = d.sc.oneAddr
-		}
-		port := d.sc.rport
-		if w%2 == 1 {
-			port = d.sc.lport
-		}
-		addrs[w] = net.JoinHostPort(ip, strconv.Itoa(port))
-	}
-	for i := 0; i < d.conc; i++ {
-		d.wg.Add(1)
-		go func() {
-			defer d.wg.Done()
-			dialer := &net.Dialer{Timeout: time.Second, Control: lingerZero}
-			for !d.stop.Load() {
-				conn, err := dialer.Dial("tcp", addrs[d.next.Add(1)%n])
-				if err != nil {
-					d.fail.Add(1)
-					continue
-				}
-				_ = conn.Close()
-				d.ok.Add(1)
-			}
-		}()
-	}
-}
-
-func (d *dialLoop) stopAndWait() {
-	d.stop.Store(true)
-	d.wg.Wait()
-}
-
-func lingerZero(_, _ string, c syscall.RawConn) error {
-	var serr error
-	err := c.Control(func(fd uintptr) {
-		serr = syscall.SetsockoptLinger(int(fd), syscall.SOL_SOCKET, syscall.SO_LINGER, &syscall.Linger{Onoff: 1, Linger: 0})
-	})
-	if err != nil {
-		return err
-	}
-	return serr
 }

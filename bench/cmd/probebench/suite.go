@@ -95,13 +95,19 @@ func suites(name string) ([]spec, error) {
 	case "density":
 		// Issue 13's targets: 2k–100k instant probes/s side by side, 1M
 		// probes at period 10 s (100k/s, probed alone), TCP saturation
-		// against the bare dial loop. About 12 minutes.
+		// against the bare dial loop, HTTP saturation against the bare GET
+		// loop. About 13 minutes.
 		for _, pods := range []int{1000, 5000, 10000, 20000, 50000} {
 			both(func(impl string) spec { return instant(impl, pods, "-window", "20s") })
 		}
 		out = append(out, instant("probed", 500000, "-period", "10", "-warmup", "15s", "-window", "30s", "-drain-wait", "120s"))
 		out = append(out, spec{"-impl", "probed", "-mode", modeTCP, "-pods", "25000", "-label", "saturation", "-window", "20s"})
 		out = append(out, spec{"-impl", "dialloop", "-mode", modeTCP, "-pods", "25000", "-label", "saturation", "-concurrency", fmt.Sprint(runtime.DefaultPoolSize), "-warmup", "3s", "-window", "20s"})
+		// HTTP saturation: the same 50k probes/s asked of real HTTP
+		// probes, against a bare GET loop (floor.go) at the same
+		// concurrency and against the same targets.
+		out = append(out, spec{"-impl", "probed", "-mode", modeHTTP, "-pods", "25000", "-label", "saturation", "-window", "20s"})
+		out = append(out, spec{"-impl", implGetLoop, "-mode", modeHTTP, "-pods", "25000", "-label", "saturation", "-concurrency", fmt.Sprint(runtime.DefaultPoolSize), "-warmup", "3s", "-window", "20s"})
 	default:
 		return nil, fmt.Errorf("unknown suite %q (quick, full, density, %s)", name, subsecSuite)
 	}
