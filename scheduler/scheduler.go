@@ -59,14 +59,16 @@ type Options[T any] struct {
 	// Clock drives the wheel and measures lag; nil means the real clock.
 	Clock clock.WithTicker
 	// Tick is the wheel's resolution; default 10 ms. Entries fire within one
-	// tick of their due time when the feeders keep up.
+	// tick of their due time when the feeders keep up. The wheel wakes only
+	// for ticks whose slot holds an entry, not on every tick.
 	Tick time.Duration
 	// Slots is the number of wheel slots per shard, rounded up to a power of
 	// two; default 32768 (327.68 s at 10 ms). Periods beyond Slots×Tick work
 	// but cost an extra look per revolution.
 	Slots int
 	// Shards splits entries (by their key) over independent wheels, each with
-	// its own lock, ticker and feeders. Default: GOMAXPROCS.
+	// its own lock and feeders (one goroutine advances them all). Default:
+	// GOMAXPROCS.
 	Shards int
 	// Lanes is the number of ready queues per shard (e.g. network and exec
 	// probes), each with its own feeder so slow work in one lane never holds
@@ -97,8 +99,10 @@ type Stats struct {
 	Dispatched uint64 // runs handed to Dispatch
 	Skipped    uint64 // due slots dropped because the previous run was still queued or running
 	Triggered  uint64 // manual triggers accepted
-	// Advanced is the start of the last tick the wheel processed (zero
-	// before the first): a wheel that stalls falls behind the clock.
+	// Advanced is the start of the last tick the wheel processed, or that
+	// it has nothing due in while it sleeps (the scheduler's start until
+	// then): a wheel that stalls, or oversleeps a due entry, falls behind
+	// the clock.
 	Advanced time.Time
 }
 
@@ -127,9 +131,10 @@ type Scheduler[T any] struct {
 	once   sync.Once
 }
 
-// New starts a Scheduler: one ticker goroutine, and Lanes feeder goroutines
-// per shard, all stopped by Close. The tickers exist when New returns, so a
-// fake clock may be stepped right away.
+// New starts a Scheduler: one wheel goroutine, and Lanes feeder goroutines
+// per shard, all stopped by Close. The wheel goroutine reads the clock each
+// time it wakes and an entry armed for an earlier tick than it sleeps until
+// wakes it, so a fake clock may be stepped right away.
 func New[T any](opts Options[T]) (*Scheduler[T], error) {
 	if opts.Dispatch == nil {
 		return nil, errors.New("scheduler: Options.Dispatch is required")
