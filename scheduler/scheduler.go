@@ -462,7 +462,8 @@ func (s *Scheduler[T]) Stats() Stats {
 }
 
 // Idle reports whether every shard has processed the clock's current tick
-// and no entry is ready or running. Tests use it to wait for the effects of a
+// (or the wheel sleeps until a later tick, nothing being due up to it) and
+// no entry is ready or running. Tests use it to wait for the effects of a
 // fake-clock step; it is also a cheap "nothing in flight" check.
 func (s *Scheduler[T]) Idle() bool {
 	target := s.tickAt(s.clock.Now())
