@@ -237,16 +237,13 @@ func (s *Scheduler[T]) runWheel() {
 		}
 		next = s.publishWake(next)
 		var fired <-chan time.Time
-		if timer != nil {
-			timer.Stop()
-			timer = nil
-		}
 		if next != asleep {
-			timer = s.armTimer(next)
-			if timer == nil {
+			if !s.armTimer(&timer, next) {
 				continue // next is due already
 			}
 			fired = timer.C()
+		} else if timer != nil {
+			timer.Stop()
 		}
 		select {
 		case <-s.stop:
@@ -257,24 +254,31 @@ func (s *Scheduler[T]) runWheel() {
 	}
 }
 
-// armTimer returns a timer of the clock that fires at the start of tick n,
-// or nil when that time has come. The timer's duration is read from the
-// clock just before it is made; if the clock moved meanwhile by more than
-// Tick/64 (a fake clock stepped by another goroutine), it is made again,
-// so a timer never fires later than Tick/64 after its tick.
-func (s *Scheduler[T]) armTimer(n int64) clock.Timer {
+// armTimer sets *t (made on first use, then reset: no allocation per
+// wake-up) to fire at the start of tick n, and reports false, with the timer
+// stopped, when that time has come. The timer's duration is read from the
+// clock just before it is set; if the clock moved meanwhile by more than
+// Tick/64 (a fake clock stepped by another goroutine), it is set again, so
+// the timer never fires later than Tick/64 after the tick starts.
+func (s *Scheduler[T]) armTimer(t *clock.Timer, n int64) bool {
 	at := s.timeOf(n)
 	for {
+		if *t != nil {
+			(*t).Stop()
+		}
 		now := s.clock.Now()
 		d := at.Sub(now)
 		if d <= 0 {
-			return nil
+			return false
 		}
-		t := s.clock.NewTimer(d)
+		if *t == nil {
+			*t = s.clock.NewTimer(d)
+		} else {
+			(*t).Reset(d)
+		}
 		if s.clock.Since(now) <= s.tick/64 {
-			return t
+			return true
 		}
-		t.Stop()
 	}
 }
 
