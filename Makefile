@@ -63,10 +63,12 @@ generate:
 # burst run); `bench-full` runs every scenario (about 30 minutes). Both
 # rewrite their section of docs/benchmarks.md and its plot; raw JSON lines
 # go to bench/out/.
-# `bench-density` runs issue 13's targets (2k–100k instant probes/s, both
-# implementations; 1M probes at period 10 s; TCP saturation against the
-# bare dial loop, HTTP saturation against the bare GET loop; about 13
-# minutes). `bench-profile` takes CPU profiles of
+# `bench-density` runs issue 13's targets (each implementation at rest
+# with no pod, the baseline of the flat-cost line; 2k–100k instant
+# probes/s, both implementations; 1M probes at period 10 s; TCP saturation
+# against the bare dial loop, HTTP saturation against the bare GET loop;
+# about 14 minutes). Every suite starts with the two baseline runs.
+# `bench-profile` takes CPU profiles of
 # the 40k and 100k probes/s instant runs of both implementations and
 # prints their breakdown by cost centre (about 4 minutes; profiles and
 # JSON lines in bench/out/profile/).

@@ -1,7 +1,8 @@
 package manager
 
 // Idle reports whether a Manager built by New has caught up with its clock —
-// every scheduler shard has processed the clock's current tick — and has no
+// every scheduler shard has processed the clock's current tick, or its
+// wheel sleeps until a later tick with nothing due before it — and has no
 // probe run queued or in flight. It is false for any other implementation.
 //
 // Code that drives a manager with a fake clock (k8s.io/utils/clock/testing)

@@ -191,7 +191,9 @@ type Stats struct {
 	Pools      map[string]runtime.PoolStats `json:"pools"`
 	Started    time.Time                    `json:"started"`
 	// WheelAdvanced is the start of the last tick the scheduler's wheel
-	// processed; Now the manager clock's time when the figures were read.
+	// processed, or has nothing due in while it sleeps
+	// (scheduler.Stats.Advanced); Now the manager clock's time when the
+	// figures were read.
 	WheelAdvanced time.Time `json:"wheelAdvanced"`
 	Now           time.Time `json:"now"`
 }

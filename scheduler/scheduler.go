@@ -23,6 +23,7 @@ package scheduler
 
 import (
 	"errors"
+	"math"
 	"math/bits"
 	"runtime"
 	"sync"
@@ -58,14 +59,16 @@ type Options[T any] struct {
 	// Clock drives the wheel and measures lag; nil means the real clock.
 	Clock clock.WithTicker
 	// Tick is the wheel's resolution; default 10 ms. Entries fire within one
-	// tick of their due time when the feeders keep up.
+	// tick of their due time when the feeders keep up. The wheel wakes only
+	// for ticks whose slot holds an entry, not on every tick.
 	Tick time.Duration
 	// Slots is the number of wheel slots per shard, rounded up to a power of
 	// two; default 32768 (327.68 s at 10 ms). Periods beyond Slots×Tick work
 	// but cost an extra look per revolution.
 	Slots int
 	// Shards splits entries (by their key) over independent wheels, each with
-	// its own lock, ticker and feeders. Default: GOMAXPROCS.
+	// its own lock and feeders (one goroutine advances them all). Default:
+	// GOMAXPROCS.
 	Shards int
 	// Lanes is the number of ready queues per shard (e.g. network and exec
 	// probes), each with its own feeder so slow work in one lane never holds
@@ -96,8 +99,10 @@ type Stats struct {
 	Dispatched uint64 // runs handed to Dispatch
 	Skipped    uint64 // due slots dropped because the previous run was still queued or running
 	Triggered  uint64 // manual triggers accepted
-	// Advanced is the start of the last tick the wheel processed (zero
-	// before the first): a wheel that stalls falls behind the clock.
+	// Advanced is the start of the last tick the wheel processed, or that
+	// it has nothing due in while it sleeps (the scheduler's start until
+	// then): a wheel that stalls, or oversleeps a due entry, falls behind
+	// the clock.
 	Advanced time.Time
 }
 
@@ -110,6 +115,15 @@ type Scheduler[T any] struct {
 	shards []*shard[T]
 
 	advanced atomic.Int64 // last tick processed, +1 (0: none yet)
+	// wakeAt is the wheel goroutine's state: awake (0) while it advances;
+	// while it searches the shards for the next due slot, −m, where m is
+	// the earliest tick an entry was armed for meanwhile (asleep if none);
+	// then the tick it sleeps until (no slot of any shard holds an entry
+	// before it; asleep when nothing is armed). An entry armed before the
+	// tick it sleeps until, or during the search, lowers it and kicks.
+	wakeAt  atomic.Int64
+	kick    chan struct{}
+	wakeups atomic.Uint64 // times the wheel goroutine woke (tests)
 
 	stop   chan struct{}
 	wg     sync.WaitGroup
@@ -117,9 +131,10 @@ type Scheduler[T any] struct {
 	once   sync.Once
 }
 
-// New starts a Scheduler: one ticker goroutine, and Lanes feeder goroutines
-// per shard, all stopped by Close. The tickers exist when New returns, so a
-// fake clock may be stepped right away.
+// New starts a Scheduler: one wheel goroutine, and Lanes feeder goroutines
+// per shard, all stopped by Close. The wheel goroutine reads the clock each
+// time it wakes and an entry armed for an earlier tick than it sleeps until
+// wakes it, so a fake clock may be stepped right away.
 func New[T any](opts Options[T]) (*Scheduler[T], error) {
 	if opts.Dispatch == nil {
 		return nil, errors.New("scheduler: Options.Dispatch is required")
@@ -158,15 +173,19 @@ func New[T any](opts Options[T]) (*Scheduler[T], error) {
 		tick:  opts.Tick,
 		start: opts.Clock.Now(),
 		stop:  make(chan struct{}),
+		kick:  make(chan struct{}, 1),
 	}
+	// Tick 0 is processed: every shard's cursor starts there, and nothing
+	// is armed yet.
+	s.advanced.Store(1)
+	s.wakeAt.Store(asleep)
 	for i := 0; i < opts.Shards; i++ {
 		s.shards = append(s.shards, newShard(s, i, slots))
 	}
-	// One ticker drives every shard: the wheel's idle cost is one wakeup
-	// per tick, whatever the number of shards.
-	ticker := s.clock.NewTicker(s.tick)
+	// One goroutine drives every shard's wheel, and it wakes only for a
+	// slot that holds an entry: the idle wheel costs nothing.
 	s.wg.Add(1)
-	go s.runTicker(ticker)
+	go s.runWheel()
 	for _, sh := range s.shards {
 		s.wg.Add(opts.Lanes)
 		for lane := 0; lane < opts.Lanes; lane++ {
@@ -176,24 +195,153 @@ func New[T any](opts Options[T]) (*Scheduler[T], error) {
 	return s, nil
 }
 
-// runTicker advances every shard's wheel on every tick until Close.
-func (s *Scheduler[T]) runTicker(t clock.Ticker) {
+const (
+	awake  int64 = 0             // wakeAt while the wheel goroutine advances
+	asleep int64 = math.MaxInt64 // wakeAt while nothing is armed
+)
+
+// runWheel advances every shard's wheel to the clock's current tick, then
+// sleeps until the first later tick whose slot holds an entry (or until an
+// entry is armed before it, or Close), like a ticker of period Tick that
+// skips the ticks with nothing due: an entry still fires in the first
+// wake-up at or after the start of its tick, so the firing times are the
+// same as with a wake-up on every tick, and a wheel with nothing due in the
+// next slots costs no wake-up (at rest: none at all).
+func (s *Scheduler[T]) runWheel() {
 	defer s.wg.Done()
-	defer t.Stop()
+	var timer clock.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
+		s.wakeups.Add(1)
+		s.wakeAt.Store(awake)
+		target := s.tickAt(s.clock.Now())
+		for _, sh := range s.shards {
+			sh.mu.Lock()
+			sh.advance(target)
+			sh.mu.Unlock()
+		}
+		s.advanced.Store(target + 1)
+
+		// From here an entry armed anywhere kicks and is remembered: none
+		// armed while the shards are searched is missed.
+		s.wakeAt.Store(-asleep)
+		next := asleep
+		for _, sh := range s.shards {
+			sh.mu.Lock()
+			next = min(next, sh.nextDue())
+			sh.mu.Unlock()
+		}
+		next = s.publishWake(next)
+		var fired <-chan time.Time
+		if next != asleep {
+			if !s.armTimer(&timer, next) {
+				continue // next is due already
+			}
+			fired = timer.C()
+		} else if timer != nil {
+			timer.Stop()
+		}
 		select {
 		case <-s.stop:
 			return
-		case <-t.C():
-			target := s.tickAt(s.clock.Now())
-			for _, sh := range s.shards {
-				sh.mu.Lock()
-				sh.advance(target)
-				sh.mu.Unlock()
-			}
-			s.advanced.Store(target + 1)
+		case <-s.kick:
+		case <-fired:
 		}
 	}
+}
+
+// armTimer sets *t (made on first use, then reset: no allocation per
+// wake-up) to fire at the start of tick n, and reports false, with the timer
+// stopped, when that time has come. The timer's duration is read from the
+// clock just before it is set; if the clock moved meanwhile by more than
+// Tick/64 (a fake clock stepped by another goroutine), it is set again, so
+// the timer never fires later than Tick/64 after the tick starts.
+func (s *Scheduler[T]) armTimer(t *clock.Timer, n int64) bool {
+	at := s.timeOf(n)
+	for {
+		if *t != nil {
+			(*t).Stop()
+		}
+		now := s.clock.Now()
+		d := at.Sub(now)
+		if d <= 0 {
+			return false
+		}
+		if *t == nil {
+			*t = s.clock.NewTimer(d)
+		} else {
+			(*t).Reset(d)
+		}
+		if s.clock.Since(now) <= s.tick/64 {
+			return true
+		}
+	}
+}
+
+// kickIfBefore wakes the wheel goroutine when tick n comes before the one
+// it sleeps until, and lowers wakeAt to n at once so that Idle and Stats
+// never take a due entry for a sleeping wheel. Callers have just armed an
+// entry due at n.
+func (s *Scheduler[T]) kickIfBefore(n int64) {
+	if s.lowerWakeAt(n) {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// lowerWakeAt records that an entry was armed for tick n: while the wheel
+// goroutine sleeps until a later tick, or searches, it lowers wakeAt to n
+// (−n while searching) and reports true (the goroutine is to be kicked).
+func (s *Scheduler[T]) lowerWakeAt(n int64) bool {
+	for {
+		w := s.wakeAt.Load()
+		lowered := n
+		switch {
+		case w == awake:
+			return false
+		case w < 0: // searching; −w is the earliest entry armed meanwhile
+			if n >= -w {
+				return false
+			}
+			lowered = -n
+		case n >= w:
+			return false
+		}
+		if s.wakeAt.CompareAndSwap(w, lowered) {
+			return true
+		}
+	}
+}
+
+// publishWake ends the search: the wheel sleeps until the earlier of next
+// (found in the shards) and any tick an entry was armed for meanwhile,
+// which it returns.
+func (s *Scheduler[T]) publishWake(next int64) int64 {
+	for {
+		w := s.wakeAt.Load() // −m
+		at := min(next, -w)
+		if s.wakeAt.CompareAndSwap(w, at) {
+			return at
+		}
+	}
+}
+
+// caughtUp reports whether the wheel has nothing left to do up to tick
+// target: it processed it, or it sleeps until a later tick (no entry is
+// due up to target). While the goroutine advances or searches, only the
+// processed tick counts. Caller holds sh.mu.
+func (s *Scheduler[T]) caughtUp(sh *shard[T], target int64) bool {
+	if sh.cur >= target {
+		return true
+	}
+	w := s.wakeAt.Load()
+	return w > 0 && target < w
 }
 
 // Add registers task in lane (0 ≤ lane < Lanes) with the given period
@@ -294,7 +442,13 @@ func phaseIn(key uint64, window time.Duration) time.Duration {
 func (s *Scheduler[T]) Stats() Stats {
 	st := Stats{Ready: make([]int, s.opts.Lanes)}
 	if n := s.advanced.Load(); n > 0 {
-		st.Advanced = s.timeOf(n - 1)
+		last := n - 1
+		// Asleep with nothing due: the wheel is current up to the tick
+		// before its wake-up (a wheel that overslept still falls behind).
+		if w := s.wakeAt.Load(); w > 0 {
+			last = max(last, min(s.tickAt(s.clock.Now()), w-1))
+		}
+		st.Advanced = s.timeOf(last)
 	}
 	for _, sh := range s.shards {
 		sh.mu.Lock()
@@ -312,13 +466,14 @@ func (s *Scheduler[T]) Stats() Stats {
 }
 
 // Idle reports whether every shard has processed the clock's current tick
-// and no entry is ready or running. Tests use it to wait for the effects of a
+// (or the wheel sleeps until a later tick, nothing being due up to it) and
+// no entry is ready or running. Tests use it to wait for the effects of a
 // fake-clock step; it is also a cheap "nothing in flight" check.
 func (s *Scheduler[T]) Idle() bool {
 	target := s.tickAt(s.clock.Now())
 	for _, sh := range s.shards {
 		sh.mu.Lock()
-		ok := sh.cur >= target && sh.running == 0
+		ok := s.caughtUp(sh, target) && sh.running == 0
 		for _, l := range sh.ready {
 			ok = ok && l.n == 0
 		}

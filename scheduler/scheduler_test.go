@@ -118,7 +118,7 @@ func caughtUp[T any](t *testing.T, s *Scheduler[T]) {
 		ok := true
 		for _, sh := range s.shards {
 			sh.mu.Lock()
-			ok = ok && sh.cur == target
+			ok = ok && s.caughtUp(sh, target)
 			sh.mu.Unlock()
 		}
 		if ok {
@@ -136,7 +136,7 @@ func quiet[T any](s *Scheduler[T], held int) bool {
 	running := 0
 	for _, sh := range s.shards {
 		sh.mu.Lock()
-		ok := sh.cur == target
+		ok := s.caughtUp(sh, target)
 		for _, l := range sh.ready {
 			ok = ok && l.n == 0
 		}
@@ -603,4 +603,78 @@ func TestBR11_PromptSpreadWhileYoung(t *testing.T) {
 	if p := r.s.PromptSpread(7, 100*time.Millisecond); p >= 100*time.Millisecond {
 		t.Fatalf("prompt phase %v beyond a 100ms period", p)
 	}
+}
+
+// The wheel wakes only for a slot that holds an entry: at rest it holds no
+// timer on the clock and does not wake, however long the clock runs
+// (issue 13: the idle scheduler's fixed cost).
+func TestIdleWheelHoldsNoTimer(t *testing.T) {
+	r, clk := newRecorder(t, Options[int]{})
+	r.stepTicks(t, 3*time.Second)
+	if n := clk.Waiters(); n != 0 {
+		t.Fatalf("%d waiters on the clock with nothing registered, want 0", n)
+	}
+	if w := r.s.wakeups.Load(); w > 2 {
+		t.Fatalf("the wheel woke %d times in 300 ticks with nothing registered, want at most 2", w)
+	}
+	// Stats stay current while it sleeps: the agent's stall check
+	// (agent/health) must not take a sleeping wheel for a stalled one.
+	clk.Step(10 * time.Minute)
+	if got, want := r.s.Stats().Advanced, r.s.timeOf(r.s.tickAt(clk.Now())); !got.Equal(want) {
+		t.Fatalf("Stats.Advanced = %v asleep, want the current tick %v", got, want)
+	}
+}
+
+// A sparse wheel wakes once per due slot, and each run still starts in the
+// tick it is due, on the fixed-rate grid (W3), as with a wake-up per tick.
+func TestSparseWheelWakesOnlyForDueSlots(t *testing.T) {
+	r, clk := newRecorder(t, Options[int]{})
+	t0 := clk.Now()
+	id := r.add(t, 7, time.Second, 1)
+	r.s.Schedule(id, 250*time.Millisecond)
+	w0 := r.s.wakeups.Load()
+	r.stepTicks(t, 3*time.Second)
+	r.mu.Lock()
+	times := append([]time.Time(nil), r.times[1]...)
+	r.mu.Unlock()
+	if len(times) != 3 {
+		t.Fatalf("%d runs in 3 s at period 1 s, want 3: %v", len(times), times)
+	}
+	for i, at := range times {
+		if want := t0.Add(250*time.Millisecond + time.Duration(i)*time.Second); !at.Equal(want) {
+			t.Errorf("run %d at %v, want %v (its tick)", i, at.Sub(t0), want.Sub(t0))
+		}
+	}
+	// One wake-up per run, and perhaps one for the Schedule's kick: not 300.
+	if w := r.s.wakeups.Load() - w0; w > 5 {
+		t.Fatalf("the wheel woke %d times for 3 runs in 300 ticks, want at most 5", w)
+	}
+	if n := clk.Waiters(); n != 1 {
+		t.Fatalf("%d waiters on the clock, want 1 (the wheel's timer for the next run)", n)
+	}
+}
+
+// An entry armed before the tick the wheel sleeps until wakes it: a
+// sleeping wheel never delays an earlier entry.
+func TestEarlierEntryWakesSleepingWheel(t *testing.T) {
+	r, clk := newRecorder(t, Options[int]{})
+	far := r.add(t, 1, 100*time.Second, 1)
+	r.s.Schedule(far, 50*time.Second)
+	r.stepTicks(t, 2*tick) // the wheel now sleeps until 50 s
+	near := r.add(t, 2, 100*time.Second, 2)
+	r.s.Schedule(near, time.Second)
+	// Not caught up yet: an entry is due before the wheel's wake-up.
+	clk.Step(time.Second)
+	r.settle(t)
+	if r.count(2) != 1 || r.count(1) != 0 {
+		t.Fatalf("after 1 s: near ran %d, far ran %d; want 1 and 0", r.count(2), r.count(1))
+	}
+	clk.Step(49 * time.Second)
+	r.settle(t)
+	if r.count(1) != 1 {
+		t.Fatalf("far ran %d times at 50 s, want 1", r.count(1))
+	}
+	// A manual trigger of a sleeping wheel's entry runs at once.
+	r.s.Trigger(far)
+	r.waitTotal(t, 3)
 }

@@ -51,6 +51,7 @@ type shard[T any] struct {
 	ready    []list
 	signal   []chan struct{}
 	live     int
+	armed    int // entries linked into the wheel
 	running  int
 	// Counters of Stats, per shard under mu (the lock every run takes
 	// anyway) instead of atomics every shard's runs would share.
@@ -293,6 +294,7 @@ func (sh *shard[T]) rearm(i int32, now time.Time, delay time.Duration) {
 	}
 	e.deadline = n
 	sh.linkWheel(i)
+	sh.s.kickIfBefore(n)
 }
 
 func (sh *shard[T]) trigger(id ID) {
@@ -376,6 +378,7 @@ func (sh *shard[T]) linkWheel(i int32) {
 	}
 	sh.slots[slot] = i
 	e.flags |= fArmed
+	sh.armed++
 }
 
 func (sh *shard[T]) unlinkWheel(i int32) {
@@ -390,6 +393,23 @@ func (sh *shard[T]) unlinkWheel(i int32) {
 	}
 	e.wprev, e.wnext = nilIdx, nilIdx
 	e.flags &^= fArmed
+	sh.armed--
+}
+
+// nextDue returns the first tick after cur whose slot holds an entry, or
+// asleep when none is armed. The slot may hold only entries of a later
+// revolution: then the wheel wakes early, finds nothing due and looks
+// again. Caller holds mu.
+func (sh *shard[T]) nextDue() int64 {
+	if sh.armed == 0 {
+		return asleep
+	}
+	for n := sh.cur + 1; n <= sh.cur+int64(len(sh.slots)); n++ {
+		if sh.slots[n&sh.mask] != nilIdx {
+			return n
+		}
+	}
+	return sh.cur + int64(len(sh.slots)) // not reached: armed > 0
 }
 
 func (sh *shard[T]) pushReady(i int32) {

@@ -32,7 +32,8 @@ import (
 // ReaddInterval is how often AddPod is repeated for a pod whose UID still
 // has workers stopping: workers exit asynchronously (M6) and AddPod skips a
 // key whose worker still exists (M2), so the replacement workers are created
-// as soon as the old ones are gone.
+// as soon as the old ones are gone. Its timer runs only while some UID has
+// workers stopping: an agent whose pods do not change does not wake for it.
 const ReaddInterval = 100 * time.Millisecond
 
 // Options configure a Reconciler.
@@ -70,6 +71,11 @@ type Reconciler struct {
 	// stopping holds the UIDs whose workers were stopped and may still
 	// exist, until when (see ReaddInterval).
 	stopping map[types.UID]time.Time
+	// readd fires every ReaddInterval while stopping is not empty (nil
+	// otherwise): made in stopLocked, so it exists before the clock can
+	// move on (Run is woken to wait on it), and reset by readdPending.
+	readd     clock.Timer
+	readdMade chan struct{}
 }
 
 // New returns a Reconciler with no pods.
@@ -84,7 +90,7 @@ func New(opts Options) *Reconciler {
 		opts.Logger = slog.Default()
 	}
 	return &Reconciler{opts: opts, clock: opts.Clock, log: opts.Logger,
-		current: map[types.UID]*pods.Pod{}, stopping: map[types.UID]time.Time{}}
+		current: map[types.UID]*pods.Pod{}, stopping: map[types.UID]time.Time{}, readdMade: make(chan struct{}, 1)}
 }
 
 // Apply applies one update from a source.
@@ -171,6 +177,13 @@ func (r *Reconciler) stopLocked(pod *v1.Pod) {
 	r.opts.Manager.StopLivenessAndStartup(pod)
 	r.opts.Manager.RemovePod(pod)
 	r.stopping[pod.UID] = r.clock.Now().Add(2*time.Second + 3*LongestTimeout(pod))
+	if r.readd == nil {
+		r.readd = r.clock.NewTimer(ReaddInterval)
+		select {
+		case r.readdMade <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Run repeats AddPod every ReaddInterval for pods whose workers are
@@ -179,9 +192,14 @@ func (r *Reconciler) stopLocked(pod *v1.Pod) {
 func (r *Reconciler) Run(ctx context.Context) {
 	sync := r.clock.NewTicker(r.opts.SyncFrequency)
 	defer sync.Stop()
-	readd := r.clock.NewTicker(ReaddInterval)
-	defer readd.Stop()
+	defer r.stopReadd()
 	for {
+		r.mu.Lock()
+		var readd <-chan time.Time
+		if r.readd != nil {
+			readd = r.readd.C()
+		}
+		r.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return
@@ -190,9 +208,19 @@ func (r *Reconciler) Run(ctx context.Context) {
 			if r.opts.OnSync != nil {
 				r.opts.OnSync()
 			}
-		case <-readd.C():
+		case <-r.readdMade:
+		case <-readd:
 			r.readdPending()
 		}
+	}
+}
+
+func (r *Reconciler) stopReadd() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.readd != nil {
+		r.readd.Stop()
+		r.readd = nil
 	}
 }
 
@@ -211,6 +239,14 @@ func (r *Reconciler) readdPending() {
 			if _, ok := r.current[uid]; !ok && r.opts.OnWorkersGone != nil {
 				r.opts.OnWorkersGone(uid)
 			}
+		}
+	}
+	if r.readd != nil {
+		if len(r.stopping) == 0 {
+			r.readd.Stop()
+			r.readd = nil
+		} else {
+			r.readd.Reset(ReaddInterval)
 		}
 	}
 }

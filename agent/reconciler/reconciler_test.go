@@ -181,3 +181,51 @@ func TestReconcilerTicksOnTheFakeClock(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// The ReaddInterval ticker exists only while some pod's workers are
+// stopping: an agent whose pods do not change holds one timer on its clock
+// (the periodic sync), not a ticker that wakes it ten times a second
+// (issue 13: the agent's fixed cost at rest).
+func TestReaddTickerOnlyWhileWorkersStop(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Unix(0, 0))
+	rec := &recorder{}
+	gone := make(chan types.UID, 10)
+	r := reconciler.New(reconciler.Options{Manager: rec, Listener: rec, Clock: clk, SyncFrequency: time.Hour,
+		OnWorkersGone: func(uid types.UID) { gone <- uid },
+		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitWaiters := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for clk.Waiters() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d waiters on the clock, want %d", clk.Waiters(), want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitWaiters(1) // the sync ticker
+	r.Apply(pods.Update{Op: pods.Set, Pods: []*pods.Pod{pod("a", "s1", "t1"), pod("b", "s1", "t1")}})
+	if n := clk.Waiters(); n != 1 {
+		t.Fatalf("%d waiters with pods that do not change, want 1 (no re-add ticker)", n)
+	}
+	// Removing b: its workers may still exist, so the re-add ticker runs
+	// until its stop window (2 s + 3 × 1 s) has passed, then stops.
+	r.Apply(pods.Update{Op: pods.Remove, Pods: []*pods.Pod{pod("b", "", "")}})
+	if n := clk.Waiters(); n != 2 {
+		t.Fatalf("%d waiters while b's workers stop, want 2 (sync and re-add)", n)
+	}
+	clk.Step(6 * time.Second)
+	select {
+	case uid := <-gone:
+		if uid != "b" {
+			t.Fatalf("OnWorkersGone(%s), want b", uid)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("OnWorkersGone was not called once the stop window had passed")
+	}
+	waitWaiters(1)
+}

@@ -143,6 +143,47 @@ func benchFire(b *testing.B, n int) {
 	b.ReportMetric(float64(processCPU()-cpu0)/float64(runs.Load()), "cpu-ns/run")
 }
 
+// BenchmarkSchedulerRealClock: the scheduler's own fixed cost on the real
+// clock — its wheel tick and feeders' wake-ups — with 0, 20 and 2,000
+// entries at period 1 s (0, 20 and 2,000 runs/s; Dispatch calls Done at
+// once, so no pool and no probe). One op is one second of wall time;
+// cpu-ms/s is the process's getrusage CPU per second (the Go runtime's idle
+// cost included), cpu-ns/run the same over the runs. It runs on the real
+// clock on purpose (a fake clock has no wake-ups to cost); use -benchtime
+// 3x or more.
+func BenchmarkSchedulerRealClock(b *testing.B) {
+	for _, n := range []int{0, 20, 2000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			var s *scheduler.Scheduler[int]
+			var runs atomic.Int64
+			s, err := scheduler.New(scheduler.Options[int]{Dispatch: func(id scheduler.ID, _ int) error {
+				runs.Add(1)
+				s.Done(id)
+				return nil
+			}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			for i := 0; i < n; i++ {
+				key := uint64(i) * 0x9e3779b97f4a7c15
+				id, _ := s.Add(key, 0, time.Second, i)
+				s.Schedule(id, s.Spread(key, time.Second))
+			}
+			time.Sleep(1100 * time.Millisecond) // every entry has run once
+			b.ResetTimer()
+			runs0, cpu0 := runs.Load(), processCPU()
+			time.Sleep(time.Duration(b.N) * time.Second)
+			cpu := processCPU() - cpu0
+			b.StopTimer()
+			b.ReportMetric(float64(cpu)/1e6/float64(b.N), "cpu-ms/s")
+			if r := runs.Load() - runs0; r > 0 {
+				b.ReportMetric(float64(cpu)/float64(r), "cpu-ns/run")
+			}
+		})
+	}
+}
+
 type task struct{ wg *sync.WaitGroup }
 
 func (t task) Run() { t.wg.Done() }

@@ -41,14 +41,16 @@ var centres = []centre{
 	{"worker state machine (doProbe, thresholds)", []string{"probed/manager.(*worker)", "probed/manager.findStatus", "kubelet/prober.(*worker).doProbe", "kubelet/prober.(*prober)", "kubelet/prober.(*manager)"}},
 	{"pool hand-off (dispatch, ants)", []string{"panjf2000/ants", "probed/runtime.(*Runtime).Submit", "probed/runtime.New.func", "probed/manager.(*manager).dispatch"}},
 	{"scheduler: feeders, Done, lane moves", []string{"scheduler.(*shard[", "scheduler.(*Scheduler[go.shape.*uint8]).Done", "scheduler.(*Scheduler[go.shape.*uint8]).SetLane"}},
-	{"scheduler: wheel tick", []string{"scheduler.(*Scheduler[go.shape.*uint8]).runTicker"}},
+	{"scheduler: wheel tick", []string{"scheduler.(*Scheduler[go.shape.*uint8]).runTicker", "scheduler.(*Scheduler[go.shape.*uint8]).runWheel", "scheduler.(*Scheduler[go.shape.*uint8]).armTimer", "scheduler.(*Scheduler[go.shape.*uint8]).publishWake"}},
 	{"kubelet: per-worker goroutine and ticker loop", []string{"kubelet/prober.(*worker).run"}},
 	{"profiler", []string{"runtime/pprof."}},
 }
 
 // wheel-tick functions of the shard: the shard's methods are shared by the
-// feeder and the ticker, so they are told apart by what called them.
-var tickFuncs = []string{").advance", ").sweep", ").fire", ").linkWheel"}
+// feeder and the wheel goroutine, so they are told apart by what called
+// them (runTicker is the wheel goroutine of profiles taken before it slept
+// between due slots).
+var tickFuncs = []string{").advance", ").sweep", ").fire", ").linkWheel", ").nextDue"}
 
 const (
 	centreDeadline  = "attempt deadline (context.WithTimeout per attempt)"

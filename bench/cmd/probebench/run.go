@@ -59,22 +59,26 @@ type Result struct {
 	ProbesPerSecond         float64 `json:"probes_per_second"`
 	ExpectedProbesPerSecond float64 `json:"expected_probes_per_second"`
 	CPUPer1kProbes          float64 `json:"cpu_ms_per_1k_probes"`
-	LatenessP50Ms           float64 `json:"lateness_p50_ms"`
-	LatenessP99Ms           float64 `json:"lateness_p99_ms"`
-	LatenessP999Ms          float64 `json:"lateness_p999_ms"`
-	LatenessMaxMs           float64 `json:"lateness_max_ms"`
-	SkippedRuns             int64   `json:"skipped_runs"`   // grid periods without a run (between a worker's first and last run)
-	SilentWorkers           int     `json:"silent_workers"` // workers without any run in the window
-	ExtraRuns               int64   `json:"extra_runs"`     // more than one run in one period
-	LostSamples             int64   `json:"lost_samples"`   // runs beyond the recorder's room
-	Failures                int64   `json:"failures"`       // prober_probe_total{result=failed} in the window (healthy targets)
-	Unknown                 int64   `json:"unknown"`        // prober_probe_total{result=unknown} in the window
-	HungFailures            int64   `json:"hung_failures,omitempty"`
-	TimeWait                int     `json:"time_wait"`             // TIME-WAIT sockets of the probers' side of connections to this run's targets, at the end of the window
-	TimeWaitTargets         int     `json:"time_wait_targets"`     // TIME-WAIT sockets on the targets' side
-	TimeWaitAll             int     `json:"time_wait_host"`        // every TIME-WAIT socket on the host (other work included)
-	DialOK                  int64   `json:"dial_ok,omitempty"`     // dialloop, getloop: attempts that succeeded in the window
-	DialFailed              int64   `json:"dial_failed,omitempty"` // and those that did not
+	// CPUMsPerSecond is the window's CPU per second of wall time: for a
+	// baseline run (-pods 0: the same process, manager and recorder with no
+	// pod) the fixed cost of the harness and the implementation at rest.
+	CPUMsPerSecond  float64 `json:"cpu_ms_per_second"`
+	LatenessP50Ms   float64 `json:"lateness_p50_ms"`
+	LatenessP99Ms   float64 `json:"lateness_p99_ms"`
+	LatenessP999Ms  float64 `json:"lateness_p999_ms"`
+	LatenessMaxMs   float64 `json:"lateness_max_ms"`
+	SkippedRuns     int64   `json:"skipped_runs"`   // grid periods without a run (between a worker's first and last run)
+	SilentWorkers   int     `json:"silent_workers"` // workers without any run in the window
+	ExtraRuns       int64   `json:"extra_runs"`     // more than one run in one period
+	LostSamples     int64   `json:"lost_samples"`   // runs beyond the recorder's room
+	Failures        int64   `json:"failures"`       // prober_probe_total{result=failed} in the window (healthy targets)
+	Unknown         int64   `json:"unknown"`        // prober_probe_total{result=unknown} in the window
+	HungFailures    int64   `json:"hung_failures,omitempty"`
+	TimeWait        int     `json:"time_wait"`             // TIME-WAIT sockets of the probers' side of connections to this run's targets, at the end of the window
+	TimeWaitTargets int     `json:"time_wait_targets"`     // TIME-WAIT sockets on the targets' side
+	TimeWaitAll     int     `json:"time_wait_host"`        // every TIME-WAIT socket on the host (other work included)
+	DialOK          int64   `json:"dial_ok,omitempty"`     // dialloop, getloop: attempts that succeeded in the window
+	DialFailed      int64   `json:"dial_failed,omitempty"` // and those that did not
 
 	// Burst after adding all pods at once.
 	Burstiness float64 `json:"burstiness"`
@@ -137,7 +141,7 @@ func runMain(args []string) error {
 	implName := fs.String("impl", "probed", "probed, kubelet, dialloop (a bare dial-and-close loop, -mode tcp) or getloop (a bare GET loop, -mode http)")
 	mode := fs.String("mode", modeInstant, "instant, tcp, http or hung")
 	label := fs.String("label", "", "free-form run label")
-	pods := fs.Int("pods", 1000, "pods; each has a readiness and a liveness probe")
+	pods := fs.Int("pods", 1000, "pods; each has a readiness and a liveness probe (0: a baseline run, the same machinery with no probe)")
 	periodS := fs.Int("period", 1, "probe period, seconds")
 	periodMs := fs.Int("period-ms", 0, "probe period in milliseconds (probed only: annotation probes with periodMilliseconds; overrides -period)")
 	warmup := fs.Duration("warmup", 0, "time from the end of AddPod to the memory snapshot and the window (0: period+3s)")
@@ -154,6 +158,9 @@ func runMain(args []string) error {
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the window")
 	memProfile := fs.String("memprofile", "", "write a heap profile after the window")
 	_ = fs.Parse(args)
+	if *pods < 0 {
+		return fmt.Errorf("-pods %d: must be 0 (a baseline run) or more", *pods)
+	}
 
 	period := time.Duration(*periodS) * time.Second
 	if *periodMs > 0 {
@@ -258,15 +265,17 @@ func runMain(args []string) error {
 		}
 	}
 	res.AddPodSeconds = time.Since(t0).Seconds()
-	if reg := sysstat.Snapshot(); im != nil {
+	if reg := sysstat.Snapshot(); im != nil && nWorkers > 0 {
 		res.RegisteredBytesPerProbe = float64(reg.HeapAlloc+reg.StackInuse-base.HeapAlloc-base.StackInuse) / float64(nWorkers)
 	}
 	time.Sleep(*warmup)
 
 	mem := sysstat.Snapshot()
 	res.RSSBytes, res.HeapBytes, res.StackBytes, res.Goroutines = mem.RSS, mem.HeapAlloc, mem.StackInuse, mem.Goroutines
-	res.MemPerProbeBytes = float64(mem.HeapAlloc+mem.StackInuse-base.HeapAlloc-base.StackInuse) / float64(nWorkers)
-	res.RSSPerProbeBytes = float64(mem.RSS-base.RSS) / float64(nWorkers)
+	if nWorkers > 0 {
+		res.MemPerProbeBytes = float64(mem.HeapAlloc+mem.StackInuse-base.HeapAlloc-base.StackInuse) / float64(nWorkers)
+		res.RSSPerProbeBytes = float64(mem.RSS-base.RSS) / float64(nWorkers)
+	}
 
 	// The window.
 	// Counting failures gathers every prober_probe_total series; past
@@ -312,6 +321,7 @@ func runMain(args []string) error {
 	res.TimeWaitAll, res.TimeWait, res.TimeWaitTargets = sysstat.TimeWait(rport, lport)
 	res.CPUUserSeconds, res.CPUSysSeconds = (u1 - u0).Seconds(), (s1 - s0).Seconds()
 	res.CPUSeconds = res.CPUUserSeconds + res.CPUSysSeconds
+	res.CPUMsPerSecond = res.CPUSeconds * 1000 / res.WindowSeconds
 	if countFailures {
 		after := failuresNow(im, sc, healthy)
 		res.Failures, res.Unknown, res.HungFailures = after[0]-before[0], after[1]-before[1], after[2]-before[2]

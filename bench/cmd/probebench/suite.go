@@ -28,6 +28,14 @@ func suites(name string) ([]spec, error) {
 	both := func(f func(impl string) spec) {
 		out = append(out, f("probed"), f("kubelet"))
 	}
+	// baselines: each implementation at rest (-pods 0), so that the
+	// flat-cost line can show the fixed cost of the process beside the raw
+	// CPU per probe.
+	baselines := func(window string) {
+		both(func(impl string) spec {
+			return instant(impl, 0, "-warmup", "2s", "-window", window, "-drain-wait", "2s")
+		})
+	}
 	switch name {
 	case "quick":
 		// 2k, 10k and 40k probes/s, instant handler, both implementations;
@@ -41,7 +49,9 @@ func suites(name string) ([]spec, error) {
 		both(func(impl string) spec {
 			return instant(impl, 10000, "-label", "burst", "-settle", "1500ms", "-warmup", "2s", "-window", "5s", "-drain-wait", "5s")
 		})
+		baselines("10s")
 	case "full":
+		baselines("20s")
 		for _, pods := range []int{1000, 5000, 10000, 20000, 50000} {
 			both(func(impl string) spec { return instant(impl, pods, "-window", "20s") })
 		}
@@ -96,7 +106,9 @@ func suites(name string) ([]spec, error) {
 		// Issue 13's targets: 2k–100k instant probes/s side by side, 1M
 		// probes at period 10 s (100k/s, probed alone), TCP saturation
 		// against the bare dial loop, HTTP saturation against the bare GET
-		// loop. About 13 minutes.
+		// loop; first each implementation at rest (the baseline of the
+		// flat-cost line). About 14 minutes.
+		baselines("20s")
 		for _, pods := range []int{1000, 5000, 10000, 20000, 50000} {
 			both(func(impl string) spec { return instant(impl, pods, "-window", "20s") })
 		}
