@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -341,6 +342,12 @@ func (d *lazyDeadline) Value(key any) any {
 		}
 	}
 	return d.parent.Value(key)
+}
+
+// String names the context as context.WithDeadline's does (for logs and
+// %v), without its internals.
+func (d *lazyDeadline) String() string {
+	return fmt.Sprint(d.parent) + ".WithDeadline(" + d.deadline.String() + ")"
 }
 
 // cancel ends the attempt with context.Canceled (if it has not ended) and

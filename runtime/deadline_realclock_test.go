@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	goruntime "runtime"
 	"sync"
 	"testing"
@@ -66,8 +67,11 @@ func TestP3_RealClockAttemptReportsItsDeadline(t *testing.T) {
 		if ctx.Err() != nil {
 			t.Errorf("clock %s: Err = %v before the deadline", name, ctx.Err())
 		}
+		if s := fmt.Sprint(ctx); s != "context.Background.WithDeadline("+dl.String()+")" {
+			t.Errorf("clock %s: %%v of the attempt is %q", name, s)
+		}
 		if !pending(ctx) {
-			t.Errorf("clock %s: Deadline, Value and Err armed a timer", name)
+			t.Errorf("clock %s: Deadline, Value, Err and String armed a timer", name)
 		}
 		cancel()
 	}
