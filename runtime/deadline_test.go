@@ -3,12 +3,10 @@ package runtime
 import (
 	"context"
 	"errors"
-	"reflect"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
 )
 
@@ -79,26 +77,6 @@ func TestP3_AttemptDeadlineOnFakeClockFollowsParent(t *testing.T) {
 	cancel()
 	if fc.HasWaiters() {
 		t.Fatal("the fake clock still has the attempt's timer")
-	}
-}
-
-// P3 on the real clock: WithTimeout is context.WithTimeout itself (same
-// type, a real deadline, not marked as injected).
-func TestP3_AttemptDeadlineOnRealClockIsContextWithTimeout(t *testing.T) {
-	for _, c := range []clock.Clock{nil, clock.RealClock{}, &clock.RealClock{}} {
-		ctx, cancel := WithTimeout(context.Background(), c, time.Minute)
-		want, cancelWant := context.WithTimeout(context.Background(), time.Minute)
-		if reflect.TypeOf(ctx) != reflect.TypeOf(want) {
-			t.Errorf("clock %T: context %T, want %T", c, ctx, want)
-		}
-		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > time.Minute || time.Until(dl) < 50*time.Second {
-			t.Errorf("clock %T: deadline %v, %v", c, dl, ok)
-		}
-		if OnInjectedClock(ctx) {
-			t.Errorf("clock %T: marked as injected", c)
-		}
-		cancel()
-		cancelWant()
 	}
 }
 

@@ -355,9 +355,9 @@ func (r *Runtime) Run(ctx context.Context, p *Prepared, t Target) Report {
 		timeout := p.Spec.Timeout()
 		for attempt := 1; attempt <= MaxAttempts; attempt++ {
 			t.Attempt = attempt
-			actx, cancel := WithTimeout(ctx, r.clock, timeout)
-			out, err := ClassifyAttempt(p.prober.Probe(actx, t))
-			cancel()
+			deadline := newAttemptDeadline(ctx, r.clock, timeout) // WithTimeout
+			out, err := ClassifyAttempt(p.prober.Probe(deadline.ctx, t))
+			deadline.end()
 			rep = Report{Outcome: out, Err: err, Attempts: attempt}
 			if err == nil || ctx.Err() != nil {
 				break

@@ -31,7 +31,7 @@ var centres = []centre{
 	{"GC (assists, background mark and sweep)", []string{"runtime.gcAssistAlloc", "runtime.gcBgMarkWorker", "runtime.bgsweep", "runtime.bgscavenge", "runtime.gcDrain", "runtime.markroot", "runtime.gcStart", "runtime.gcMarkDone", "runtime.gcMarkTermination"}},
 	{"harness: recording probe starts (both implementations)", []string{"bench/internal/lateness.", "main.instantRunner", "main.probedRunner", "main.kubeletRunner"}},
 	{"harness: pod status lookup (the kubelet status manager both read)", []string{"main.statusAdapter", "kubelet/status.(*manager).GetPodStatus"}},
-	{centreDeadline, []string{"context.WithTimeout", "context.WithDeadline", "context.(*timerCtx)", "context.(*cancelCtx).cancel", "context.removeChild"}},
+	{centreDeadline, []string{"probed/runtime.newAttemptDeadline", "probed/runtime.newLazyDeadline", "probed/runtime.(*lazyDeadline)", "probed/runtime.attemptDeadline.end", "probed/runtime.WithTimeout", "context.WithTimeout", "context.WithDeadline", "context.(*timerCtx)", "context.(*cancelCtx).cancel", "context.removeChild"}},
 	{centreNetwork, []string{"net/http.", "net.", "internal/poll.", "crypto/tls.", "bufio.", "probed/plugins/http.", "probed/plugins/tcp.", "probed/plugins/internal/dialer.", "main.newGetLoop", "main.newDialLoop", "main.readInto", "main.lingerZero", "main.(*floorLoop)"}},
 	{"metrics (prober_probe_*, lag)", []string{"manager.(*proberMetrics)", "manager.(*runtimeMetrics)", "prometheus/client_golang", "component-base/metrics"}},
 	{"results managers", []string{"probed/manager/results.", "kubelet/prober/results."}},
@@ -53,7 +53,7 @@ var centres = []centre{
 var tickFuncs = []string{").advance", ").sweep", ").fire", ").linkWheel", ").nextDue"}
 
 const (
-	centreDeadline  = "attempt deadline (context.WithTimeout per attempt)"
+	centreDeadline  = "attempt deadline (runtime.WithTimeout per attempt)"
 	centreNetwork   = "network I/O: the GET or dial itself (net/http, sockets, the handler's own code)"
 	centreGoRuntime = "Go runtime (goroutine scheduling, timers, sysmon)"
 	centreOther     = "other"
@@ -89,7 +89,10 @@ func classify(s *profile.Sample) string {
 			for _, c := range centres {
 				for _, p := range c.patterns {
 					if strings.Contains(fn, p) {
-						if c.name == centreDeadline {
+						if c.name == centreDeadline && strings.HasPrefix(p, "context.") {
+							// The context package's deadline code:
+							// the attempt's (the lazy deadline arming
+							// it) or net/http's own.
 							return deadlineOwner(frames[i+1:])
 						}
 						return c.name
@@ -226,8 +229,8 @@ type multiFlag []string
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
-// deadlineOwner tells the attempt's deadline (the runtime's
-// context.WithTimeout) from net/http's own: a client with a Timeout wraps
+// deadlineOwner tells the attempt's deadline (the context.WithDeadline the
+// runtime's lazy deadline makes when a handler waits) from net/http's own: a client with a Timeout wraps
 // each request's context in a deadline too, which belongs to the GET (the
 // floor pays it as well). callers are the frames above the context call,
 // nearest first.
