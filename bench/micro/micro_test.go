@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -112,21 +113,7 @@ func BenchmarkSchedulerFire(b *testing.B) {
 
 func benchFire(b *testing.B, n int) {
 	clk := testingclock.NewFakeClock(time.Unix(1_000_000, 0))
-	var s *scheduler.Scheduler[int]
-	var runs atomic.Int64
-	s, err := scheduler.New(scheduler.Options[int]{Clock: clk, Dispatch: func(id scheduler.ID, _ int) error {
-		runs.Add(1)
-		s.Done(id)
-		return nil
-	}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	for i := 0; i < n; i++ {
-		id, _ := s.Add(uint64(i)*0x9e3779b97f4a7c15, 0, time.Second, i)
-		s.Schedule(id, s.Spread(uint64(i)*0x9e3779b97f4a7c15, time.Second))
-	}
+	runs := countingScheduler(b, clk, n)
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu0 := processCPU()
@@ -143,6 +130,31 @@ func benchFire(b *testing.B, n int) {
 	b.ReportMetric(float64(processCPU()-cpu0)/float64(runs.Load()), "cpu-ns/run")
 }
 
+// countingScheduler starts a scheduler on clk (nil: the real clock), closed
+// when b ends, whose Dispatch counts the run and calls Done at once (no pool,
+// no probe), with n entries at period 1 s spread over the period; it returns
+// its run count.
+func countingScheduler(b *testing.B, clk clock.WithTicker, n int) *atomic.Int64 {
+	b.Helper()
+	var s *scheduler.Scheduler[int]
+	runs := new(atomic.Int64)
+	s, err := scheduler.New(scheduler.Options[int]{Clock: clk, Dispatch: func(id scheduler.ID, _ int) error {
+		runs.Add(1)
+		s.Done(id)
+		return nil
+	}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(s.Close)
+	for i := 0; i < n; i++ {
+		key := uint64(i) * 0x9e3779b97f4a7c15
+		id, _ := s.Add(key, 0, time.Second, i)
+		s.Schedule(id, s.Spread(key, time.Second))
+	}
+	return runs
+}
+
 // BenchmarkSchedulerRealClock: the scheduler's own fixed cost on the real
 // clock — its wheel tick and feeders' wake-ups — with 0, 20 and 2,000
 // entries at period 1 s (0, 20 and 2,000 runs/s; Dispatch calls Done at
@@ -154,22 +166,7 @@ func benchFire(b *testing.B, n int) {
 func BenchmarkSchedulerRealClock(b *testing.B) {
 	for _, n := range []int{0, 20, 2000} {
 		b.Run(strconv.Itoa(n), func(b *testing.B) {
-			var s *scheduler.Scheduler[int]
-			var runs atomic.Int64
-			s, err := scheduler.New(scheduler.Options[int]{Dispatch: func(id scheduler.ID, _ int) error {
-				runs.Add(1)
-				s.Done(id)
-				return nil
-			}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			for i := 0; i < n; i++ {
-				key := uint64(i) * 0x9e3779b97f4a7c15
-				id, _ := s.Add(key, 0, time.Second, i)
-				s.Schedule(id, s.Spread(key, time.Second))
-			}
+			runs := countingScheduler(b, nil, n)
 			time.Sleep(1100 * time.Millisecond) // every entry has run once
 			b.ResetTimer()
 			runs0, cpu0 := runs.Load(), processCPU()
