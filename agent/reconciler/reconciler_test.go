@@ -149,14 +149,7 @@ func TestReconcilerTicksOnTheFakeClock(t *testing.T) {
 		}
 	default:
 		clk.Step(reconciler.ReaddInterval)
-		select {
-		case uid := <-gone:
-			if uid != "b" {
-				t.Fatalf("OnWorkersGone(%s), want b", uid)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("OnWorkersGone was not called once the stop window had passed")
-		}
+		waitGone(t, gone, "b")
 	}
 
 	// Replacing a's spec: AddPod again on each ReaddInterval tick.
@@ -219,13 +212,20 @@ func TestReaddTickerOnlyWhileWorkersStop(t *testing.T) {
 		t.Fatalf("%d waiters while b's workers stop, want 2 (sync and re-add)", n)
 	}
 	clk.Step(6 * time.Second)
+	waitGone(t, gone, "b")
+	waitWaiters(1)
+}
+
+// waitGone waits (up to 5 s of real time, for the reconciler's goroutine)
+// for the OnWorkersGone call of pod uid once its stop window has passed.
+func waitGone(t *testing.T, gone <-chan types.UID, uid types.UID) {
+	t.Helper()
 	select {
-	case uid := <-gone:
-		if uid != "b" {
-			t.Fatalf("OnWorkersGone(%s), want b", uid)
+	case got := <-gone:
+		if got != uid {
+			t.Fatalf("OnWorkersGone(%s), want %s", got, uid)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("OnWorkersGone was not called once the stop window had passed")
 	}
-	waitWaiters(1)
 }
