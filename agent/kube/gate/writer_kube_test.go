@@ -426,10 +426,10 @@ func TestRestartKeepsConditionsUntilTheFirstVerdict(t *testing.T) {
 	fresh = writeStatus(t, kube, fresh, kubeletStatus(fresh, time.Now()))
 	e.startup.Set(testContainerID(fresh, "app"), results.Unknown, fresh)
 	e.setReadiness(fresh, "app", results.Failure)
-	c := e.waitCondition("fresh", v1.ConditionFalse, ReasonContainerNotStarted)
-	if c.Message != "startup probe of container app has not succeeded" {
-		t.Errorf("fresh pod: message %q", c.Message)
-	}
+	// The gate may see the pod before its status is written and write
+	// "container app is not running" first (same status and reason): wait
+	// for the startup probe's message.
+	e.waitConditionMessage("fresh", v1.ConditionFalse, ReasonContainerNotStarted, "startup probe of container app has not succeeded")
 	var cur []*v1.Pod
 	for _, p := range []*v1.Pod{ready[0], ready[1], notReady[0], fresh} {
 		got, _ := e.writer.opts.Pods.Pod(p.UID)
