@@ -171,21 +171,13 @@ func (r *running) stop() {
 
 func (r *running) get(path string, into any) {
 	r.t.Helper()
-	resp, err := r.client.Get(r.base + path)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		r.t.Fatalf("GET %s = %d %s", path, resp.StatusCode, body)
-	}
-	if err := json.Unmarshal(body, into); err != nil {
+	if err := json.Unmarshal([]byte(r.getPage(path)), into); err != nil {
 		r.t.Fatalf("GET %s: %v", path, err)
 	}
 }
 
-// getPage returns the body of a GET that must answer 200 (the status page).
+// getPage returns the body of a GET that must answer 200 (the status page,
+// or the JSON that get decodes).
 func (r *running) getPage(path string) string {
 	r.t.Helper()
 	resp, err := r.client.Get(r.base + path)

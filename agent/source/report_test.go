@@ -1,7 +1,6 @@
 package source_test
 
 import (
-	"context"
 	"encoding/json"
 	"log/slog"
 	"os"
@@ -260,30 +259,7 @@ func TestSource_SingleFile(t *testing.T) {
 	if pods := byName(snap); len(pods) != 1 || pods["default/one"] == nil || snap.Report.Path != path || snap.Files != 1 {
 		t.Fatalf("pods %v, report %+v", pods, snap.Report)
 	}
-	snaps := make(chan source.Snapshot, 100)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Watch(ctx, func(snap source.Snapshot) { snaps <- snap }) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Watch: %v", err)
-		}
-	}()
-	wait := func(what string, ok func(map[string]*source.Pod) bool) {
-		t.Helper()
-		deadline := time.After(5 * time.Second)
-		for {
-			select {
-			case snap := <-snaps:
-				if ok(byName(snap)) {
-					return
-				}
-			case <-deadline:
-				t.Fatalf("no snapshot with %s", what)
-			}
-		}
-	}
+	wait := watchSnapshots(t, s)
 	// Replaced by a rename, as editors and ConfigMap mounts do.
 	tmp := filepath.Join(dir, ".tmp")
 	if err := os.WriteFile(tmp, []byte(podYAML("two", "8080")), 0o644); err != nil {

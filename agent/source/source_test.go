@@ -309,36 +309,7 @@ func TestScan_NonManifestFilesIgnored(t *testing.T) {
 // when its context ends.
 func TestWatch_DeliversSnapshotAfterWrite(t *testing.T) {
 	dir := t.TempDir()
-	s := newSource(t, dir, nil)
-	snaps := make(chan source.Snapshot, 100)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Watch(ctx, func(snap source.Snapshot) { snaps <- snap }) }()
-	defer func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Watch returned %v", err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Error("Watch did not return after cancel")
-		}
-	}()
-	wait := func(what string, ok func(map[string]*source.Pod) bool) {
-		t.Helper()
-		deadline := time.After(5 * time.Second)
-		for {
-			select {
-			case snap := <-snaps:
-				if ok(byName(snap)) {
-					return
-				}
-			case <-deadline:
-				t.Fatalf("no snapshot with %s", what)
-			}
-		}
-	}
+	wait := watchSnapshots(t, newSource(t, dir, nil))
 	// Give the watcher a moment to register the directory; a write before
 	// that must still be seen (the first snapshot after the watch starts).
 	write(t, dir, "a.yaml", podYAML("a", "8080"))
@@ -358,4 +329,40 @@ func TestWatch_DeliversSnapshotAfterWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait("b replaced", func(p map[string]*source.Pod) bool { return p["ns2/b-renamed"] != nil && p["ns2/b"] == nil })
+}
+
+// watchSnapshots runs s.Watch until the test ends (then it must return nil
+// within 5 s) and returns a wait that reads its snapshots until one whose
+// pods, by namespace/name, satisfy ok (at most 5 s; what names it).
+func watchSnapshots(t *testing.T, s *source.Source) (wait func(what string, ok func(map[string]*source.Pod) bool)) {
+	t.Helper()
+	snaps := make(chan source.Snapshot, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Watch(ctx, func(snap source.Snapshot) { snaps <- snap }) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Watch returned %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Error("Watch did not return after cancel")
+		}
+	})
+	return func(what string, ok func(map[string]*source.Pod) bool) {
+		t.Helper()
+		deadline := time.After(5 * time.Second)
+		for {
+			select {
+			case snap := <-snaps:
+				if ok(byName(snap)) {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("no snapshot with %s", what)
+			}
+		}
+	}
 }
