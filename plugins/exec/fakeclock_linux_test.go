@@ -4,7 +4,6 @@ package exec_test
 
 import (
 	"context"
-	osexec "os/exec"
 	"testing"
 	"time"
 
@@ -50,40 +49,31 @@ func awaitReport(t *testing.T, done <-chan runtime.Report) runtime.Report {
 // Failure with output `command "<cmd>" timed out`, and the whole tree is
 // killed and reaped, in the cgroup mode and the process-group fallback.
 func TestBR02_TimeoutOnFakeClock(t *testing.T) {
-	if _, err := osexec.LookPath("setsid"); err != nil {
-		t.Skip("setsid not available")
-	}
-	for _, mode := range []string{exec.TreeKillCgroup, exec.TreeKillProcessGroup} {
-		t.Run(mode, func(t *testing.T) {
-			r := &exec.LocalRunner{ProcessGroupOnly: mode == exec.TreeKillProcessGroup}
-			if mode == exec.TreeKillCgroup {
-				requireCgroupMode(t)
-			}
-			n := uniqueSleep()
-			t.Cleanup(func() { killMarked(t, "sleep "+n) })
-			cmd := []string{"sh", "-c", "trap '' TERM; setsid sleep " + n + " & sleep " + n}
-			fc := testingclock.NewFakeClock(time.Now())
-			done := runOnFakeClock(t, r, fc, execSpec(30, nil, cmd...))
-			if !eventually(10*time.Second, func() bool { return len(liveMarked(t, "sleep "+n)) == 2 }) {
-				t.Fatalf("the command tree did not start: %+v", liveMarked(t, "sleep "+n))
-			}
-			fc.Step(30 * time.Second)
-			rep := awaitReport(t, done)
-			want := (&exec.TimeoutError{Cmd: cmd}).Error()
-			if rep.Err != nil || rep.Outcome.Result != runtime.Failure || rep.Outcome.Output != want || rep.Outcome.ExitCode != -1 || rep.Attempts != 1 {
-				t.Fatalf("report %+v, want one attempt, Failure %q, exit code -1", rep, want)
-			}
-			if !eventually(500*time.Millisecond, func() bool { return len(liveMarked(t, "sleep "+n)) == 0 }) {
-				t.Fatalf("left running after the timeout: %+v", liveMarked(t, "sleep "+n))
-			}
-			if z := ownZombies(t); len(z) > 0 {
-				t.Fatalf("zombies left: %+v", z)
-			}
-			if l := ownLeaves(t); mode == exec.TreeKillCgroup && len(l) > 0 {
-				t.Fatalf("cgroup leaves left: %v", l)
-			}
-		})
-	}
+	forEachTreeKillMode(t, func(t *testing.T, mode string, r *exec.LocalRunner) {
+		n := uniqueSleep()
+		t.Cleanup(func() { killMarked(t, "sleep "+n) })
+		cmd := []string{"sh", "-c", "trap '' TERM; setsid sleep " + n + " & sleep " + n}
+		fc := testingclock.NewFakeClock(time.Now())
+		done := runOnFakeClock(t, r, fc, execSpec(30, nil, cmd...))
+		if !eventually(10*time.Second, func() bool { return len(liveMarked(t, "sleep "+n)) == 2 }) {
+			t.Fatalf("the command tree did not start: %+v", liveMarked(t, "sleep "+n))
+		}
+		fc.Step(30 * time.Second)
+		rep := awaitReport(t, done)
+		want := (&exec.TimeoutError{Cmd: cmd}).Error()
+		if rep.Err != nil || rep.Outcome.Result != runtime.Failure || rep.Outcome.Output != want || rep.Outcome.ExitCode != -1 || rep.Attempts != 1 {
+			t.Fatalf("report %+v, want one attempt, Failure %q, exit code -1", rep, want)
+		}
+		if !eventually(500*time.Millisecond, func() bool { return len(liveMarked(t, "sleep "+n)) == 0 }) {
+			t.Fatalf("left running after the timeout: %+v", liveMarked(t, "sleep "+n))
+		}
+		if z := ownZombies(t); len(z) > 0 {
+			t.Fatalf("zombies left: %+v", z)
+		}
+		if l := ownLeaves(t); mode == exec.TreeKillCgroup && len(l) > 0 {
+			t.Fatalf("cgroup leaves left: %v", l)
+		}
+	})
 }
 
 // E3 on a fake clock: a command that exits 0 after more real time than

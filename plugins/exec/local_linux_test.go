@@ -375,6 +375,27 @@ func TestE2_LocalRunnerEscapedGrandchildHoldsPipe(t *testing.T) {
 
 // requireCgroupMode skips the test where the host does not allow the cgroup
 // mode, unless PROBED_REQUIRE_CGROUP=1 (CI, as root), where it fails.
+// forEachTreeKillMode runs f as a subtest per tree-kill mode (BR-01/BR-02):
+// the cgroup mode (skipped where cgroup v2 leaves cannot be made, unless
+// PROBED_REQUIRE_CGROUP=1) and the process-group fallback, with a runner
+// for that mode. The test is skipped without setsid, which its command
+// trees use to leave the process group.
+func forEachTreeKillMode(t *testing.T, f func(t *testing.T, mode string, r *exec.LocalRunner)) {
+	t.Helper()
+	if _, err := osexec.LookPath("setsid"); err != nil {
+		t.Skip("setsid not available")
+	}
+	for _, mode := range []string{exec.TreeKillCgroup, exec.TreeKillProcessGroup} {
+		t.Run(mode, func(t *testing.T) {
+			r := &exec.LocalRunner{ProcessGroupOnly: mode == exec.TreeKillProcessGroup}
+			if mode == exec.TreeKillCgroup {
+				requireCgroupMode(t)
+			}
+			f(t, mode, r)
+		})
+	}
+}
+
 func requireCgroupMode(t *testing.T) {
 	t.Helper()
 	if tk := exec.HostTreeKill(); tk.Mode != exec.TreeKillCgroup {
@@ -413,40 +434,31 @@ func ownLeaves(t *testing.T) []string {
 // in the cgroup mode (cgroup.kill) and in the process-group fallback (the
 // group, then the parent links), and the cgroup mode removed its leaf.
 func TestBR02_SetsidChildKilledAfterTimeout(t *testing.T) {
-	if _, err := osexec.LookPath("setsid"); err != nil {
-		t.Skip("setsid not available")
-	}
-	for _, mode := range []string{exec.TreeKillCgroup, exec.TreeKillProcessGroup} {
-		t.Run(mode, func(t *testing.T) {
-			r := &exec.LocalRunner{ProcessGroupOnly: mode == exec.TreeKillProcessGroup}
-			if mode == exec.TreeKillCgroup {
-				requireCgroupMode(t)
-			}
-			if got := r.TreeKill().Mode; got != mode {
-				t.Fatalf("runner mode %q, want %q", got, mode)
-			}
-			n := uniqueSleep()
-			t.Cleanup(func() { killMarked(t, "sleep "+n) })
-			cmd := []string{"sh", "-c", "setsid sleep " + n + " & sleep " + n}
-			start := time.Now()
-			_, err := r.RunInContainer(context.Background(), "", cmd, time.Second)
-			var te *exec.TimeoutError
-			if !errors.As(err, &te) {
-				t.Fatalf("err = %v, want *TimeoutError", err)
-			}
-			if d := time.Since(start); d > 2*time.Second {
-				t.Fatalf("took %v, want ~1 s", d)
-			}
-			// Killed before the run returned: SIGKILL is delivered at once,
-			// the exit (and /proc) may lag by a moment.
-			if !eventually(500*time.Millisecond, func() bool { return len(liveMarked(t, "sleep "+n)) == 0 }) {
-				t.Fatalf("left running after the timeout: %+v", liveMarked(t, "sleep "+n))
-			}
-			if l := ownLeaves(t); mode == exec.TreeKillCgroup && len(l) > 0 {
-				t.Fatalf("cgroup leaves left: %v", l)
-			}
-		})
-	}
+	forEachTreeKillMode(t, func(t *testing.T, mode string, r *exec.LocalRunner) {
+		if got := r.TreeKill().Mode; got != mode {
+			t.Fatalf("runner mode %q, want %q", got, mode)
+		}
+		n := uniqueSleep()
+		t.Cleanup(func() { killMarked(t, "sleep "+n) })
+		cmd := []string{"sh", "-c", "setsid sleep " + n + " & sleep " + n}
+		start := time.Now()
+		_, err := r.RunInContainer(context.Background(), "", cmd, time.Second)
+		var te *exec.TimeoutError
+		if !errors.As(err, &te) {
+			t.Fatalf("err = %v, want *TimeoutError", err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Fatalf("took %v, want ~1 s", d)
+		}
+		// Killed before the run returned: SIGKILL is delivered at once,
+		// the exit (and /proc) may lag by a moment.
+		if !eventually(500*time.Millisecond, func() bool { return len(liveMarked(t, "sleep "+n)) == 0 }) {
+			t.Fatalf("left running after the timeout: %+v", liveMarked(t, "sleep "+n))
+		}
+		if l := ownLeaves(t); mode == exec.TreeKillCgroup && len(l) > 0 {
+			t.Fatalf("cgroup leaves left: %v", l)
+		}
+	})
 }
 
 // TestBR02_CgroupKillsWhatLeftTheSession: in the cgroup mode, what the
