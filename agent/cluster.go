@@ -13,14 +13,17 @@ import (
 
 	"github.com/probed/probed/agent/actuate"
 	"github.com/probed/probed/agent/events"
+	"github.com/probed/probed/agent/kube/cri"
 	"github.com/probed/probed/agent/kube/evict"
 	"github.com/probed/probed/agent/kube/gate"
 	"github.com/probed/probed/agent/kube/kevents"
 	"github.com/probed/probed/agent/kube/podsource"
+	"github.com/probed/probed/agent/kube/restart"
 	"github.com/probed/probed/agent/pods"
 	"github.com/probed/probed/agent/verdicts"
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/manager/customprobe"
+	probeexec "github.com/probed/probed/plugins/exec"
 	"github.com/probed/probed/runtime"
 )
 
@@ -28,10 +31,12 @@ import (
 const (
 	// DefaultReadinessGate is the pod condition probed owns by default.
 	DefaultReadinessGate = string(gate.DefaultConditionType)
-	// LivenessActionEvent and LivenessActionEvict are the values of
-	// --liveness-action.
-	LivenessActionEvent = string(evict.ActionEvent)
-	LivenessActionEvict = string(evict.ActionEvict)
+	// LivenessActionEvent, LivenessActionEvict and LivenessActionRestart
+	// are the values of --liveness-action; restart needs the container
+	// runtime (ClusterOptions.ContainerRuntimeEndpoint).
+	LivenessActionEvent   = string(evict.ActionEvent)
+	LivenessActionEvict   = string(evict.ActionEvict)
+	LivenessActionRestart = "restart"
 	// DefaultStatusQPS and DefaultStatusBurst size the condition writer's
 	// bucket (patches per second, all pods together).
 	DefaultStatusQPS   = gate.DefaultQPS
@@ -39,8 +44,8 @@ const (
 )
 
 // ExecUnavailable is why an exec probe of the probed.io/probes annotation is
-// rejected in cluster mode.
-const ExecUnavailable = "exec probes need the container runtime, which the kubelet owns in cluster mode; use httpGet, tcpSocket, grpc or a plugin"
+// rejected in cluster mode without the container runtime.
+const ExecUnavailable = "exec probes need the container runtime, which the kubelet owns in cluster mode (probed reaches it with --container-runtime-endpoint); use httpGet, tcpSocket, grpc or a plugin"
 
 // ClusterOptions select cluster mode: pods from the API server.
 type ClusterOptions struct {
@@ -52,13 +57,23 @@ type ClusterOptions struct {
 	// ReadinessGate is the pod condition probed owns; default
 	// DefaultReadinessGate.
 	ReadinessGate string
-	// LivenessAction is LivenessActionEvent (default) or
-	// LivenessActionEvict.
+	// LivenessAction is LivenessActionEvent (default),
+	// LivenessActionEvict or LivenessActionRestart.
 	LivenessAction string
 	// StatusQPS and StatusBurst size the condition writer's bucket;
 	// defaults DefaultStatusQPS, DefaultStatusBurst.
 	StatusQPS   float64
 	StatusBurst int
+	// ContainerRuntimeEndpoint, when set, is the node's container runtime
+	// (the kubelet's --container-runtime-endpoint,
+	// unix:///run/containerd/containerd.sock): annotation exec probes run
+	// in their container through CRI ExecSync, and LivenessActionRestart
+	// stops containers through it (agent/kube/cri, agent/kube/restart).
+	ContainerRuntimeEndpoint string
+	// LivenessNamespaces decides where LivenessActionRestart may act; nil:
+	// the namespaces labelled probed.io/liveness-actions=enabled
+	// (restart.LabelledNamespaces).
+	LivenessNamespaces restart.NamespacePolicy
 }
 
 // clusterParts are the rooms of cluster mode.
@@ -68,11 +83,21 @@ type clusterParts struct {
 	source   *podsource.Source
 	statuses *podsource.Statuses
 	gate     *gate.Writer
-	actuator *evict.Actuator
+	actuator actuator
+	cri      *cri.Client // with ContainerRuntimeEndpoint
+}
+
+// actuator is the liveness actuator of cluster mode (evict's or
+// restart's), with the goroutines Run owns.
+type actuator interface {
+	actuate.Actuator
+	Run(ctx context.Context) error
 }
 
 // stop ends the goroutines the event sink and the actuator start in their
-// New, for an agent that New fails to finish (Run never starts them).
+// New, for an agent that New fails to finish (Run never starts them), and
+// closes the connection to the container runtime (New's undo, and the
+// end of Run).
 func (p *clusterParts) stop(context.Context) error {
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -82,7 +107,17 @@ func (p *clusterParts) stop(context.Context) error {
 	if p.actuator != nil {
 		_ = p.actuator.Run(done)
 	}
-	return nil
+	return p.closeRuntime()
+}
+
+// closeRuntime closes the container runtime's connection, once.
+func (p *clusterParts) closeRuntime() error {
+	if p.cri == nil {
+		return nil
+	}
+	c := p.cri
+	p.cri = nil
+	return c.Close()
 }
 
 // connectCluster builds the API client and the event sink: every event
@@ -111,7 +146,28 @@ func (a *Agent) connectCluster() error {
 	}
 	a.cluster = &clusterParts{client: client, events: kev}
 	a.recorder = events.Tee(a.events, kev)
+	if c.LivenessAction == LivenessActionRestart && c.ContainerRuntimeEndpoint == "" {
+		_ = a.cluster.stop(context.Background())
+		return fmt.Errorf("--liveness-action=restart needs the container runtime: --container-runtime-endpoint")
+	}
+	if c.ContainerRuntimeEndpoint != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), cri.DefaultRequestTimeout)
+		defer cancel()
+		if a.cluster.cri, err = cri.Connect(ctx, cri.Options{Endpoint: c.ContainerRuntimeEndpoint, Registerer: a.reg, Log: a.log}); err != nil {
+			_ = a.cluster.stop(context.Background())
+			return fmt.Errorf("cluster mode: %w", err)
+		}
+	}
 	return nil
+}
+
+// execRunner is the exec probes' runner in cluster mode: the container
+// runtime's, or none (the annotation refuses exec then, ExecUnavailable).
+func (p *clusterParts) execRunner() probeexec.Runner {
+	if p.cri == nil {
+		return probeexec.DisabledRunner{}
+	}
+	return p.cri.Runner()
 }
 
 // clusterMode builds the rooms of cluster mode: the node's pods from one
@@ -121,15 +177,15 @@ func (a *Agent) connectCluster() error {
 // manager runs only the probed.io/probes annotation's.
 func (a *Agent) clusterMode() (*mode, error) {
 	c, parts := a.opts.Cluster, a.cluster
-	action, err := evict.ParseAction(c.LivenessAction)
-	if err != nil {
-		return nil, err
-	}
+	var err error
 	if parts.source, err = podsource.New(podsource.Options{Client: parts.client, NodeName: c.NodeName, Logger: a.log}); err != nil {
 		return nil, err
 	}
 	parts.statuses = podsource.NewStatuses()
-	annotation := customprobe.Options{ExecUnavailable: ExecUnavailable}
+	annotation := customprobe.Options{}
+	if parts.cri == nil {
+		annotation.ExecUnavailable = ExecUnavailable
+	}
 	parts.gate, err = gate.New(gate.Options{
 		// The gate judges from the kubelet's own status (a container that
 		// survived probed's restart and is started per the kubelet keeps
@@ -152,7 +208,7 @@ func (a *Agent) clusterMode() (*mode, error) {
 	if err != nil {
 		return nil, err
 	}
-	if parts.actuator, err = evict.New(evict.Options{Action: action, Client: parts.client, Recorder: a.recorder, Log: a.log}); err != nil {
+	if parts.actuator, err = a.livenessActuator(annotation); err != nil {
 		return nil, err
 	}
 	return &mode{
@@ -177,6 +233,41 @@ func (a *Agent) clusterMode() (*mode, error) {
 			{name: "event sink", run: parts.events.Run},
 		},
 	}, nil
+}
+
+// livenessActuator builds the actuator of --liveness-action: event or
+// evict (agent/kube/evict), or restart (agent/kube/restart, through the
+// container runtime).
+func (a *Agent) livenessActuator(annotation customprobe.Options) (actuator, error) {
+	c, parts := a.opts.Cluster, a.cluster
+	if c.LivenessAction != LivenessActionRestart {
+		action, err := evict.ParseAction(c.LivenessAction)
+		if err != nil {
+			return nil, fmt.Errorf("--liveness-action %q: want event, evict or restart", c.LivenessAction)
+		}
+		return evict.New(evict.Options{Action: action, Client: parts.client, Recorder: a.recorder, Log: a.log})
+	}
+	namespaces := c.LivenessNamespaces
+	if namespaces == nil {
+		namespaces = restart.LabelledNamespaces(parts.client)
+	}
+	return restart.New(restart.Options{
+		Runtime:    parts.cri,
+		Recorder:   a.recorder,
+		Namespaces: namespaces,
+		// The annotation probe that failed, for its
+		// terminationGracePeriodSeconds (K3).
+		Probe: func(pod *v1.Pod, container string, t runtime.ProbeType) *v1.Probe {
+			probes, _ := customprobe.ParseWith(pod, annotation)
+			for i := range probes {
+				if probes[i].Container == container && probes[i].Type == t {
+					return &probes[i].Probe
+				}
+			}
+			return nil
+		},
+		Log: a.log,
+	})
 }
 
 // annotationCheck reports a pod's invalid probed.io/probes annotation when

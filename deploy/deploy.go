@@ -28,7 +28,8 @@ var kubernetesFiles embed.FS
 
 // Kubernetes is deploy/kubernetes: the plain manifests, file names at its root
 // (namespace.yaml, serviceaccount.yaml, clusterrole.yaml,
-// clusterrolebinding.yaml, clusterrole-eviction.yaml, daemonset.yaml).
+// clusterrolebinding.yaml, clusterrole-eviction.yaml, clusterrole-restart.yaml,
+// daemonset.yaml).
 var Kubernetes fs.FS = mustSub(kubernetesFiles, "kubernetes")
 
 // Base lists the files of deploy/kubernetes a plain install applies, in
@@ -38,6 +39,11 @@ var Base = []string{"namespace.yaml", "serviceaccount.yaml", "clusterrole.yaml",
 // EvictionFile holds the ClusterRole and ClusterRoleBinding that allow
 // pods/eviction create, applied only when eviction is enabled.
 const EvictionFile = "clusterrole-eviction.yaml"
+
+// RestartFile holds the ClusterRole and ClusterRoleBinding that allow
+// namespaces get (the label that allows restarts), applied only with
+// --liveness-action=restart.
+const RestartFile = "clusterrole-restart.yaml"
 
 func mustSub(f fs.FS, dir string) fs.FS {
 	sub, err := fs.Sub(f, dir)

@@ -30,7 +30,7 @@ import (
 // pods.
 func AgentConfig(t testing.TB) *rest.Config {
 	t.Helper()
-	return agentConfig(t, false)
+	return agentConfig(t)
 }
 
 // AgentConfigWithEviction is AgentConfig plus
@@ -38,16 +38,21 @@ func AgentConfig(t testing.TB) *rest.Config {
 // --liveness-action=evict needs.
 func AgentConfigWithEviction(t testing.TB) *rest.Config {
 	t.Helper()
-	return agentConfig(t, true)
+	return agentConfig(t, deploy.EvictionFile)
 }
 
-func agentConfig(t testing.TB, eviction bool) *rest.Config {
+// AgentConfigWithRestart is AgentConfig plus
+// deploy/kubernetes/clusterrole-restart.yaml (namespaces get), what
+// --liveness-action=restart needs.
+func AgentConfigWithRestart(t testing.TB) *rest.Config {
+	t.Helper()
+	return agentConfig(t, deploy.RestartFile)
+}
+
+func agentConfig(t testing.TB, extra ...string) *rest.Config {
 	c := Client(t)
 	ns := Namespace(t)
-	files := []string{"clusterrole.yaml", "clusterrolebinding.yaml"}
-	if eviction {
-		files = append(files, deploy.EvictionFile)
-	}
+	files := append([]string{"clusterrole.yaml", "clusterrolebinding.yaml"}, extra...)
 	saName := ""
 	var check []authorizationv1.ResourceAttributes
 	for _, file := range files {
