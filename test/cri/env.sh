@@ -159,6 +159,9 @@ cmd_start() {
   DIR="$1"
   mkdir -p "$DIR"
   DIR="$(cd "$DIR" && pwd)"
+  # Others may reach the socket (mktemp -d makes 0700): a test runs the agent as the DaemonSet's
+  # non-root user, which the socket's own mode (0660 root:root) then admits or refuses.
+  chmod 0755 "$DIR"
   if [ -f "$DIR/pids" ] && alive "$(awk '{print $2}' "$DIR/pids")"; then
     die "$DIR is in use; run: $0 stop $DIR"
   fi

@@ -172,12 +172,18 @@ func TestChartNonDefaultValues(t *testing.T) {
 }
 
 // TestChartSchemaRejectsBadValues: values.schema.json refuses a liveness
-// action probed does not have and a port out of range, naming the value.
+// action probed does not have, restart without the container runtime and a
+// port out of range, naming the value.
 func TestChartSchemaRejectsBadValues(t *testing.T) {
-	for _, set := range []string{"livenessAction=restart", "listen.port=70000", "readinessGate=not a condition"} {
+	for set, names := range map[string]string{
+		"livenessAction=kill":           "livenessAction",
+		"livenessAction=restart":        "cri/enabled",
+		"listen.port=70000":             "listen",
+		"readinessGate=not a condition": "readinessGate",
+	} {
 		_, err := helmRun(t, "template", "x", chartDir, "--set", set)
-		if err == nil || !strings.Contains(err.Error(), strings.Split(strings.Split(set, "=")[0], ".")[0]) {
-			t.Errorf("--set %s: %v, want a schema error naming the value", set, err)
+		if err == nil || !strings.Contains(err.Error(), names) {
+			t.Errorf("--set %s: %v, want a schema error naming %s", set, err, names)
 		}
 	}
 }

@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -264,4 +268,120 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// The container runtime's flags are refused where they cannot work, with
+// an error naming the flag: outside cluster mode, restart without the
+// runtime, an endpoint nothing listens on (probed does not start without
+// the runtime it was told to use, as the kubelet does not).
+func TestCRIFlagsRefused(t *testing.T) {
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	none := "unix://" + filepath.Join(dir, "none.sock")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--manifests", dir, "--container-runtime-endpoint", none}, "--container-runtime-endpoint needs cluster mode"},
+		{[]string{"run", "--kubeconfig", kubeconfig, "--node-name", "n", "--liveness-action", "restart"},
+			"--liveness-action=restart needs the container runtime: --container-runtime-endpoint"},
+		{[]string{"run", "--kubeconfig", kubeconfig, "--node-name", "n", "--container-runtime-endpoint", none},
+			"--container-runtime-endpoint " + none + ": dial unix"},
+		{[]string{"run", "--kubeconfig", kubeconfig, "--node-name", "n", "--liveness-action", "kill"},
+			`--liveness-action "kill": want event, evict or restart`},
+	} {
+		_, stderr, code := runProbed(t, nil, tc.args...)
+		if code == 0 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("probed %s: exit %d, stderr %q; want %q", strings.Join(tc.args, " "), code, tail(stderr, 5), tc.want)
+		}
+	}
+}
+
+// The least privilege that opens the runtime's socket, as the DaemonSet
+// runs the agent with cri.enabled (test/deploy holds the DaemonSet to it):
+// user and group 65532, the socket's group (root's, 0) as a supplemental
+// group, no capability. The real binary under those credentials connects
+// to the real containerd and names it; without the supplemental group the
+// socket refuses it and probed does not start, saying why.
+func TestCRISocketOpensWithTheDaemonSetsPrivilege(t *testing.T) {
+	ep := critest.Endpoint(t)
+	if os.Getuid() != 0 {
+		t.Skip("needs root to run the agent under the DaemonSet's user")
+	}
+	// A copy of the binary and a kubeconfig user 65532 can read (the
+	// API server is never reached before the runtime is).
+	dir, err := os.MkdirTemp("", "probed-nonroot-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "probed")
+	data, err := os.ReadFile(probedBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(groups []uint32) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, "run", "--kubeconfig", kubeconfig, "--node-name", "n", "--log-format", "json",
+			"--listen", "127.0.0.1:"+strconv.Itoa(freePort(t)), "--container-runtime-endpoint", ep)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65532, Gid: 65532, Groups: groups}}
+		cmd.Env = []string{"HOME=/nonexistent"}
+		var out syncBuffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		deadline := time.Now().Add(20 * time.Second)
+		for time.Now().Before(deadline) {
+			select {
+			case err := <-done:
+				return out.String(), err
+			case <-time.After(50 * time.Millisecond):
+			}
+			if strings.Contains(out.String(), `"msg":"container runtime"`) {
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+				<-done
+				return out.String(), nil
+			}
+		}
+		_ = cmd.Process.Kill()
+		<-done
+		return out.String(), errors.New("neither connected nor refused within 20 s")
+	}
+	out, err := run([]uint32{0})
+	if err != nil || !strings.Contains(out, `"runtime":"containerd"`) {
+		t.Fatalf("as 65532 with group 0: %v\n%s", err, tail(out, 10))
+	}
+	out, err = run(nil)
+	if err == nil || !strings.Contains(out, "--container-runtime-endpoint "+ep) || !strings.Contains(out, "permission denied") {
+		t.Fatalf("as 65532 without group 0: %v, want a refusal naming the endpoint\n%s", err, tail(out, 10))
+	}
 }
