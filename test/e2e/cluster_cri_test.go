@@ -270,22 +270,31 @@ func grepLines(s, sub string) string {
 	return strings.Join(out, "\n")
 }
 
+// unreachableKubeconfig writes dir/kubeconfig (readable by all) naming an
+// API server nothing serves: enough for the agent to get as far as the
+// container runtime, which it connects to before the API server.
+func unreachableKubeconfig(t *testing.T, dir string) string {
+	t.Helper()
+	p := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(p, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // The container runtime's flags are refused where they cannot work, with
 // an error naming the flag: outside cluster mode, restart without the
 // runtime, an endpoint nothing listens on (probed does not start without
 // the runtime it was told to use, as the kubelet does not).
 func TestCRIFlagsRefused(t *testing.T) {
 	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := unreachableKubeconfig(t, dir)
 	none := "unix://" + filepath.Join(dir, "none.sock")
 	for _, tc := range []struct {
 		args []string
@@ -335,16 +344,7 @@ func TestCRISocketOpensWithTheDaemonSetsPrivilege(t *testing.T) {
 	if err := os.WriteFile(bin, data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := unreachableKubeconfig(t, dir)
 	run := func(groups []uint32) (string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

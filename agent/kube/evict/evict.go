@@ -44,7 +44,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/time/rate"
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -146,7 +145,7 @@ type Actuator struct {
 	opts    Options
 	queue   workqueue.TypedRateLimitingInterface[*item]
 	retries workqueue.TypedRateLimiter[*item] // per-pod backoff, max'ed with the node's bucket
-	node    *nodeLimiter
+	node    *actuate.NodeBucket[*item]
 
 	mu   sync.Mutex
 	seen *lru.Cache // container ID -> struct{}
@@ -210,7 +209,7 @@ func New(opts Options) (*Actuator, error) {
 	}
 	a := &Actuator{
 		opts:     opts,
-		node:     newNodeLimiter(opts.EvictionInterval, opts.EvictionBurst, opts.Clock),
+		node:     actuate.NewNodeBucket[*item](opts.EvictionInterval, opts.EvictionBurst, opts.Clock),
 		seen:     lru.New(opts.RememberInstances),
 		attempts: map[*item]int{},
 	}
@@ -420,26 +419,3 @@ func (a *Actuator) finish(it *item) {
 	a.retries.Forget(it)
 	delete(a.attempts, it)
 }
-
-// nodeLimiter is the node's token bucket as a workqueue rate limiter on the
-// injected clock (workqueue's BucketRateLimiter reads the wall clock): When
-// reserves a token and returns how long to wait for it.
-type nodeLimiter struct {
-	clock   clock.PassiveClock
-	mu      sync.Mutex
-	limiter *rate.Limiter
-}
-
-func newNodeLimiter(interval time.Duration, burst int, clk clock.PassiveClock) *nodeLimiter {
-	return &nodeLimiter{clock: clk, limiter: rate.NewLimiter(rate.Every(interval), burst)}
-}
-
-func (n *nodeLimiter) When(*item) time.Duration {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	now := n.clock.Now()
-	return n.limiter.ReserveN(now, 1).DelayFrom(now)
-}
-
-func (n *nodeLimiter) Forget(*item)          {}
-func (n *nodeLimiter) NumRequeues(*item) int { return 0 }
