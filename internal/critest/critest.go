@@ -269,6 +269,21 @@ func StopDaemon(t testing.TB, dir string) { t.Helper(); envSh(t, "daemon-stop", 
 // it answers.
 func StartDaemon(t testing.TB, dir string) { t.Helper(); envSh(t, "daemon-start", dir) }
 
+// DaemonPID returns the PID of a PrivateRuntime's containerd (for a test
+// that stops it with SIGSTOP, say: a hung runtime; it must SIGCONT it).
+func DaemonPID(t testing.TB, dir string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "pids"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if _, err := fmt.Sscanf(string(b), "containerd %d", &pid); err != nil {
+		t.Fatalf("%s/pids: %v", dir, err)
+	}
+	return pid
+}
+
 func envSh(t testing.TB, args ...string) string {
 	t.Helper()
 	out, err := exec.Command("bash", append([]string{EnvScript(t)}, args...)...).CombinedOutput()

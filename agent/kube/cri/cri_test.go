@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -258,5 +259,38 @@ func TestRunnerRuntimeRestart(t *testing.T) {
 	}
 	if state, _ := critest.State(t, e.rs, e.id); state != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Fatalf("container %v after the restart", state)
+	}
+}
+
+// A runtime that stops answering (SIGSTOP: a hung containerd) is not a
+// command that timed out: the call is bounded by RequestTimeout + the
+// probe's timeout, and then the run is errored, never a Failure. (Cutting
+// the call at the probe's own deadline would have made it a timeout
+// Failure.)
+func TestRunnerHungRuntimeIsErrored(t *testing.T) {
+	dir := critest.PrivateRuntime(t)
+	e := &env{rs: critest.Runtime(t)}
+	id := critest.RunPodSandbox(t, e.rs).Start(t, critest.Container{Name: "app", Command: []string{"sleep", "3600"}})
+	reg := prometheus.NewRegistry()
+	var err error
+	e.client, err = cri.Connect(context.Background(), cri.Options{Endpoint: critest.Endpoint(t), RequestTimeout: 2 * time.Second,
+		Registerer: reg, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.client.Close() })
+	pid := critest.DaemonPID(t, dir)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	start := time.Now()
+	out, err := e.probe(t, "containerd://"+id, time.Second, "true")
+	took := time.Since(start)
+	if err == nil || out.Result != runtime.Unknown || !strings.Contains(err.Error(), "did not answer ExecSync") {
+		t.Fatalf("hung runtime: %+v, %v: want an errored run", out, err)
+	}
+	if took < 3*time.Second || took > 8*time.Second {
+		t.Fatalf("errored after %v, want RequestTimeout (2 s) + timeout (1 s)", took)
 	}
 }
