@@ -146,10 +146,6 @@ func (a *Agent) connectCluster() error {
 	}
 	a.cluster = &clusterParts{client: client, events: kev}
 	a.recorder = events.Tee(a.events, kev)
-	if c.LivenessAction == LivenessActionRestart && c.ContainerRuntimeEndpoint == "" {
-		_ = a.cluster.stop(context.Background())
-		return fmt.Errorf("--liveness-action=restart needs the container runtime: --container-runtime-endpoint")
-	}
 	if c.ContainerRuntimeEndpoint != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), cri.DefaultRequestTimeout)
 		defer cancel()
@@ -245,13 +241,20 @@ func (a *Agent) livenessActuator(annotation customprobe.Options) (actuator, erro
 		if err != nil {
 			return nil, fmt.Errorf("--liveness-action %q: want event, evict or restart", c.LivenessAction)
 		}
-		return evict.New(evict.Options{Action: action, Client: parts.client, Recorder: a.recorder, Log: a.log})
+		act, err := evict.New(evict.Options{Action: action, Client: parts.client, Recorder: a.recorder, Log: a.log})
+		if err != nil {
+			return nil, err // not a typed nil in the interface: stop would run it
+		}
+		return act, nil
+	}
+	if parts.cri == nil {
+		return nil, fmt.Errorf("--liveness-action=restart needs the container runtime: --container-runtime-endpoint")
 	}
 	namespaces := c.LivenessNamespaces
 	if namespaces == nil {
 		namespaces = restart.LabelledNamespaces(parts.client)
 	}
-	return restart.New(restart.Options{
+	act, err := restart.New(restart.Options{
 		Runtime:    parts.cri,
 		Recorder:   a.recorder,
 		Namespaces: namespaces,
@@ -268,6 +271,10 @@ func (a *Agent) livenessActuator(annotation customprobe.Options) (actuator, erro
 		},
 		Log: a.log,
 	})
+	if err != nil {
+		return nil, err
+	}
+	return act, nil
 }
 
 // annotationCheck reports a pod's invalid probed.io/probes annotation when

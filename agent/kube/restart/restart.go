@@ -80,6 +80,10 @@ const LivenessActionsLabel = "probed.io/liveness-actions"
 // sets none: the kubelet's ("kube-lifecycle/<major>.<minor>").
 const LifecycleUserAgent = "kube-lifecycle/1.37"
 
+// NamespaceTimeout bounds one decision of the namespace policy (a GET of
+// the Namespace by default).
+const NamespaceTimeout = 30 * time.Second
+
 // MinimumGracePeriod is the least grace period StopContainer is given, in
 // seconds (the kubelet's minimumGracePeriodInSeconds).
 const MinimumGracePeriod = 2
@@ -376,7 +380,9 @@ func (a *Actuator) finish(it *item) {
 // retry.
 func (a *Actuator) restart(ctx context.Context, it *item) error {
 	log := a.log(it)
-	why, err := a.opts.Namespaces(ctx, it.pod.Namespace)
+	nctx, cancel := context.WithTimeout(ctx, NamespaceTimeout)
+	why, err := a.opts.Namespaces(nctx, it.pod.Namespace)
+	cancel()
 	if err != nil {
 		return err
 	}
