@@ -168,6 +168,9 @@ cmd_start() {
   # The unix socket path must fit sockaddr_un (108 bytes) with ".ttrpc" appended.
   [ "${#DIR}" -le 80 ] || die "$DIR: path too long for containerd's socket (keep it under 80 characters)"
   write_config
+  # containerd 1.6's shims keep their sockets in /run/containerd/s whatever the configuration says:
+  # remember whether that directory is ours to remove (when empty) at stop.
+  [ -e /run/containerd ] || touch "$DIR/run-containerd-created"
   run_containerd
   build_image "$TEST_IMAGE" '["/bin/sh"]' "$DIR/busybox.tar"
   build_image "$SANDBOX_IMAGE" '["/bin/sleep","2147483647"]' "$DIR/pause.tar"
@@ -250,6 +253,10 @@ cmd_stop() {
   awk -v d="$DIR" '$2 == d || index($2, d "/") == 1 {print $2}' /proc/self/mounts | sort -r | while read -r m; do
     umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || echo "env.sh: could not unmount $m" >&2
   done
+  if [ -f "$DIR/run-containerd-created" ]; then
+    # Only if empty: another runtime's shims may still have sockets there.
+    rmdir /run/containerd/s 2>/dev/null && rmdir /run/containerd 2>/dev/null || true
+  fi
   rm -rf "$DIR"
   echo "env.sh: stopped containerd of $DIR and removed it" >&2
 }
