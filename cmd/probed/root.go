@@ -139,6 +139,9 @@ that gate, and as Events (docs/cluster.md).`,
 				return err
 			}
 			opts.Logger = log
+			if _, err := applyMemoryLimit(log); err != nil {
+				return err
+			}
 			if opts.Cluster, err = kube.cluster(cmd, tel.NodeName); err != nil {
 				return err
 			}
