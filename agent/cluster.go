@@ -169,7 +169,7 @@ func (a *Agent) clusterMode() (*mode, error) {
 			probes, _ := parts.limits.Parse(pod)
 			return probes
 		},
-		Refusal: parts.limits.Refusal,
+		Refusal:    parts.limits.Refusal,
 		Registerer: a.reg,
 		Logger:     a.log,
 	})
