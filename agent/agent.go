@@ -48,6 +48,15 @@ import (
 	"github.com/probed/probed/runtime/redact"
 )
 
+// The CLI's default pool shares (docs/operations.md, "Pool shares"): one
+// pod holds at most an eighth of each pool's slots, one namespace a quarter
+// (with the default pools: 32 and 64 network slots, 128 and 256 slow, 8 and
+// 16 exec), so a pod whose probes hang delays only itself.
+const (
+	DefaultPodPoolShare       = 0.125
+	DefaultNamespacePoolShare = 0.25
+)
+
 // Agent runs probes for the pods of a source.
 type Agent struct {
 	opts    Options
@@ -108,6 +117,12 @@ type Options struct {
 	// PoolSize, SlowPoolSize and ExecPoolSize size the probe pools
 	// (defaults 256, 1024, 64; see runtime.Options).
 	PoolSize, SlowPoolSize, ExecPoolSize int
+	// PodPoolShare and NamespacePoolShare bound the slots of each pool that
+	// one pod's, and one namespace's, probe runs hold at once, as fractions
+	// of the pool (runtime.Options.PodShare, NamespaceShare); zero: no
+	// bound. The CLI's defaults are DefaultPodPoolShare and
+	// DefaultNamespacePoolShare.
+	PodPoolShare, NamespacePoolShare float64
 	// SchedulerTick is the resolution of the scheduler's timing wheel
 	// (manager.Options.Tick); 0: the scheduler's default, 10 ms. A finer
 	// tick spreads the same probe rate over more, smaller batches
@@ -201,7 +216,8 @@ func New(opts Options) (*Agent, error) {
 		undo = append(undo, a.cluster.stop)
 	}
 
-	if a.rt, err = runtime.New(runtime.Options{PoolSize: opts.PoolSize, SlowPoolSize: opts.SlowPoolSize, ExecPoolSize: opts.ExecPoolSize, Recorder: a.recorder, Logger: opts.Logger}); err != nil {
+	if a.rt, err = runtime.New(runtime.Options{PoolSize: opts.PoolSize, SlowPoolSize: opts.SlowPoolSize, ExecPoolSize: opts.ExecPoolSize,
+		PodShare: opts.PodPoolShare, NamespaceShare: opts.NamespacePoolShare, Recorder: a.recorder, Logger: opts.Logger}); err != nil {
 		return fail(err)
 	}
 	undo = append(undo, a.rt.Close)
@@ -280,6 +296,14 @@ func setDefaults(opts *Options) error {
 	}
 	if net.ParseIP(opts.PodIP) == nil {
 		return fmt.Errorf("--pod-ip %q is not an IP address", opts.PodIP)
+	}
+	for _, share := range []struct {
+		flag  string
+		value float64
+	}{{"--pod-pool-share", opts.PodPoolShare}, {"--namespace-pool-share", opts.NamespacePoolShare}} {
+		if share.value < 0 || share.value > 1 {
+			return fmt.Errorf("%s %v: must be a fraction of each pool between 0 (no bound) and 1", share.flag, share.value)
+		}
 	}
 	if opts.SchedulerTick < 0 || opts.SchedulerTick > customprobe.MinPeriod {
 		return fmt.Errorf("--scheduler-tick %v: must be between 0 (the default, 10ms) and %v, the shortest period", opts.SchedulerTick, customprobe.MinPeriod)

@@ -2,10 +2,8 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"log/slog"
-	"strings"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -16,8 +14,8 @@ import (
 	"github.com/probed/probed/agent/kube/evict"
 	"github.com/probed/probed/agent/kube/gate"
 	"github.com/probed/probed/agent/kube/kevents"
+	"github.com/probed/probed/agent/kube/limits"
 	"github.com/probed/probed/agent/kube/podsource"
-	"github.com/probed/probed/agent/pods"
 	"github.com/probed/probed/agent/verdicts"
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/manager/customprobe"
@@ -36,7 +34,19 @@ const (
 	// bucket (patches per second, all pods together).
 	DefaultStatusQPS   = gate.DefaultQPS
 	DefaultStatusBurst = gate.DefaultBurst
+	// The CLI's limits on what one pod may ask of the node (issue 17 §2,
+	// docs/cluster.md "Security model"): at most 32 annotation probes a
+	// pod, no period under 1 s, and 1,000 annotation probe runs a second
+	// for the whole node.
+	DefaultMaxProbesPerPod = 32
+	DefaultMinProbePeriod  = time.Second
+	DefaultMaxProbeRate    = 1000
 )
+
+// ReasonInvalidProbeAnnotation is the reason of the Event about an invalid
+// probed.io/probes annotation (and of the condition, when it holds a
+// readiness or startup probe back).
+const ReasonInvalidProbeAnnotation = limits.ReasonInvalidProbeAnnotation
 
 // ExecUnavailable is why an exec probe of the probed.io/probes annotation is
 // rejected in cluster mode.
@@ -59,6 +69,13 @@ type ClusterOptions struct {
 	// defaults DefaultStatusQPS, DefaultStatusBurst.
 	StatusQPS   float64
 	StatusBurst int
+	// MaxProbesPerPod, MinProbePeriod and MaxProbeRate (runs per second,
+	// all pods together) limit what one pod may ask of the node
+	// (agent/kube/limits); zero: no limit. The CLI's defaults are
+	// DefaultMaxProbesPerPod, DefaultMinProbePeriod, DefaultMaxProbeRate.
+	MaxProbesPerPod int
+	MinProbePeriod  time.Duration
+	MaxProbeRate    float64
 }
 
 // clusterParts are the rooms of cluster mode.
@@ -68,6 +85,7 @@ type clusterParts struct {
 	source   *podsource.Source
 	statuses *podsource.Statuses
 	gate     *gate.Writer
+	limits   *limits.Room
 	actuator *evict.Actuator
 }
 
@@ -129,7 +147,12 @@ func (a *Agent) clusterMode() (*mode, error) {
 		return nil, err
 	}
 	parts.statuses = podsource.NewStatuses()
-	annotation := customprobe.Options{ExecUnavailable: ExecUnavailable}
+	annotation := customprobe.Options{ExecUnavailable: ExecUnavailable, Limits: customprobe.Limits{
+		MaxProbes: c.MaxProbesPerPod, MaxProbesFlag: "--max-probes-per-pod",
+		MinPeriod: c.MinProbePeriod, MinPeriodFlag: "--min-probe-period",
+	}}
+	parts.limits = limits.New(limits.Options{Annotation: annotation, MaxRate: c.MaxProbeRate, MaxRateFlag: "--max-probe-rate",
+		Recorder: a.recorder, Logger: a.log})
 	parts.gate, err = gate.New(gate.Options{
 		// The gate judges from the kubelet's own status (a container that
 		// survived probed's restart and is started per the kubelet keeps
@@ -143,9 +166,10 @@ func (a *Agent) clusterMode() (*mode, error) {
 		QPS:           c.StatusQPS,
 		Burst:         c.StatusBurst,
 		Probes: func(pod *v1.Pod) []customprobe.Probe {
-			probes, _ := customprobe.ParseWith(pod, annotation)
+			probes, _ := parts.limits.Parse(pod)
 			return probes
 		},
+		Refusal:    parts.limits.Refusal,
 		Registerer: a.reg,
 		Logger:     a.log,
 	})
@@ -163,8 +187,11 @@ func (a *Agent) clusterMode() (*mode, error) {
 		managerOptions: func(o *manager.Options) {
 			o.SkipSpecProbes = true
 			o.Annotation = annotation
+			o.Admit = parts.limits.Admit
 		},
-		listeners: listeners{parts.statuses, parts.gate, annotationCheck{opts: annotation, recorder: a.recorder, log: a.log}},
+		// The limits before the gate: a pod's refusal is known when the
+		// gate first decides its condition.
+		listeners: listeners{parts.statuses, parts.limits, parts.gate},
 		consumers: []verdicts.Consumer{parts.statuses, parts.gate, actuate.OnFailure(parts.statuses.Pod, parts.actuator)},
 		onSync:    parts.statuses.Resync,
 		services: []service{
@@ -177,55 +204,4 @@ func (a *Agent) clusterMode() (*mode, error) {
 			{name: "event sink", run: parts.events.Run},
 		},
 	}, nil
-}
-
-// annotationCheck reports a pod's invalid probed.io/probes annotation when
-// the pod arrives or its probes change (issue 10 §2.2): one Warning Event on
-// the pod (reason InvalidProbeAnnotation) and one log line per error naming
-// the pod, the container and the field. The annotation's valid elements
-// still run, and the node's other pods are not affected.
-type annotationCheck struct {
-	opts     customprobe.Options
-	recorder runtime.Recorder
-	log      *slog.Logger
-}
-
-// ReasonInvalidProbeAnnotation is the reason of the Event about an invalid
-// probed.io/probes annotation.
-const ReasonInvalidProbeAnnotation = "InvalidProbeAnnotation"
-
-func (c annotationCheck) PodAdded(p *pods.Pod) {
-	_, errs := customprobe.ParseWith(p.Pod, c.opts)
-	if len(errs) == 0 {
-		return
-	}
-	for _, e := range errs {
-		c.log.Error("invalid probe annotation", "pod", p.Pod.Namespace+"/"+p.Pod.Name, "container", containerOf(p.Pod, e.Field),
-			"field", e.Field, "err", e.ErrorBody())
-	}
-	c.recorder.Eventf(runtime.ContainerRef(p.Pod, ""), v1.EventTypeWarning, ReasonInvalidProbeAnnotation,
-		"%s annotation: %s; its other probes run", customprobe.Annotation, errs.ToAggregate().Error())
-}
-
-func (annotationCheck) PodStatusChanged(*pods.Pod) {}
-func (annotationCheck) PodRemoved(*pods.Pod)       {}
-
-// containerOf names the container of the annotation element a field path
-// points into (metadata.annotations[probed.io/probes][N]...), or "".
-func containerOf(pod *v1.Pod, fieldPath string) string {
-	var n int
-	prefix := "metadata.annotations[" + customprobe.Annotation + "]["
-	if !strings.HasPrefix(fieldPath, prefix) {
-		return ""
-	}
-	if _, err := fmt.Sscanf(fieldPath[len(prefix):], "%d]", &n); err != nil {
-		return ""
-	}
-	var items []struct {
-		Container string `json:"container"`
-	}
-	if json.Unmarshal([]byte(pod.Annotations[customprobe.Annotation]), &items) != nil || n < 0 || n >= len(items) {
-		return ""
-	}
-	return items[n].Container
 }

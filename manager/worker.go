@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -102,6 +103,19 @@ func newWorker(m *manager, spec runtime.Spec) *worker {
 		w.counters = m.rtm.countersFor(spec.Kind, spec.ProbeType)
 	}
 	return w
+}
+
+// ownerSeed seeds the hashes of Owner: stable within the process, which is
+// all the runtime's shares need.
+var ownerSeed = maphash.MakeSeed()
+
+// Owner names the worker's pod and namespace for the runtime's shares
+// (runtime.Owned): a pod holds only its share of a lane's slots, so its
+// hung probes delay itself, not other pods (issue 17 §2). Hashed per call
+// rather than stored: it is read only when the runtime has shares, and the
+// worker stays small.
+func (w *worker) Owner() runtime.Owner {
+	return runtime.Owner{Pod: maphash.String(ownerSeed, string(w.rs.Pod.UID)), Namespace: maphash.String(ownerSeed, w.rs.Pod.Namespace)}
 }
 
 // stop signals the worker to exit (W14): non-blocking, idempotent, safe

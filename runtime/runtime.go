@@ -66,6 +66,14 @@ type Options struct {
 	SlowPoolSize int
 	// ExecPoolSize bounds exec probes running at once; default 64.
 	ExecPoolSize int
+	// PodShare and NamespaceShare bound the slots of each lane that the
+	// runs of one pod, and of one namespace, hold at once: a fraction of
+	// the lane's size (0.125: an eighth), at least one slot; zero: no
+	// bound (the default, as the kubelet, which has no shared pool). A run
+	// over its share is parked, not queued in front of other pods' runs,
+	// and starts when a run of its own pod or namespace ends (see Owned).
+	// Only Owned tasks are bounded.
+	PodShare, NamespaceShare float64
 	// Recorder receives probe events; nil drops them.
 	Recorder Recorder
 	// Logger receives the runtime's logs; nil uses slog.Default().
@@ -87,9 +95,10 @@ type Runtime struct {
 	mu       sync.RWMutex
 	handlers map[string]Handler
 
-	pools [NumLanes]*ants.PoolWithFuncGeneric[Task]
-	busy  [NumLanes]atomic.Int64
-	runs  sync.WaitGroup
+	pools  [NumLanes]*ants.PoolWithFuncGeneric[Task]
+	shares [NumLanes]*shares // nil: the lane has no bound per owner
+	busy   [NumLanes]atomic.Int64
+	runs   sync.WaitGroup
 }
 
 // The default pool sizes (goroutines) of the three lanes.
@@ -120,14 +129,17 @@ func New(opts Options) (*Runtime, error) {
 	sizes := [NumLanes]int{LaneNetwork: opts.PoolSize, LaneExec: opts.ExecPoolSize, LaneSlow: opts.SlowPoolSize}
 	for lane, size := range sizes {
 		lane := lane
+		r.shares[lane] = newShares(size, opts.PodShare, opts.NamespaceShare)
 		p, err := ants.NewPoolWithFuncGeneric(size, func(t Task) {
-			defer r.runs.Done()
 			r.busy[lane].Add(1)
 			defer r.busy[lane].Add(-1)
-			t.Run()
+			// A run that ends hands its slot to the next parked run of
+			// its namespace, if any (shares).
+			for t != nil {
+				t = r.runOne(lane, t)
+			}
 		},
 			ants.WithExpiryDuration(time.Minute),
-			ants.WithPanicHandler(func(v any) { r.log.Error("probe task panicked", "panic", v) }),
 		)
 		if err != nil {
 			r.release(context.Background())
@@ -203,16 +215,56 @@ func NextLane(lane int, took, timeout time.Duration) int {
 }
 
 // Submit runs t on the pool of lane, blocking while that pool is full. It
-// fails with ants.ErrPoolClosed after Close.
+// fails with ants.ErrPoolClosed after Close. With shares, an Owned task
+// whose pod or namespace holds its share of the lane is parked and Submit
+// returns nil at once: the task runs later, in the slot of a run of its
+// own namespace.
 func (r *Runtime) Submit(lane int, t Task) error {
 	if lane < 0 || lane >= NumLanes {
 		lane = LaneNetwork
 	}
 	r.runs.Add(1)
+	var owner Owner
+	s := r.shares[lane]
+	if s != nil {
+		if o, ok := t.(Owned); ok {
+			owner = o.Owner()
+			if !s.acquire(owner, t) {
+				return nil // parked: runs when a run of its owner ends
+			}
+		} else {
+			s = nil
+		}
+	}
 	if err := r.pools[lane].Invoke(t); err != nil {
+		if s != nil {
+			// The slot would go to the namespace's next parked run: the
+			// pool is closed, so each of them ends unrun in turn.
+			for next := s.release(owner); next != nil; next = s.release(next.(Owned).Owner()) {
+				r.runs.Done()
+			}
+		}
 		r.runs.Done()
 		return err
 	}
+	return nil
+}
+
+// runOne runs t, recovering a panic, and returns the parked run its slot
+// goes to next (shares), or nil.
+func (r *Runtime) runOne(lane int, t Task) (next Task) {
+	defer r.runs.Done()
+	defer func() {
+		if v := recover(); v != nil {
+			r.log.Error("probe task panicked", "panic", v)
+		}
+		if s := r.shares[lane]; s != nil {
+			if o, ok := t.(Owned); ok {
+				next = s.release(o.Owner())
+			}
+		}
+	}()
+	t.Run()
 	return nil
 }
 
@@ -224,6 +276,15 @@ type PoolStats struct {
 	// Workers counts the pool's live goroutines, idle ones included (ants
 	// keeps idle workers for a minute before it lets them go).
 	Workers int `json:"workers"`
+	// PodSlots and NamespaceSlots are the most slots the runs of one pod,
+	// and of one namespace, hold at once (Options.PodShare,
+	// NamespaceShare); both Capacity when the lane has no shares.
+	PodSlots       int `json:"podSlots"`
+	NamespaceSlots int `json:"namespaceSlots"`
+	// Parked counts the runs waiting now because their pod or namespace
+	// holds its share; ParkedTotal every run that ever waited so.
+	Parked      int    `json:"parked"`
+	ParkedTotal uint64 `json:"parkedTotal"`
 }
 
 // Stats returns the pool figures of every lane, indexed by lane.
@@ -233,7 +294,13 @@ func (r *Runtime) Stats() [NumLanes]PoolStats {
 		if p == nil {
 			continue
 		}
-		out[lane] = PoolStats{Capacity: p.Cap(), Busy: int(r.busy[lane].Load()), Waiting: p.Waiting(), Workers: p.Running()}
+		ps := PoolStats{Capacity: p.Cap(), Busy: int(r.busy[lane].Load()), Waiting: p.Waiting(), Workers: p.Running(),
+			PodSlots: p.Cap(), NamespaceSlots: p.Cap()}
+		if s := r.shares[lane]; s != nil {
+			ps.PodSlots, ps.NamespaceSlots = s.podSlots, s.nsSlots
+			ps.Parked, ps.ParkedTotal = int(s.parked.Load()), s.parkedTotal.Load()
+		}
+		out[lane] = ps
 	}
 	return out
 }

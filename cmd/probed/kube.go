@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/probed/probed/agent"
 	"github.com/probed/probed/internal/version"
+	"github.com/probed/probed/manager/customprobe"
 )
 
 // kubeFlags are the flags of cluster mode (docs/cluster.md), named after
@@ -21,6 +23,11 @@ type kubeFlags struct {
 	livenessAction string
 	statusQPS      float64
 	statusBurst    int
+
+	// What one pod may ask of the node (agent/kube/limits).
+	maxProbesPerPod int
+	minProbePeriod  time.Duration
+	maxProbeRate    float64
 }
 
 func (k *kubeFlags) add(cmd *cobra.Command) {
@@ -31,13 +38,17 @@ func (k *kubeFlags) add(cmd *cobra.Command) {
 	f.StringVar(&k.livenessAction, "liveness-action", agent.LivenessActionEvent, "cluster mode: what a liveness or startup failure does: event (an Event; the kubelet's restart is not probed's to do) or evict (one Eviction per container instance, honouring PodDisruptionBudgets)")
 	f.Float64Var(&k.statusQPS, "status-qps", agent.DefaultStatusQPS, "cluster mode: condition patches per second, all pods together")
 	f.IntVar(&k.statusBurst, "status-burst", agent.DefaultStatusBurst, "cluster mode: condition patches allowed in a burst above --status-qps")
+
+	f.IntVar(&k.maxProbesPerPod, "max-probes-per-pod", agent.DefaultMaxProbesPerPod, "cluster mode: most probes one pod's probed.io/probes annotation may declare; a longer list runs none (0: no limit)")
+	f.DurationVar(&k.minProbePeriod, "min-probe-period", agent.DefaultMinProbePeriod, "cluster mode: shortest period an annotation probe may have, at least 100ms; a shorter one is refused")
+	f.Float64Var(&k.maxProbeRate, "max-probe-rate", agent.DefaultMaxProbeRate, "cluster mode: the node's budget of annotation probe runs per second, all pods together; a pod that would exceed it runs none of its probes until others leave room (0: no budget)")
 }
 
 // cluster returns the cluster-mode options, or nil without --kubeconfig and
 // --in-cluster (manifest mode). Manifest-mode flags are refused with them.
 func (k *kubeFlags) cluster(cmd *cobra.Command, node string) (*agent.ClusterOptions, error) {
 	if k.kubeconfig == "" && !k.inCluster {
-		for _, name := range []string{"readiness-gate", "liveness-action", "status-qps", "status-burst"} {
+		for _, name := range []string{"readiness-gate", "liveness-action", "status-qps", "status-burst", "max-probes-per-pod", "min-probe-period", "max-probe-rate"} {
 			if cmd.Flags().Changed(name) {
 				return nil, fmt.Errorf("--%s needs cluster mode (--kubeconfig or --in-cluster)", name)
 			}
@@ -51,6 +62,12 @@ func (k *kubeFlags) cluster(cmd *cobra.Command, node string) (*agent.ClusterOpti
 		if cmd.Flags().Changed(name) {
 			return nil, fmt.Errorf("--%s is for manifest mode; in cluster mode the kubelet owns containers and statuses", name)
 		}
+	}
+	if k.maxProbesPerPod < 0 || k.maxProbeRate < 0 {
+		return nil, errors.New("--max-probes-per-pod and --max-probe-rate must be 0 (no limit) or more")
+	}
+	if k.minProbePeriod != 0 && k.minProbePeriod < customprobe.MinPeriod {
+		return nil, fmt.Errorf("--min-probe-period %v: must be at least %v, the shortest period probed runs", k.minProbePeriod, customprobe.MinPeriod)
 	}
 	var cfg *rest.Config
 	var err error
@@ -73,5 +90,9 @@ func (k *kubeFlags) cluster(cmd *cobra.Command, node string) (*agent.ClusterOpti
 		LivenessAction: k.livenessAction,
 		StatusQPS:      k.statusQPS,
 		StatusBurst:    k.statusBurst,
+
+		MaxProbesPerPod: k.maxProbesPerPod,
+		MinProbePeriod:  k.minProbePeriod,
+		MaxProbeRate:    k.maxProbeRate,
 	}, nil
 }

@@ -139,6 +139,9 @@ that gate, and as Events (docs/cluster.md).`,
 				return err
 			}
 			opts.Logger = log
+			if _, err := applyMemoryLimit(log); err != nil {
+				return err
+			}
 			if opts.Cluster, err = kube.cluster(cmd, tel.NodeName); err != nil {
 				return err
 			}
@@ -195,6 +198,8 @@ that gate, and as Events (docs/cluster.md).`,
 	f.IntVar(&opts.PoolSize, "pool-size", 256, "most network and plugin probes running at once (healthy probes take milliseconds: probe rate × latency, with a margin)")
 	f.IntVar(&opts.SlowPoolSize, "slow-pool-size", 1024, "most slow network probes running at once: probes whose last run took half their timeout or more (size it by their rate × timeout)")
 	f.IntVar(&opts.ExecPoolSize, "exec-pool-size", 64, "most exec probes running at once")
+	f.Float64Var(&opts.PodPoolShare, "pod-pool-share", agent.DefaultPodPoolShare, "most of each pool one pod's probe runs hold at once, as a fraction of the pool (at least one slot; 0: no bound): a pod whose probes hang delays only itself")
+	f.Float64Var(&opts.NamespacePoolShare, "namespace-pool-share", agent.DefaultNamespacePoolShare, "most of each pool one namespace's probe runs hold at once, as a fraction of the pool (at least one slot; 0: no bound)")
 	f.DurationVar(&opts.SchedulerTick, "scheduler-tick", 10*time.Millisecond, "resolution of the scheduler's timing wheel: periods are rounded up to whole ticks (1ms-2ms spreads sub-second probes over smaller batches, docs/probes.md)")
 	f.DurationVar(&opts.SyncFrequency, "sync-frequency", time.Minute, "interval of full pod status regenerations (as the kubelet's --sync-frequency)")
 	f.DurationVar(&opts.Rescan, "rescan-interval", 30*time.Second, "interval of full manifest-directory rescans (besides file events)")

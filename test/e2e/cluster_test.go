@@ -36,13 +36,21 @@ type clusterAgent struct {
 // ok (the informer has synced). It skips without PROBED_TEST_KUBECONFIG.
 func startClusterAgent(t *testing.T, node string, cfg *rest.Config, args ...string) *clusterAgent {
 	t.Helper()
+	return startClusterAgentWith(t, probedBin, nil, node, cfg, args...)
+}
+
+// startClusterAgentWith is startClusterAgent with another build of probed
+// (checkBin: without the race detector, for figures of the shipped binary)
+// and env added to the test's environment.
+func startClusterAgentWith(t *testing.T, bin string, env []string, node string, cfg *rest.Config, args ...string) *clusterAgent {
+	t.Helper()
 	if cfg == nil {
 		cfg = kubetest.AgentConfig(t)
 	}
 	listen := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	all := append([]string{"run", "--kubeconfig", kubetest.WriteKubeconfig(t, cfg), "--node-name", node,
 		"--listen", listen, "--log-format", "json"}, args...)
-	p := startProbed(t, nil, all...)
+	p := startBinary(t, bin, env, all...)
 	a := &clusterAgent{proc: p, Base: "http://" + listen, Node: node, Config: cfg}
 	waitAPI(t, p, a.Base, false)
 	return a

@@ -111,8 +111,15 @@ type proc struct {
 // test's environment). t.Cleanup kills it if it still runs.
 func startProbed(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
+	return startBinary(t, probedBin, env, args...)
+}
+
+// startBinary is startProbed with another build of probed (checkBin: the
+// one without the race detector).
+func startBinary(t *testing.T, bin string, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, done: make(chan struct{})}
-	p.cmd = exec.Command(probedBin, args...)
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	if err := p.cmd.Start(); err != nil {
