@@ -22,7 +22,8 @@ import (
 
 // clusterAgent is the probed binary running in cluster mode for one node of
 // the real test kube-apiserver (internal/kubetest), under the agent's real
-// identity of deploy/kubernetes unless the test gives another.
+// identity of deploy/kubernetes unless the test gives another: its RBAC, a
+// token bound to a pod on the node and the admission policy.
 type clusterAgent struct {
 	*proc
 	Base   string // the agent's API, http://127.0.0.1:PORT
@@ -31,13 +32,15 @@ type clusterAgent struct {
 }
 
 // startClusterAgent starts `probed run` in cluster mode for node with the
-// given identity (nil: kubetest.AgentConfig, the RBAC of deploy/kubernetes),
+// given identity (nil: kubetest.AgentConfigForNode, the RBAC and the admission
+// policy of deploy/kubernetes with a token bound to a pod on node, as the
+// DaemonSet's pod has it: every cluster test proves the agent needs no more),
 // JSON logs and a free API port, plus args, and waits until /healthz answers
 // ok (the informer has synced). It skips without PROBED_TEST_KUBECONFIG.
 func startClusterAgent(t *testing.T, node string, cfg *rest.Config, args ...string) *clusterAgent {
 	t.Helper()
 	if cfg == nil {
-		cfg = kubetest.AgentConfig(t)
+		cfg = kubetest.AgentConfigForNode(t, node)
 	}
 	listen := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	all := append([]string{"run", "--kubeconfig", kubetest.WriteKubeconfig(t, cfg), "--node-name", node,
