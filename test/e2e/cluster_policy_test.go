@@ -2,12 +2,9 @@ package e2e
 
 import (
 	"fmt"
-	"net/http"
 	"strings"
 	"testing"
-	"time"
 
-	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -28,28 +25,8 @@ func TestClusterAgentUnderAdmissionPolicy(t *testing.T) {
 	ns := kubetest.Namespace(t)
 	kubetest.LabelNamespace(t, ns, map[string]string{"probed.io/liveness-actions": "enabled"})
 
-	healthy := make(chan bool, 1)
-	healthy <- true
-	port := serveHTTP(t, "127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		ok := <-healthy
-		healthy <- ok
-		if !ok {
-			w.WriteHeader(http.StatusServiceUnavailable)
-		}
-	}))
 	a := startClusterAgent(t, node, cfg, "--liveness-action=evict")
-
-	web := kubetest.NewPod(ns, "web", node, "app")
-	web.Annotations = map[string]string{"probed.io/probes": fmt.Sprintf(
-		`[{"container":"app","type":"readiness","periodSeconds":1,"httpGet":{"path":"/","port":%d}}]`, port)}
-	web.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: "probed.io/ready"}}
-	kubetest.CreatePod(t, admin, web)
-	kubetest.SetPodRunning(t, admin, ns, "web", true)
-	waitCondition(t, a, admin, ns, "web", "probed.io/ready", v1.ConditionTrue, "ProbeSucceeded", 30*time.Second)
-
-	<-healthy
-	healthy <- false
-	waitCondition(t, a, admin, ns, "web", "probed.io/ready", v1.ConditionFalse, "ProbeFailed", 30*time.Second)
+	checkGateFollowsTarget(t, a, admin, ns)
 	waitEvent(t, a, admin, ns, "web", "Unhealthy", "Readiness probe failed")
 
 	// A liveness probe on a closed port: failureThreshold 1, the pod is evicted.

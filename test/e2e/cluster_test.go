@@ -147,6 +147,19 @@ func serveHTTP(t *testing.T, addr string, h http.Handler) int {
 func TestClusterAgentGatesAPod(t *testing.T) {
 	admin := kubetest.Client(t)
 	ns, node := kubetest.Namespace(t), kubetest.NodeName(t)
+	a := startClusterAgent(t, node, nil)
+	checkGateFollowsTarget(t, a, admin, ns)
+	if code := a.stop(syscall.SIGTERM, 30*time.Second); code != 0 {
+		t.Fatalf("probed exited %d after SIGTERM; stderr:\n%s", code, tail(a.stderr.String(), 20))
+	}
+}
+
+// checkGateFollowsTarget creates the gated pod web in ns on a's node, running
+// and ready, with an annotation readiness probe (every second) of an HTTP
+// server of the test, and waits for a to write the probed.io/ready condition
+// True, then False once the server answers 503.
+func checkGateFollowsTarget(t *testing.T, a *clusterAgent, admin kubernetes.Interface, ns string) {
+	t.Helper()
 	healthy := make(chan bool, 1)
 	healthy <- true
 	port := serveHTTP(t, "127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -156,9 +169,7 @@ func TestClusterAgentGatesAPod(t *testing.T) {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 	}))
-	a := startClusterAgent(t, node, nil)
-
-	pod := kubetest.NewPod(ns, "web", node, "app")
+	pod := kubetest.NewPod(ns, "web", a.Node, "app")
 	pod.Annotations = map[string]string{"probed.io/probes": fmt.Sprintf(
 		`[{"container":"app","type":"readiness","periodSeconds":1,"httpGet":{"path":"/","port":%d}}]`, port)}
 	pod.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: "probed.io/ready"}}
@@ -169,7 +180,4 @@ func TestClusterAgentGatesAPod(t *testing.T) {
 	<-healthy
 	healthy <- false
 	waitCondition(t, a, admin, ns, "web", "probed.io/ready", v1.ConditionFalse, "ProbeFailed", 30*time.Second)
-	if code := a.stop(syscall.SIGTERM, 30*time.Second); code != 0 {
-		t.Fatalf("probed exited %d after SIGTERM; stderr:\n%s", code, tail(a.stderr.String(), 20))
-	}
 }
