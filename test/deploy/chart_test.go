@@ -17,6 +17,7 @@ import (
 // nonDefault exercises every value that changes the rendered objects.
 const nonDefault = `
 livenessAction: evict
+livenessActionNamespaces: example.com/evictable=yes
 readinessGate: example.com/probed
 statusQPS: 20
 statusBurst: 40
@@ -66,9 +67,9 @@ func TestChartDefaultsRenderThePlainManifests(t *testing.T) {
 		name, files string
 		set         []string
 	}{
-		{"event", "namespace.yaml serviceaccount.yaml clusterrole.yaml clusterrolebinding.yaml daemonset.yaml",
+		{"event", "namespace.yaml serviceaccount.yaml clusterrole.yaml clusterrolebinding.yaml admissionpolicy.yaml daemonset.yaml",
 			[]string{"--set", "createNamespace=true"}},
-		{"evict", "namespace.yaml serviceaccount.yaml clusterrole.yaml clusterrolebinding.yaml clusterrole-eviction.yaml daemonset.yaml",
+		{"evict", "namespace.yaml serviceaccount.yaml clusterrole.yaml clusterrolebinding.yaml admissionpolicy.yaml clusterrole-eviction.yaml daemonset.yaml",
 			[]string{"--set", "createNamespace=true", "--set", "livenessAction=evict"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -169,12 +170,15 @@ func TestChartNonDefaultValues(t *testing.T) {
 	if ns.Name != "probed-edge" || ns.Labels["pod-security.kubernetes.io/enforce"] != "privileged" {
 		t.Errorf("namespace %s labels %v", ns.Name, ns.Labels)
 	}
+	checkPolicy(t, objects, policyWant{name: "edge-probed-agent", username: "system:serviceaccount:probed-edge:edge-probed",
+		gate: "example.com/probed", evictionLabel: "example.com/evictable", evictionValue: "yes"})
 }
 
 // TestChartSchemaRejectsBadValues: values.schema.json refuses a liveness
 // action probed does not have and a port out of range, naming the value.
 func TestChartSchemaRejectsBadValues(t *testing.T) {
-	for _, set := range []string{"livenessAction=restart", "listen.port=70000", "readinessGate=not a condition"} {
+	for _, set := range []string{"livenessAction=restart", "listen.port=70000", "readinessGate=not a condition",
+		"livenessActionNamespaces=no-value", "livenessActionNamespaces=a=b'||true"} {
 		_, err := helmRun(t, "template", "x", chartDir, "--set", set)
 		if err == nil || !strings.Contains(err.Error(), strings.Split(strings.Split(set, "=")[0], ".")[0]) {
 			t.Errorf("--set %s: %v, want a schema error naming the value", set, err)
