@@ -55,6 +55,7 @@ import (
 
 	"github.com/probed/probed/internal/suggest"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/egress"
 )
 
 // Annotation is the pod annotation that holds the custom probes.
@@ -114,6 +115,14 @@ type Options struct {
 	// ExecUnavailable, when not empty, rejects exec handlers with this
 	// reason (cluster mode: an exec probe needs the container runtime).
 	ExecUnavailable string
+	// Egress, when set, is cluster mode's rule of where probes connect
+	// (runtime/egress, Rule.CheckHost): httpGet.host and tcpSocket.host
+	// are refused (field.Forbidden, naming the reason and
+	// --allow-probe-host) unless the operator allows ranges; then an IP
+	// literal outside them is refused and a name is accepted, its
+	// addresses checked when the probe dials. Nil: any host (manifest
+	// mode: the API's rules).
+	Egress *egress.Rule
 }
 
 var probeTypeNames = []string{"liveness", "readiness", "startup"}
@@ -278,6 +287,7 @@ func (p *parser) entry(raw json.RawMessage, path *field.Path, index int) (Probe,
 	case handlers[0] != "plugin" && handlerDecoded:
 		Default(&out.Probe)
 		errs = append(errs, ValidateHandler(&out.Probe.ProbeHandler, path)...)
+		errs = append(errs, p.hosts(&out.Probe.ProbeHandler, path)...)
 	}
 
 	typeOK := false
@@ -325,6 +335,26 @@ func (p *parser) entry(raw json.RawMessage, path *field.Path, index int) (Probe,
 	errs = append(errs, ValidateTiming(&out.Probe, t, path)...)
 	errs = append(errs, ValidateMilliseconds(&out.Probe, out.Milliseconds, path)...)
 	return out, errs
+}
+
+// hosts applies the egress rule (Options.Egress) to the handler's host
+// field: in cluster mode a probe connects only to its pod's IP unless the
+// operator allows more.
+func (p *parser) hosts(h *v1.ProbeHandler, path *field.Path) field.ErrorList {
+	var host string
+	var fp *field.Path
+	switch {
+	case h.HTTPGet != nil:
+		host, fp = h.HTTPGet.Host, path.Child("httpGet", "host")
+	case h.TCPSocket != nil:
+		host, fp = h.TCPSocket.Host, path.Child("tcpSocket", "host")
+	default:
+		return nil
+	}
+	if err := p.opts.Egress.CheckHost(host); err != nil {
+		return field.ErrorList{field.Forbidden(fp, err.Error())}
+	}
+	return nil
 }
 
 // noType is a ProbeType outside the three valid ones: ValidateTiming applies
