@@ -2,8 +2,6 @@ package http
 
 import (
 	"context"
-	"io"
-	"net"
 	nethttp "net/http"
 	"net/netip"
 	"strings"
@@ -14,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/probed/probed/internal/standin"
 	"github.com/probed/probed/runtime"
 	"github.com/probed/probed/runtime/egress"
 )
@@ -35,50 +34,24 @@ func podPolicy(t *testing.T, d time.Duration, allow ...string) context.Context {
 	return egress.WithPolicy(ctx, egress.NewPolicy([]netip.Addr{netip.MustParseAddr(podIP)}, ps))
 }
 
-// standIn listens on 127.0.0.2 (an address of the node that is not the
-// pod's) and counts the connections it accepts.
-func standIn(t *testing.T) (port int, conns *atomic.Int64) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.2:0")
-	if err != nil {
-		t.Skipf("cannot listen on 127.0.0.2: %v", err)
-	}
-	conns = new(atomic.Int64)
-	srv := &nethttp.Server{
-		Handler:     nethttp.HandlerFunc(func(w nethttp.ResponseWriter, _ *nethttp.Request) { io.WriteString(w, "metadata") }),
-		ConnState:   func(_ net.Conn, s nethttp.ConnState) { countNew(conns, s) },
-		ReadTimeout: 5 * time.Second,
-	}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return ln.Addr().(*net.TCPAddr).Port, conns
-}
-
-func countNew(n *atomic.Int64, s nethttp.ConnState) {
-	if s == nethttp.StateNew {
-		n.Add(1)
-	}
-}
-
 // TestEgressRefusesAHostThatIsNotThePod: httpGet.host 127.0.0.2 with the
 // issue's metadata path and header is refused at dial time under a policy
 // of pod IP 127.0.0.1: a Failure naming the egress policy, and the
 // stand-in sees no connection; an allowed range lets it through.
 func TestEgressRefusesAHostThatIsNotThePod(t *testing.T) {
-	port, conns := standIn(t)
+	s := standin.HTTP(t, "127.0.0.2:0", "metadata")
+	port := s.Port()
 	g := v1.HTTPGetAction{Host: "127.0.0.2", Port: intstr.FromInt32(int32(port)), Path: "/computeMetadata/v1/",
 		HTTPHeaders: []v1.HTTPHeader{{Name: "Metadata-Flavor", Value: "Google"}}}
 	p := prepare(t, New(), httpSpec(g))
 	out, err := p.Probe(podPolicy(t, time.Second), runtime.Target{PodIP: podIP, Attempt: 1})
 	want := `Get "http://127.0.0.2:` + itoa(port) + `/computeMetadata/v1/": dial tcp 127.0.0.2:` + itoa(port) + ": " + egress.DeniedText
 	wantOutcome(t, out, err, runtime.Failure, want)
-	if n := conns.Load(); n != 0 {
-		t.Fatalf("the stand-in on 127.0.0.2 saw %d connections", n)
-	}
+	s.NoConnection(t)
 	out, err = p.Probe(podPolicy(t, time.Second, "127.0.0.2/32"), runtime.Target{PodIP: podIP, Attempt: 1})
 	wantOutcome(t, out, err, runtime.Success, "metadata")
-	if n := conns.Load(); n != 1 {
-		t.Fatalf("with 127.0.0.2/32 allowed the stand-in saw %d connections, want 1", n)
+	if r := s.Requests(); len(r) != 1 || !strings.Contains(r[0], "Metadata-Flavor: Google") {
+		t.Fatalf("with 127.0.0.2/32 allowed the stand-in read %q, want the probe's request", r)
 	}
 }
 
@@ -88,8 +61,8 @@ func TestEgressRefusesAHostThatIsNotThePod(t *testing.T) {
 // refused at dial time, the stand-in sees no connection, and the output
 // names the probe's own URL, not the Location the target sent.
 func TestEgressRefusesARedirectOffThePod(t *testing.T) {
-	port, conns := standIn(t)
-	location := "http://127.0.0.2:" + itoa(port) + "/computeMetadata/v1/?token=SECRET-FROM-TARGET"
+	standIn := standin.HTTP(t, "127.0.0.2:0", "metadata")
+	location := "http://127.0.0.2:" + itoa(standIn.Port()) + "/computeMetadata/v1/?token=SECRET-FROM-TARGET"
 	s := serve(t, func(w nethttp.ResponseWriter, r *nethttp.Request) {
 		nethttp.Redirect(w, r, location, nethttp.StatusFound)
 	})
@@ -98,15 +71,13 @@ func TestEgressRefusesARedirectOffThePod(t *testing.T) {
 	out, err := p.Probe(podPolicy(t, time.Second), runtime.Target{PodIP: podIP, Attempt: 1})
 	want := `Get "http://127.0.0.1:` + itoa(portOf(t, s)) + `/ready": dial tcp: ` + egress.DeniedText
 	wantOutcome(t, out, err, runtime.Failure, want)
-	if n := conns.Load(); n != 0 {
-		t.Fatalf("the stand-in on 127.0.0.2 saw %d connections", n)
-	}
+	standIn.NoConnection(t)
 
 	// Without a policy (manifest mode) the kubelet's behaviour holds: the
 	// redirect is followed.
 	out, err = probeWithin(p, podIP, time.Second)
 	wantOutcome(t, out, err, runtime.Success, "metadata")
-	if n := conns.Load(); n != 1 {
+	if n := standIn.Connections(); n != 1 {
 		t.Fatalf("without a policy the stand-in saw %d connections, want 1", n)
 	}
 }
@@ -116,22 +87,7 @@ func TestEgressRefusesARedirectOffThePod(t *testing.T) {
 // status line, a redirect loop's Location — and keep the kubelet's exact
 // texts without one (H6).
 func TestEgressWithholdsTheTargetsBytes(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			io.WriteString(c, "SSH-2.0-OpenSSH_9.2p1\r\n")
-			c.Close()
-		}
-	}()
-	banner := ln.Addr().(*net.TCPAddr).Port
+	banner := standin.Banner(t, "127.0.0.1:0", "SSH-2.0-OpenSSH_9.2p1\r\n").Port()
 	p := prepare(t, New(), httpSpec(get(banner, "/")))
 
 	out, err := probeWithin(p, podIP, time.Second)
@@ -166,14 +122,15 @@ func TestEgressWithholdsTheTargetsBytes(t *testing.T) {
 // virtual host (H2); under a policy the connection still goes to the pod
 // IP, so it cannot reach another address.
 func TestEgressHostHeaderDoesNotSteerTheDial(t *testing.T) {
-	_, conns := standIn(t)
+	standIn := standin.HTTP(t, "127.0.0.2:0", "metadata")
 	var host atomic.Value
 	s := serve(t, func(_ nethttp.ResponseWriter, r *nethttp.Request) { host.Store(r.Host) })
 	g := get(portOf(t, s), "/")
 	g.HTTPHeaders = []v1.HTTPHeader{{Name: "Host", Value: "127.0.0.2"}}
 	out, err := prepare(t, New(), httpSpec(g)).Probe(podPolicy(t, time.Second), runtime.Target{PodIP: podIP, Attempt: 1})
 	wantOutcome(t, out, err, runtime.Success, "")
-	if host.Load() != "127.0.0.2" || conns.Load() != 0 {
-		t.Fatalf("Host %v, stand-in connections %d: want the pod's server with Host 127.0.0.2 and no connection elsewhere", host.Load(), conns.Load())
+	if host.Load() != "127.0.0.2" {
+		t.Fatalf("Host %v: want the pod's server with Host 127.0.0.2", host.Load())
 	}
+	standIn.NoConnection(t)
 }

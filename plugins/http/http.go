@@ -440,21 +440,19 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 }
 
 // withhold returns err as a probe may show it under an egress policy
-// (cluster mode, runtime/egress.Withhold): with nothing in it that the
-// target sent, since the text reaches Events the tenant can read (issue
-// 17). Without a policy err is returned as it is (the kubelet's texts, H6).
+// (cluster mode, runtime/egress): with nothing in it that the target sent,
+// since the text reaches Events the tenant can read (issue 17). Without a
+// policy err is returned as it is (the kubelet's texts, H6).
 //
 //   - a request error (*url.Error) names the probe's own URL, never a
 //     redirect's Location: `Get "<the probe's URL>": <detail>`;
-//   - the detail keeps texts that carry nothing of the target's: a timeout
-//     (H4's texts), "stopped after 10 redirects", EOF, a connection error
-//     (*net.OpError: the addresses probed dialled and an errno, or the
-//     egress policy's refusal; after a redirect without its addresses,
-//     which came from the Location), a TLS record or alert error;
-//   - anything else — above all a malformed answer Go quotes (an SSH
-//     banner read as a status line: `malformed HTTP response
-//     "SSH-2.0-..."`), a bad Location, an HTTP/2 GOAWAY's debug data — is
-//     egress.WithheldText.
+//   - the detail is egress.WithholdError's (timeouts, connection errors,
+//     EOF and TLS record errors keep their texts; a malformed answer Go
+//     quotes — an SSH banner read as a status line, `malformed HTTP
+//     response "SSH-2.0-..."` —, a bad Location or an HTTP/2 GOAWAY's
+//     debug data become egress.WithheldText), plus "stopped after 10
+//     redirects"; after a redirect a connection error loses its
+//     addresses, which came from the Location.
 //
 // redirected says that err (a body read error) is about a response to a
 // redirect.
@@ -470,36 +468,28 @@ func withhold(ctx context.Context, own *url.URL, redirected bool, err error) err
 	return withholdDetail(ctx, err, redirected)
 }
 
+// WithholdError is the rule of withhold for a plugin's own HTTP client
+// (examples/plugins/http-match): err from a request to own, shown under
+// the egress policy of ctx with nothing the target sent; unchanged without
+// one.
+func WithholdError(ctx context.Context, own *url.URL, err error) error {
+	return withhold(ctx, own, false, err)
+}
+
 // withholdDetail is withhold's rule for the error under a request's URL.
 func withholdDetail(ctx context.Context, err error, redirected bool) error {
-	switch {
-	case errors.Is(err, errTooManyRedirects), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+	if errors.Is(err, errTooManyRedirects) {
 		return err
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return io.ErrUnexpectedEOF
-	case errors.Is(err, io.EOF):
-		return io.EOF
 	}
 	var op *net.OpError
-	if errors.As(err, &op) {
+	if redirected && errors.As(err, &op) {
 		var dns *net.DNSError
-		switch {
-		case !redirected:
-			return op
-		case errors.As(op.Err, &dns): // the name came from the Location
-			return &net.OpError{Op: op.Op, Net: op.Net, Err: errors.New(egress.Withhold(ctx, dns.Error()))}
+		if errors.As(op.Err, &dns) { // the name came from the Location
+			return &net.OpError{Op: op.Op, Net: op.Net, Err: errors.New(egress.WithheldText)}
 		}
 		return &net.OpError{Op: op.Op, Net: op.Net, Err: op.Err}
 	}
-	var rh tls.RecordHeaderError
-	if errors.As(err, &rh) {
-		return errors.New(rh.Msg)
-	}
-	var alert tls.AlertError
-	if errors.As(err, &alert) {
-		return alert
-	}
-	return errors.New(egress.Withhold(ctx, err.Error()))
+	return egress.WithholdError(ctx, err)
 }
 
 // errorURL is the URL net/http puts in a request's *url.Error: the URL with

@@ -31,8 +31,10 @@ package egress
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"strings"
@@ -291,6 +293,42 @@ func Withhold(ctx context.Context, s string) string {
 		return s
 	}
 	return WithheldText
+}
+
+// WithholdError is Withhold for an error whose text may quote a target: err
+// unchanged when ctx carries no policy; else err itself when its text
+// carries nothing a target chose — a deadline or cancellation, a
+// connection error (*net.OpError: the addresses dialled and an errno, or
+// this policy's refusal), a TLS record or alert error —, io.EOF or
+// io.ErrUnexpectedEOF for an answer cut short, and for anything else (a
+// malformed answer Go quotes, a server's error reply) an error whose text
+// is WithheldText. The original error is for the caller's Outcome.Cause,
+// which is never shown.
+func WithholdError(ctx context.Context, err error) error {
+	if err == nil || FromContext(ctx) == nil {
+		return err
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return err
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return io.ErrUnexpectedEOF
+	case errors.Is(err, io.EOF):
+		return io.EOF
+	}
+	var op *net.OpError
+	if errors.As(err, &op) {
+		return op
+	}
+	var rh tls.RecordHeaderError
+	if errors.As(err, &rh) {
+		return errors.New(rh.Msg)
+	}
+	var alert tls.AlertError
+	if errors.As(err, &alert) {
+		return alert
+	}
+	return errors.New(WithheldText)
 }
 
 // Restricted reports whether ctx carries a policy (cluster mode).

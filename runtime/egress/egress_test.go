@@ -2,7 +2,10 @@ package egress
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"strings"
@@ -10,6 +13,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/probed/probed/internal/standin"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -172,44 +177,50 @@ func TestContextAndWithhold(t *testing.T) {
 // reaches the listener (Control runs before connect), and its error is
 // the DeniedError inside Go's dial error.
 func TestDialerRefusesBeforeConnecting(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan string, 2)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- c.RemoteAddr().String()
-			c.Close()
-		}
-	}()
-	addr := ln.Addr().String()
+	target := standin.HTTP(t, "127.0.0.1:0", "ok")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	deny := WithPolicy(ctx, NewPolicy(addrs("10.1.2.3"), nil))
-	_, err = Dialer().DialContext(deny, "tcp", addr)
-	if !IsDenied(err) || err.Error() != "dial tcp "+addr+": "+DeniedText {
+	_, err := Dialer().DialContext(deny, "tcp", target.Addr())
+	if !IsDenied(err) || err.Error() != "dial tcp "+target.Addr()+": "+DeniedText {
 		t.Fatalf("dial: %v", err)
 	}
+	target.NoConnection(t)
 	allow := WithPolicy(ctx, NewPolicy(addrs("127.0.0.1"), nil))
-	c, err := Dialer().DialContext(allow, "tcp", addr)
+	c, err := Dialer().DialContext(allow, "tcp", target.Addr())
 	if err != nil {
 		t.Fatalf("allowed dial: %v", err)
 	}
-	defer c.Close()
-	// The listener's first connection is the allowed one: the refused
-	// dial, made before it, never sent a SYN.
-	select {
-	case from := <-accepted:
-		if from != c.LocalAddr().String() {
-			t.Fatalf("the listener first accepted %s, not the allowed connection from %s", from, c.LocalAddr())
+	c.Close()
+}
+
+// TestWithholdError: under a policy an error keeps its text only when the
+// text carries nothing a target chose.
+func TestWithholdError(t *testing.T) {
+	rctx := WithPolicy(context.Background(), NewPolicy(addrs("10.1.2.3"), nil))
+	refused := &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 80}, Err: errors.New("connect: connection refused")}
+	cases := []struct {
+		err  error
+		want string
+	}{
+		{refused, "dial tcp 10.1.2.3:80: connect: connection refused"},
+		{fmt.Errorf("net/http: HTTP/1.x transport connection broken: %w", refused), "dial tcp 10.1.2.3:80: connect: connection refused"},
+		{context.DeadlineExceeded, "context deadline exceeded"},
+		{fmt.Errorf("wrapped: %w", io.ErrUnexpectedEOF), "unexpected EOF"},
+		{io.EOF, "EOF"},
+		{tls.RecordHeaderError{Msg: "tls: first record does not look like a TLS handshake"}, "tls: first record does not look like a TLS handshake"},
+		{errors.New(`net/http: HTTP/1.x transport connection broken: malformed HTTP response "SSH-2.0-OpenSSH_9.2p1"`), WithheldText},
+		{errors.New("WRONGPASS invalid username-password pair"), WithheldText},
+	}
+	for _, c := range cases {
+		if got := WithholdError(rctx, c.err); got.Error() != c.want {
+			t.Errorf("WithholdError(%q) = %q, want %q", c.err, got, c.want)
 		}
-	case <-ctx.Done():
-		t.Fatal("the allowed connection was not accepted")
+		if got := WithholdError(context.Background(), c.err); got != c.err {
+			t.Errorf("without a policy: %v, want the error itself", got)
+		}
+	}
+	if WithholdError(rctx, nil) != nil {
+		t.Error("nil became an error")
 	}
 }
