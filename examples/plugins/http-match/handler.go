@@ -139,7 +139,7 @@ func newClient(timeout time.Duration) *http.Client {
 	return &http.Client{
 		Timeout: timeout,
 		Transport: &http.Transport{
-			Proxy:               nil,
+			Proxy: nil,
 			// The request's context carries the agent's egress policy
 			// (cluster mode): sdk.Dialer connects only where it allows,
 			// redirects included.
