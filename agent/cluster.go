@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -59,6 +60,11 @@ type ClusterOptions struct {
 	// defaults DefaultStatusQPS, DefaultStatusBurst.
 	StatusQPS   float64
 	StatusBurst int
+	// AllowProbeHost are the ranges probes may connect to besides their
+	// pod's IPs (--allow-probe-host; none by default): the egress rule of
+	// cluster mode (runtime/egress, docs/cluster.md "Where probes
+	// connect").
+	AllowProbeHost []netip.Prefix
 }
 
 // clusterParts are the rooms of cluster mode.
@@ -129,7 +135,7 @@ func (a *Agent) clusterMode() (*mode, error) {
 		return nil, err
 	}
 	parts.statuses = podsource.NewStatuses()
-	annotation := customprobe.Options{ExecUnavailable: ExecUnavailable}
+	annotation := customprobe.Options{ExecUnavailable: ExecUnavailable, Egress: a.egress}
 	parts.gate, err = gate.New(gate.Options{
 		// The gate judges from the kubelet's own status (a container that
 		// survived probed's restart and is started per the kubelet keeps

@@ -10,6 +10,7 @@ import (
 
 	"github.com/probed/probed/agent"
 	"github.com/probed/probed/internal/version"
+	"github.com/probed/probed/runtime/egress"
 )
 
 // kubeFlags are the flags of cluster mode (docs/cluster.md), named after
@@ -21,6 +22,9 @@ type kubeFlags struct {
 	livenessAction string
 	statusQPS      float64
 	statusBurst    int
+	// allowProbeHost: where probes may connect besides their pod's IPs
+	// (issue 17; runtime/egress).
+	allowProbeHost []string
 }
 
 func (k *kubeFlags) add(cmd *cobra.Command) {
@@ -31,13 +35,14 @@ func (k *kubeFlags) add(cmd *cobra.Command) {
 	f.StringVar(&k.livenessAction, "liveness-action", agent.LivenessActionEvent, "cluster mode: what a liveness or startup failure does: event (an Event; the kubelet's restart is not probed's to do) or evict (one Eviction per container instance, honouring PodDisruptionBudgets)")
 	f.Float64Var(&k.statusQPS, "status-qps", agent.DefaultStatusQPS, "cluster mode: condition patches per second, all pods together")
 	f.IntVar(&k.statusBurst, "status-burst", agent.DefaultStatusBurst, "cluster mode: condition patches allowed in a burst above --status-qps")
+	f.StringSliceVar(&k.allowProbeHost, "allow-probe-host", nil, "cluster mode: CIDRs probes may connect to besides their pod's IPs (httpGet.host, tcpSocket.host, plugins' targets); none by default: a probe connects only to its pod's IP")
 }
 
 // cluster returns the cluster-mode options, or nil without --kubeconfig and
 // --in-cluster (manifest mode). Manifest-mode flags are refused with them.
 func (k *kubeFlags) cluster(cmd *cobra.Command, node string) (*agent.ClusterOptions, error) {
 	if k.kubeconfig == "" && !k.inCluster {
-		for _, name := range []string{"readiness-gate", "liveness-action", "status-qps", "status-burst"} {
+		for _, name := range []string{"readiness-gate", "liveness-action", "status-qps", "status-burst", "allow-probe-host"} {
 			if cmd.Flags().Changed(name) {
 				return nil, fmt.Errorf("--%s needs cluster mode (--kubeconfig or --in-cluster)", name)
 			}
@@ -52,8 +57,11 @@ func (k *kubeFlags) cluster(cmd *cobra.Command, node string) (*agent.ClusterOpti
 			return nil, fmt.Errorf("--%s is for manifest mode; in cluster mode the kubelet owns containers and statuses", name)
 		}
 	}
+	allow, err := egress.ParseRule(k.allowProbeHost)
+	if err != nil {
+		return nil, err
+	}
 	var cfg *rest.Config
-	var err error
 	if k.inCluster {
 		cfg, err = rest.InClusterConfig()
 		if err != nil {
@@ -73,5 +81,6 @@ func (k *kubeFlags) cluster(cmd *cobra.Command, node string) (*agent.ClusterOpti
 		LivenessAction: k.livenessAction,
 		StatusQPS:      k.statusQPS,
 		StatusBurst:    k.statusBurst,
+		AllowProbeHost: allow.Allowed(),
 	}, nil
 }
