@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/probed/probed/agent/history"
 	"github.com/probed/probed/internal/kubetest"
 	"github.com/probed/probed/internal/standin"
 	"github.com/probed/probed/runtime/egress"
@@ -78,6 +80,7 @@ func TestClusterProbesConnectOnlyToTheirPod(t *testing.T) {
 	a := startClusterAgent(t, node, nil)
 
 	annotatedPod(t, admin, ns, "ssrf", node, ssrfAnnotation(metadata.Port())) // accepted: annotations are not probes to Pod Security
+	ssrfRunning := time.Now()
 	waitEvent(t, a, admin, ns, "ssrf", "InvalidProbeAnnotation",
 		"metadata.annotations[probed.io/probes][0].httpGet.host: Forbidden: probes may connect only to their pod's IP", egress.Flag)
 
@@ -100,8 +103,11 @@ func TestClusterProbesConnectOnlyToTheirPod(t *testing.T) {
 			}
 		}
 	}
-	// Both probes above have run more than once by now, and the
-	// refused one would have run within its first period.
+	// The refused probe, had it been accepted, would have run twice by
+	// now: the agent has probed for two of its periods (4 s) since the pod
+	// ran, as the redirect pod's probe shows, and it runs a probe first
+	// within its period (BR-24).
+	waitProbedUntil(t, a, ns, "redirect", ssrfRunning.Add(4*time.Second))
 	metadata.NoConnection(t)
 
 	// The operator allows the range: the same annotation runs on a node
@@ -120,6 +126,25 @@ func TestClusterProbesConnectOnlyToTheirPod(t *testing.T) {
 			t.Errorf("the allowed annotation was refused: %q", e.Note)
 		}
 	}
+}
+
+// waitProbedUntil waits until the first probe of pod ns/name has a result
+// from at or after when, in the agent's history (GET
+// /pods/{ns}/{name}/probes): the agent has been probing until then.
+func waitProbedUntil(t *testing.T, a *clusterAgent, ns, name string, when time.Time) {
+	t.Helper()
+	eventually(t, a.proc, 30*time.Second, fmt.Sprintf("a run of the probe of %s/%s after %s", ns, name, when.Format(time.StampMilli)), func() (bool, string) {
+		body, err := apiGet(a.Base, "/pods/"+ns+"/"+name+"/probes")
+		if err != nil {
+			return false, err.Error()
+		}
+		var h history.PodHistory
+		if err := json.Unmarshal(body, &h); err != nil || len(h.Probes) == 0 || len(h.Probes[0].Results) == 0 {
+			return false, string(body)
+		}
+		last := h.Probes[0].Results[len(h.Probes[0].Results)-1].Time
+		return !last.Before(when), "last run at " + last.Format(time.StampMilli)
+	})
 }
 
 // TestAllowProbeHostFlag: --allow-probe-host takes CIDRs and needs cluster
