@@ -134,3 +134,23 @@ func TestEgressHostHeaderDoesNotSteerTheDial(t *testing.T) {
 	}
 	standIn.NoConnection(t)
 }
+
+// TestEgressCoversEveryTransport: cleartext HTTP/2 (protocol HTTP2) and
+// HTTPS dial through the same checked dialer: under a policy that does not
+// allow the target, neither connects.
+func TestEgressCoversEveryTransport(t *testing.T) {
+	s := standin.HTTP(t, "127.0.0.1:0", "ok")
+	h2c := v1.HTTPProtocolHTTP2
+	h2 := get(s.Port(), "/")
+	h2.Protocol = &h2c
+	tlsGet := get(s.Port(), "/")
+	tlsGet.Scheme = v1.URISchemeHTTPS
+	for name, g := range map[string]v1.HTTPGetAction{"h2c": h2, "https": tlsGet} {
+		ctx := egress.WithPolicy(podPolicy(t, time.Second), egress.NewPolicy([]netip.Addr{netip.MustParseAddr("10.9.9.9")}, nil))
+		out, err := prepare(t, New(), httpSpec(g)).Probe(ctx, runtime.Target{PodIP: podIP, Attempt: 1})
+		if err != nil || out.Result != runtime.Failure || !strings.HasSuffix(out.Output, "dial tcp "+s.Addr()+": "+egress.DeniedText) {
+			t.Errorf("%s: (%v, %q, %v), want refused by the egress policy", name, out.Result, out.Output, err)
+		}
+	}
+	s.NoConnection(t)
+}
