@@ -24,7 +24,7 @@ import (
 // Server is one stand-in listener.
 type Server struct {
 	ln       net.Listener
-	reply    func(net.Conn, *bufio.Reader)
+	reply    func(*Server, net.Conn, *bufio.Reader)
 	mu       sync.Mutex
 	cond     *sync.Cond
 	accepted []string // remote addresses, in accept order
@@ -39,8 +39,7 @@ type Server struct {
 func HTTP(t testing.TB, addr, body string) *Server {
 	t.Helper()
 	resp := "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\nConnection: close\r\n\r\n" + body
-	s := listen(t, addr, nil)
-	s.reply = func(c net.Conn, r *bufio.Reader) {
+	return listen(t, addr, func(s *Server, c net.Conn, r *bufio.Reader) {
 		var head strings.Builder
 		for {
 			line, err := r.ReadString('\n')
@@ -56,19 +55,26 @@ func HTTP(t testing.TB, addr, body string) *Server {
 		s.requests = append(s.requests, head.String())
 		s.mu.Unlock()
 		_, _ = io.WriteString(c, resp)
-	}
-	return s
+	})
 }
 
-// Banner listens on addr like HTTP and writes banner to every connection
-// as soon as it is accepted (a non-HTTP service, such as sshd's
-// "SSH-2.0-OpenSSH_9.2p1\r\n"), then closes it.
+// Banner listens on addr like HTTP and answers every connection with
+// banner (a non-HTTP service, such as sshd's "SSH-2.0-OpenSSH_9.2p1\r\n"),
+// then closes it. It writes once the client has sent its first bytes (or
+// closed its side), so an HTTP client always reads the banner as the answer
+// to its request: sent before the request, Go's transport may drop it as
+// "unsolicited" and report no answer at all.
 func Banner(t testing.TB, addr, banner string) *Server {
 	t.Helper()
-	return listen(t, addr, func(c net.Conn, _ *bufio.Reader) { _, _ = io.WriteString(c, banner) })
+	return listen(t, addr, func(_ *Server, c net.Conn, r *bufio.Reader) {
+		if _, err := r.Peek(1); err != nil && err != io.EOF {
+			return
+		}
+		_, _ = io.WriteString(c, banner)
+	})
 }
 
-func listen(t testing.TB, addr string, reply func(net.Conn, *bufio.Reader)) *Server {
+func listen(t testing.TB, addr string, reply func(*Server, net.Conn, *bufio.Reader)) *Server {
 	t.Helper()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -99,7 +105,7 @@ func (s *Server) serve(done chan<- struct{}) {
 		s.mu.Unlock()
 		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 		if s.reply != nil {
-			s.reply(c, bufio.NewReader(c))
+			s.reply(s, c, bufio.NewReader(c))
 		}
 		_ = c.Close()
 	}
