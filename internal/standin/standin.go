@@ -11,15 +11,34 @@ package standin
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/probed/probed/runtime/egress"
 )
+
+// PodContext returns a context with an attempt's deadline d that carries
+// the egress policy of a pod whose IP is podIP, with the allowed ranges
+// allow (CIDRs): what a probe's context carries in cluster mode. It ends
+// with the test.
+func PodContext(t testing.TB, d time.Duration, podIP string, allow ...string) context.Context {
+	t.Helper()
+	var ps []netip.Prefix
+	for _, a := range allow {
+		ps = append(ps, netip.MustParsePrefix(a))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return egress.WithPolicy(ctx, egress.NewPolicy([]netip.Addr{netip.MustParseAddr(podIP)}, ps))
+}
 
 // Server is one stand-in listener.
 type Server struct {

@@ -2,7 +2,6 @@ package grpc_test
 
 import (
 	"context"
-	"net/netip"
 	"testing"
 	"time"
 
@@ -11,18 +10,10 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/probed/probed/internal/standin"
 	"github.com/probed/probed/runtime"
 	"github.com/probed/probed/runtime/egress"
 )
-
-// policyCtx is a 1 s attempt deadline carrying the egress policy of a pod
-// whose IP is podIP (cluster mode, runtime/egress).
-func policyCtx(t *testing.T, podIP string) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	t.Cleanup(cancel)
-	return egress.WithPolicy(ctx, egress.NewPolicy([]netip.Addr{netip.MustParseAddr(podIP)}, nil))
-}
 
 // TestEgressPolicyReachesTheDialer: grpc-go dials with its own context,
 // so the prober hands the attempt's policy to its dialer: a target the
@@ -37,14 +28,14 @@ func TestEgressPolicyReachesTheDialer(t *testing.T) {
 	spec.Milliseconds = &runtime.Milliseconds{Timeout: -800}
 	p := prepare(t, spec)
 
-	out, err := p.Probe(policyCtx(t, "10.9.9.9"), runtime.Target{PodIP: "127.0.0.1", Attempt: 1})
+	out, err := p.Probe(standin.PodContext(t, time.Second, "10.9.9.9"), runtime.Target{PodIP: "127.0.0.1", Attempt: 1})
 	if err != nil || out.Result != runtime.Failure || !egress.IsDenied(out.Cause) {
 		t.Fatalf("outcome (%v, %q, cause %v, %v), want a Failure caused by the egress policy", out.Result, out.Output, out.Cause, err)
 	}
 	if n := lis.accepted.Load(); n != 0 {
 		t.Fatalf("the server accepted %d connections", n)
 	}
-	out, err = p.Probe(policyCtx(t, "127.0.0.1"), runtime.Target{PodIP: "127.0.0.1", Attempt: 1})
+	out, err = p.Probe(standin.PodContext(t, time.Second, "127.0.0.1"), runtime.Target{PodIP: "127.0.0.1", Attempt: 1})
 	want(t, out, err, runtime.Success, "service healthy")
 }
 
@@ -67,9 +58,9 @@ func TestEgressWithholdsTheServersMessages(t *testing.T) {
 
 	got, err, _ := probe(t, prepare(t, grpcSpec(denying, nil, nil)), "127.0.0.1")
 	want(t, got, err, runtime.Failure, "error: health rpc probe failed: rpc error: code = PermissionDenied desc = SSH-2.0-OpenSSH_9.2p1 secret from the server")
-	got, err = prepare(t, grpcSpec(denying, nil, nil)).Probe(policyCtx(t, "127.0.0.1"), runtime.Target{PodIP: "127.0.0.1", Attempt: 1})
+	got, err = prepare(t, grpcSpec(denying, nil, nil)).Probe(standin.PodContext(t, time.Second, "127.0.0.1"), runtime.Target{PodIP: "127.0.0.1", Attempt: 1})
 	want(t, got, err, runtime.Failure, "error: health rpc probe failed: rpc error: code = PermissionDenied desc = "+egress.WithheldText)
 
-	got, err = prepare(t, grpcSpec(bare, nil, nil)).Probe(policyCtx(t, "127.0.0.1"), runtime.Target{PodIP: "127.0.0.1", Attempt: 1})
+	got, err = prepare(t, grpcSpec(bare, nil, nil)).Probe(standin.PodContext(t, time.Second, "127.0.0.1"), runtime.Target{PodIP: "127.0.0.1", Attempt: 1})
 	want(t, got, err, runtime.Failure, "error: this server does not implement the grpc health protocol (grpc.health.v1.Health): "+egress.WithheldText)
 }

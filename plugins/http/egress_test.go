@@ -3,7 +3,6 @@ package http
 import (
 	"context"
 	nethttp "net/http"
-	"net/netip"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -21,17 +20,11 @@ import (
 // probe connects only to its pod's IP, and its texts carry nothing the
 // target sent beyond the status code.
 
-// podPolicy returns a context carrying the policy of a pod whose IP is
-// podIP (127.0.0.1) and the given allowed ranges, with deadline d.
+// podPolicy is the context of an attempt with deadline d under the egress
+// policy of a pod whose IP is podIP (127.0.0.1) and the allowed ranges.
 func podPolicy(t *testing.T, d time.Duration, allow ...string) context.Context {
 	t.Helper()
-	var ps []netip.Prefix
-	for _, a := range allow {
-		ps = append(ps, netip.MustParsePrefix(a))
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return egress.WithPolicy(ctx, egress.NewPolicy([]netip.Addr{netip.MustParseAddr(podIP)}, ps))
+	return standin.PodContext(t, d, podIP, allow...)
 }
 
 // TestEgressRefusesAHostThatIsNotThePod: httpGet.host 127.0.0.2 with the
@@ -146,7 +139,7 @@ func TestEgressCoversEveryTransport(t *testing.T) {
 	tlsGet := get(s.Port(), "/")
 	tlsGet.Scheme = v1.URISchemeHTTPS
 	for name, g := range map[string]v1.HTTPGetAction{"h2c": h2, "https": tlsGet} {
-		ctx := egress.WithPolicy(podPolicy(t, time.Second), egress.NewPolicy([]netip.Addr{netip.MustParseAddr("10.9.9.9")}, nil))
+		ctx := standin.PodContext(t, time.Second, "10.9.9.9")
 		out, err := prepare(t, New(), httpSpec(g)).Probe(ctx, runtime.Target{PodIP: podIP, Attempt: 1})
 		if err != nil || out.Result != runtime.Failure || !strings.HasSuffix(out.Output, "dial tcp "+s.Addr()+": "+egress.DeniedText) {
 			t.Errorf("%s: (%v, %q, %v), want refused by the egress policy", name, out.Result, out.Output, err)

@@ -1,8 +1,6 @@
 package tcp
 
 import (
-	"context"
-	"net/netip"
 	"strconv"
 	"testing"
 	"time"
@@ -19,9 +17,7 @@ import (
 // the same probe connects.
 func TestEgressRefusesAHostThatIsNotThePod(t *testing.T) {
 	s := standin.Banner(t, "127.0.0.2:0", "")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	policy := egress.WithPolicy(ctx, egress.NewPolicy([]netip.Addr{netip.MustParseAddr(podIP)}, nil))
+	policy := standin.PodContext(t, 5*time.Second, podIP)
 	a := portAction(s.Port())
 	a.Host = "127.0.0.2"
 	p, err := New().Prepare(tcpSpec(a))
@@ -34,7 +30,7 @@ func TestEgressRefusesAHostThatIsNotThePod(t *testing.T) {
 		t.Fatalf("outcome (%v, %q, %v), want a Failure refused by the egress policy", out.Result, out.Output, err)
 	}
 	s.NoConnection(t)
-	own := egress.WithPolicy(ctx, egress.NewPolicy([]netip.Addr{netip.MustParseAddr("127.0.0.2")}, nil))
+	own := standin.PodContext(t, 5*time.Second, "127.0.0.2")
 	if out, err := p.Probe(own, runtime.Target{PodIP: "127.0.0.2", Attempt: 1}); err != nil || out.Result != runtime.Success {
 		t.Fatalf("allowed: (%v, %q, %v)", out.Result, out.Output, err)
 	}

@@ -10,11 +10,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
-
-	"github.com/probed/probed/internal/standin"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -171,27 +168,6 @@ func TestContextAndWithhold(t *testing.T) {
 	if got := Withhold(rctx, `malformed HTTP response "SSH-2.0-OpenSSH_9.2p1"`); got != WithheldText {
 		t.Errorf("restricted: %q", got)
 	}
-}
-
-// TestDialerRefusesBeforeConnecting: a dial the policy refuses never
-// reaches the listener (Control runs before connect), and its error is
-// the DeniedError inside Go's dial error.
-func TestDialerRefusesBeforeConnecting(t *testing.T) {
-	target := standin.HTTP(t, "127.0.0.1:0", "ok")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	deny := WithPolicy(ctx, NewPolicy(addrs("10.1.2.3"), nil))
-	_, err := Dialer().DialContext(deny, "tcp", target.Addr())
-	if !IsDenied(err) || err.Error() != "dial tcp "+target.Addr()+": "+DeniedText {
-		t.Fatalf("dial: %v", err)
-	}
-	target.NoConnection(t)
-	allow := WithPolicy(ctx, NewPolicy(addrs("127.0.0.1"), nil))
-	c, err := Dialer().DialContext(allow, "tcp", target.Addr())
-	if err != nil {
-		t.Fatalf("allowed dial: %v", err)
-	}
-	c.Close()
 }
 
 // TestWithholdError: under a policy an error keeps its text only when the

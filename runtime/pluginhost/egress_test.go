@@ -1,8 +1,6 @@
 package pluginhost_test
 
 import (
-	"context"
-	"net/netip"
 	"strings"
 	"testing"
 
@@ -22,10 +20,8 @@ func probeUnder(t *testing.T, h *pluginhost.Host, spec *runtime.Spec) (runtime.O
 	if err != nil {
 		return runtime.Outcome{}, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), spec.Timeout())
-	defer cancel()
-	policy := egress.NewPolicy([]netip.Addr{netip.MustParseAddr("10.1.2.3")}, []netip.Prefix{netip.MustParsePrefix("192.168.0.0/16")})
-	return pr.Probe(egress.WithPolicy(ctx, policy), runtime.Target{PodIP: "10.1.2.3", ContainerID: "containerd://abc", Attempt: 1})
+	ctx := standin.PodContext(t, spec.Timeout(), "10.1.2.3", "192.168.0.0/16")
+	return pr.Probe(ctx, runtime.Target{PodIP: "10.1.2.3", ContainerID: "containerd://abc", Attempt: 1})
 }
 
 // TestEgressLevel: in cluster mode (a policy on the attempt's context) the

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -11,15 +9,6 @@ import (
 	"github.com/probed/probed/runtime"
 	"github.com/probed/probed/runtime/egress"
 )
-
-// under is a 1 s attempt deadline carrying the egress policy of a pod whose
-// IP is podIP (cluster mode: the SDK puts the agent's policy on ctx).
-func under(t *testing.T, podIP string) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	t.Cleanup(cancel)
-	return egress.WithPolicy(ctx, egress.NewPolicy([]netip.Addr{netip.MustParseAddr(podIP)}, nil))
-}
 
 // TestEgress: under the agent's egress policy the plugin connects only
 // where it allows (a target that is not the pod's IP is refused before
@@ -31,7 +20,7 @@ func TestEgress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := pr.Probe(under(t, "127.0.0.1"), runtime.Target{PodIP: "127.0.0.1"})
+	out, err := pr.Probe(standin.PodContext(t, time.Second, "127.0.0.1"), runtime.Target{PodIP: "127.0.0.1"})
 	if err != nil || out.Output != `json: field status.phase is `+egress.WithheldText+`, want "Pending"` {
 		t.Errorf("json mismatch under a policy: %q, %v", out.Output, err)
 	}
@@ -41,7 +30,7 @@ func TestEgress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err = pr.Probe(under(t, "10.9.9.9"), runtime.Target{PodIP: "127.0.0.1"})
+	out, err = pr.Probe(standin.PodContext(t, time.Second, "10.9.9.9"), runtime.Target{PodIP: "127.0.0.1"})
 	if err != nil || out.Result != runtime.Failure || !strings.HasSuffix(out.Output, "dial tcp "+s.Addr()+": "+egress.DeniedText) {
 		t.Fatalf("a target the policy does not allow: %v %q, %v", out.Result, out.Output, err)
 	}
@@ -52,7 +41,7 @@ func TestEgress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err = pr.Probe(under(t, "127.0.0.1"), runtime.Target{PodIP: "127.0.0.1"})
+	out, err = pr.Probe(standin.PodContext(t, time.Second, "127.0.0.1"), runtime.Target{PodIP: "127.0.0.1"})
 	if err != nil || out.Result != runtime.Failure || strings.Contains(out.Output, "SSH-2.0") || !strings.Contains(out.Output, egress.WithheldText) {
 		t.Fatalf("banner under a policy: %v %q, %v", out.Result, out.Output, err)
 	}

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -17,18 +15,7 @@ import (
 // (cluster mode).
 func probeUnder(t *testing.T, port int, params map[string]string, podIP string) runtime.Outcome {
 	t.Helper()
-	pr, err := Handler{}.Prepare(spec(port, params))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	ctx = egress.WithPolicy(ctx, egress.NewPolicy([]netip.Addr{netip.MustParseAddr(podIP)}, nil))
-	out, err := pr.Probe(ctx, runtime.Target{PodIP: "127.0.0.1"})
-	if err != nil {
-		t.Fatalf("Probe returned an error: %v", err)
-	}
-	return out
+	return probeIn(t, standin.PodContext(t, time.Second, podIP), port, params)
 }
 
 // TestEgress: under the agent's egress policy the plugin connects only
