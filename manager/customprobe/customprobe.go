@@ -140,7 +140,9 @@ var probeTypeNames = []string{"liveness", "readiness", "startup"}
 // (when knownKind is not nil), a port that is neither 0 (no port), 1-65535 nor
 // a valid IANA_SVC_NAME, a params value that is not a string, a probe type the
 // container already has in its spec or twice in the annotation, and the
-// timing rules of ValidateTiming and ValidateMilliseconds. Field paths look like
+// timing rules of ValidateTiming and ValidateMilliseconds, and with Options
+// an exec handler (ExecUnavailable) and a host field the egress rule does
+// not allow (Egress). Field paths look like
 // metadata.annotations[probed.io/probes][0].plugin.name.
 //
 // An element with errors is left out of the result; the others are returned
