@@ -21,6 +21,7 @@ livenessActionNamespaces: example.com/evictable=yes
 readinessGate: example.com/probed
 statusQPS: 20
 statusBurst: 40
+allowProbeHost: ["10.0.0.0/8", "fd00::/64"]
 listen:
   address: $(HOST_IP)
   port: 9089
@@ -140,7 +141,7 @@ func TestChartNonDefaultValues(t *testing.T) {
 	spec := ds.Spec.Template.Spec
 	c := spec.Containers[0]
 	args := strings.Join(c.Args, " ")
-	for _, a := range []string{"--status-qps=20", "--status-burst=40", "--plugin-config=/etc/probed/plugins.yaml", "--history=20"} {
+	for _, a := range []string{"--status-qps=20", "--status-burst=40", "--allow-probe-host=10.0.0.0/8,fd00::/64", "--plugin-config=/etc/probed/plugins.yaml", "--history=20"} {
 		if !strings.Contains(args, a) {
 			t.Errorf("args %q lack %q", args, a)
 		}
@@ -178,7 +179,7 @@ func TestChartNonDefaultValues(t *testing.T) {
 // action probed does not have and a port out of range, naming the value.
 func TestChartSchemaRejectsBadValues(t *testing.T) {
 	for _, set := range []string{"livenessAction=restart", "listen.port=70000", "readinessGate=not a condition",
-		"livenessActionNamespaces=no-value", "livenessActionNamespaces=a=b'||true"} {
+		"livenessActionNamespaces=no-value", "livenessActionNamespaces=a=b'||true", "allowProbeHost={10.0.0.1}"} {
 		_, err := helmRun(t, "template", "x", chartDir, "--set", set)
 		if err == nil || !strings.Contains(err.Error(), strings.Split(strings.Split(set, "=")[0], ".")[0]) {
 			t.Errorf("--set %s: %v, want a schema error naming the value", set, err)
