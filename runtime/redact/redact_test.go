@@ -216,3 +216,29 @@ func FuzzText(f *testing.F) {
 		}
 	})
 }
+
+// TestHeaderAndHTTPGet: the header rule of every shown probe and hook,
+// spec or annotation (issue 17 §4): Host, Accept, User-Agent and
+// Content-Type values are shown (any case), every other non-empty value is
+// hidden whole; HTTPGet applies it and the URL rule to the path in place.
+func TestHeaderAndHTTPGet(t *testing.T) {
+	for _, c := range []struct{ name, value, want string }{
+		{"Host", "app.example", "app.example"},
+		{"accept", "text/plain", "text/plain"},
+		{"USER-AGENT", "probe/1", "probe/1"},
+		{"Content-Type", "application/json", "application/json"},
+		{"Authorization", "Bearer abc", redact.Mask},
+		{"X-Tenant", "plain-looking", redact.Mask},
+		{"X-Empty", "", ""},
+	} {
+		if got := redact.Header(c.name, c.value); got != c.want {
+			t.Errorf("Header(%q, %q) = %q, want %q", c.name, c.value, got, c.want)
+		}
+	}
+	g := &v1.HTTPGetAction{Path: "/x?token=abc", HTTPHeaders: []v1.HTTPHeader{{Name: "Cookie", Value: "s=1"}, {Name: "Host", Value: "h"}}}
+	redact.ForContainer(nil, nil).HTTPGet(g)
+	if g.Path != "/x?token=REDACTED" || g.HTTPHeaders[0].Value != redact.Mask || g.HTTPHeaders[1].Value != "h" {
+		t.Errorf("HTTPGet = %+v", g)
+	}
+	redact.Secrets{}.HTTPGet(nil) // no panic
+}
