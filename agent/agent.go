@@ -75,7 +75,7 @@ type Agent struct {
 	probeReg *prometheus.Registry
 	reg      *prometheus.Registry
 
-	ln net.Listener
+	ln *api.Listener
 
 	// manifests reports the rejected and skipped manifests (manifest
 	// mode); nil in cluster mode.
@@ -479,7 +479,7 @@ type PodHistory = history.PodHistory
 func (a *Agent) Run(ctx context.Context) error {
 	srv := api.NewServer(a.Handler(), api.ServerConfig{})
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(a.ln) }()
+	go func() { serveErr <- a.ln.Serve(srv) }()
 
 	// resultsCtx ends after the manager has drained: the consumers take
 	// results until the last run has applied its own (R4).
