@@ -36,6 +36,9 @@ const (
 	// bucket (patches per second, all pods together).
 	DefaultStatusQPS   = gate.DefaultQPS
 	DefaultStatusBurst = gate.DefaultBurst
+	// DefaultLivenessActionNamespaces selects the namespaces where
+	// LivenessActionEvict evicts (--liveness-action-namespaces).
+	DefaultLivenessActionNamespaces = evict.DefaultNamespaceSelector
 )
 
 // ExecUnavailable is why an exec probe of the probed.io/probes annotation is
@@ -59,6 +62,10 @@ type ClusterOptions struct {
 	// defaults DefaultStatusQPS, DefaultStatusBurst.
 	StatusQPS   float64
 	StatusBurst int
+	// LivenessActionNamespaces is a label selector on namespaces: with
+	// LivenessActionEvict, pods are evicted only in the namespaces it
+	// selects; default DefaultLivenessActionNamespaces.
+	LivenessActionNamespaces string
 }
 
 // clusterParts are the rooms of cluster mode.
@@ -152,7 +159,8 @@ func (a *Agent) clusterMode() (*mode, error) {
 	if err != nil {
 		return nil, err
 	}
-	if parts.actuator, err = evict.New(evict.Options{Action: action, Client: parts.client, Recorder: a.recorder, Log: a.log}); err != nil {
+	if parts.actuator, err = evict.New(evict.Options{Action: action, Client: parts.client, Recorder: a.recorder, Log: a.log,
+		NamespaceSelector: c.LivenessActionNamespaces}); err != nil {
 		return nil, err
 	}
 	return &mode{

@@ -21,6 +21,8 @@ type kubeFlags struct {
 	livenessAction string
 	statusQPS      float64
 	statusBurst    int
+
+	livenessActionNamespaces string
 }
 
 func (k *kubeFlags) add(cmd *cobra.Command) {
@@ -31,13 +33,16 @@ func (k *kubeFlags) add(cmd *cobra.Command) {
 	f.StringVar(&k.livenessAction, "liveness-action", agent.LivenessActionEvent, "cluster mode: what a liveness or startup failure does: event (an Event; the kubelet's restart is not probed's to do) or evict (one Eviction per container instance, honouring PodDisruptionBudgets)")
 	f.Float64Var(&k.statusQPS, "status-qps", agent.DefaultStatusQPS, "cluster mode: condition patches per second, all pods together")
 	f.IntVar(&k.statusBurst, "status-burst", agent.DefaultStatusBurst, "cluster mode: condition patches allowed in a burst above --status-qps")
+
+	f.StringVar(&k.livenessActionNamespaces, "liveness-action-namespaces", agent.DefaultLivenessActionNamespaces,
+		"cluster mode, --liveness-action=evict: a label selector on namespaces; pods are evicted only in the namespaces it selects (kubernetes.io/metadata.name selects all), elsewhere a failure is an Event saying why")
 }
 
 // cluster returns the cluster-mode options, or nil without --kubeconfig and
 // --in-cluster (manifest mode). Manifest-mode flags are refused with them.
 func (k *kubeFlags) cluster(cmd *cobra.Command, node string) (*agent.ClusterOptions, error) {
 	if k.kubeconfig == "" && !k.inCluster {
-		for _, name := range []string{"readiness-gate", "liveness-action", "status-qps", "status-burst"} {
+		for _, name := range []string{"readiness-gate", "liveness-action", "status-qps", "status-burst", "liveness-action-namespaces"} {
 			if cmd.Flags().Changed(name) {
 				return nil, fmt.Errorf("--%s needs cluster mode (--kubeconfig or --in-cluster)", name)
 			}
@@ -73,5 +78,7 @@ func (k *kubeFlags) cluster(cmd *cobra.Command, node string) (*agent.ClusterOpti
 		LivenessAction: k.livenessAction,
 		StatusQPS:      k.statusQPS,
 		StatusBurst:    k.statusBurst,
+
+		LivenessActionNamespaces: k.livenessActionNamespaces,
 	}, nil
 }

@@ -22,6 +22,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
@@ -32,10 +33,12 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -162,6 +165,19 @@ func Namespace(t testing.TB) string {
 	return ns.Name
 }
 
+// LabelNamespace sets labels on the namespace ns (a strategic-merge patch:
+// other labels stay).
+func LabelNamespace(t testing.TB, ns string, labels map[string]string) {
+	t.Helper()
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Client(t).CoreV1().Namespaces().Patch(Context(t), ns, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("label namespace %s: %v", ns, err)
+	}
+}
+
 // NodeName returns a node name no other test uses. No Node object is created
 // (nothing needs one: pods are bound by spec.nodeName).
 func NodeName(t testing.TB) string { return uniqueName(t, "node") }
@@ -212,6 +228,32 @@ func GrantRole(t testing.TB, ns, name string, rules []rbacv1.PolicyRule) {
 	}
 	if _, err := c.RbacV1().RoleBindings(ns).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create RoleBinding %s/%s: %v", ns, name, err)
+	}
+}
+
+// GrantClusterRole gives the ServiceAccount ns/name exactly rules across
+// the cluster: a ClusterRole and a ClusterRoleBinding both named
+// name-ns (cluster-scoped: named after the test's namespace so that tests
+// never share them), for rights a namespaced Role cannot give (listing
+// namespaces). It returns once the server authorizes the first rule.
+func GrantClusterRole(t testing.TB, ns, name string, rules []rbacv1.PolicyRule) {
+	t.Helper()
+	c := Client(t)
+	ctx := Context(t)
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name + "-" + ns}, Rules: rules}
+	if _, err := c.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create ClusterRole %s: %v", role.Name, err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}},
+	}
+	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create ClusterRoleBinding %s: %v", binding.Name, err)
+	}
+	if len(rules) > 0 {
+		waitAuthorized(t, c, "system:serviceaccount:"+ns+":"+name, []authorizationv1.ResourceAttributes{firstAttributes(rules[0])})
 	}
 }
 

@@ -139,7 +139,8 @@ func TestChartNonDefaultValues(t *testing.T) {
 	spec := ds.Spec.Template.Spec
 	c := spec.Containers[0]
 	args := strings.Join(c.Args, " ")
-	for _, a := range []string{"--status-qps=20", "--status-burst=40", "--plugin-config=/etc/probed/plugins.yaml", "--history=20"} {
+	for _, a := range []string{"--status-qps=20", "--status-burst=40", "--plugin-config=/etc/probed/plugins.yaml", "--history=20",
+		"--liveness-action-namespaces=probed.io/liveness-actions=enabled"} {
 		if !strings.Contains(args, a) {
 			t.Errorf("args %q lack %q", args, a)
 		}
