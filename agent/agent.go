@@ -24,15 +24,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/otel/trace"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/probed/probed/agent/actuate"
 	"github.com/probed/probed/agent/api"
 	"github.com/probed/probed/agent/events"
 	"github.com/probed/probed/agent/health"
 	"github.com/probed/probed/agent/history"
+	"github.com/probed/probed/agent/logbudget"
 	"github.com/probed/probed/agent/manifest"
 	"github.com/probed/probed/agent/pods"
 	"github.com/probed/probed/agent/reconciler"
+	"github.com/probed/probed/agent/runlog"
 	"github.com/probed/probed/agent/simulator"
 	"github.com/probed/probed/agent/source"
 	"github.com/probed/probed/agent/state"
@@ -54,6 +57,7 @@ type Agent struct {
 	log     *slog.Logger
 	events  *events.Recorder
 	hist    *history.History
+	runs    *runlog.Log // the log lines of probe runs
 	rt      *runtime.Runtime
 	mgr     manager.Manager
 	plugins *pluginhost.Host
@@ -145,6 +149,10 @@ type Options struct {
 	Version string
 	// Logger; nil: slog.Default().
 	Logger *slog.Logger
+	// LogBudget, when set, is the budgeted writer under Logger (package
+	// logbudget): its dropped-lines metrics are served on /metrics and its
+	// last report is flushed when Run returns.
+	LogBudget *logbudget.Writer
 
 	// Cluster, when set, selects cluster mode: pods from the API server,
 	// verdicts as readiness-gate conditions and Events (docs/cluster.md).
@@ -174,11 +182,19 @@ func New(opts Options) (*Agent, error) {
 	}
 	a.events = events.New(1000, opts.Logger, nil)
 	a.recorder = a.events
+	// The runtime records one event per failed run (K4) into the ring
+	// without a log line each: a.runs logs the runs on transitions and in
+	// summaries (issue 17 §5).
+	runEvents := a.events.Unlogged()
 	a.hist = history.New(opts.History)
+	a.runs = runlog.New(runlog.Options{Logger: opts.Logger})
 	a.probeReg = prometheus.NewRegistry()
 	a.probeReg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.reg = prometheus.NewRegistry()
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if opts.LogBudget != nil {
+		a.reg.MustRegister(opts.LogBudget)
+	}
 
 	// Plugins first: the manifests' custom probe kinds are validated
 	// against the kinds they serve. Without --plugin-dir/--plugin-config
@@ -199,9 +215,10 @@ func New(opts Options) (*Agent, error) {
 			return fail(err)
 		}
 		undo = append(undo, a.cluster.stop)
+		runEvents = events.Tee(runEvents, a.cluster.events)
 	}
 
-	if a.rt, err = runtime.New(runtime.Options{PoolSize: opts.PoolSize, SlowPoolSize: opts.SlowPoolSize, ExecPoolSize: opts.ExecPoolSize, Recorder: a.recorder, Logger: opts.Logger}); err != nil {
+	if a.rt, err = runtime.New(runtime.Options{PoolSize: opts.PoolSize, SlowPoolSize: opts.SlowPoolSize, ExecPoolSize: opts.ExecPoolSize, Recorder: runEvents, Logger: opts.Logger}); err != nil {
 		return fail(err)
 	}
 	undo = append(undo, a.rt.Close)
@@ -239,7 +256,7 @@ func New(opts Options) (*Agent, error) {
 		MetricsRegisterer:        a.probeReg,
 		RuntimeMetricsRegisterer: a.reg,
 		Logger:                   opts.Logger,
-		Observer:                 a.hist,
+		Observer:                 observers{a.hist, a.runs},
 		NoPerPodLabels:           opts.NoPerPodLabels,
 		TracerProvider:           opts.TracerProvider,
 		Tick:                     opts.SchedulerTick,
@@ -254,10 +271,10 @@ func New(opts Options) (*Agent, error) {
 	m.bind(a.mgr)
 	a.reconciler = reconciler.New(reconciler.Options{
 		Manager:       a.mgr,
-		Listener:      append(m.listeners, historyListener{a.hist}),
+		Listener:      append(m.listeners, historyListener{a}),
 		SyncFrequency: opts.SyncFrequency,
 		OnSync:        m.onSync,
-		OnWorkersGone: a.hist.Forget,
+		OnWorkersGone: a.forget,
 		Logger:        opts.Logger,
 	})
 	a.fanout = verdicts.New(a.results[runtime.Liveness], a.results[runtime.Readiness], a.results[runtime.Startup], m.consumers...)
@@ -553,6 +570,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.saveState(true)
 		a.simulator.Close() // back-off timers, delayed starts, --on-restart commands
 	}
+	if a.opts.LogBudget != nil {
+		a.opts.LogBudget.Flush()
+	}
 	if err == nil {
 		err = closeErr
 	}
@@ -598,12 +618,27 @@ func (ls listeners) PodRemoved(p *pods.Pod) {
 	}
 }
 
-// historyListener forgets the probe history of removed pods.
-type historyListener struct{ hist *history.History }
+// historyListener forgets the probe history and run log of removed pods.
+type historyListener struct{ a *Agent }
 
 func (historyListener) PodAdded(*pods.Pod)         {}
 func (historyListener) PodStatusChanged(*pods.Pod) {}
-func (l historyListener) PodRemoved(p *pods.Pod)   { l.hist.Forget(p.Pod.UID) }
+func (l historyListener) PodRemoved(p *pods.Pod)   { l.a.forget(p.Pod.UID) }
+
+// forget drops what the history and the run log keep of a pod.
+func (a *Agent) forget(uid types.UID) {
+	a.hist.Forget(uid)
+	a.runs.Forget(uid)
+}
+
+// observers hands each run record to every observer in turn.
+type observers []manager.Observer
+
+func (o observers) ProbeRan(r manager.RunRecord) {
+	for _, ob := range o {
+		ob.ProbeRan(r)
+	}
+}
 
 // saveState writes the state file when the store changed since the last
 // write (or always, when final).

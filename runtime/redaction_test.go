@@ -14,6 +14,7 @@ import (
 	probeexec "github.com/probed/probed/plugins/exec"
 	probehttp "github.com/probed/probed/plugins/http"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/bound"
 )
 
 // Issue 9 §6: a run's report and its K4 event never show the container's
@@ -101,4 +102,59 @@ func (echoParams) Prepare(spec *runtime.Spec) (runtime.Prober, error) {
 	return runtime.ProberFunc(func(context.Context, runtime.Target) (runtime.Outcome, error) {
 		return runtime.Outcome{Result: runtime.Failure, Output: "plugin said " + spec.Plugin.Params["password"]}, nil
 	}), nil
+}
+
+// Issue 17 §5: a run's report is cut to bound.MessageBytes after
+// redaction: an HTTP probe with a 250 KB path against a closed port (Go's
+// error quotes the URL) and a handler answering 1 MiB report at most 1 KiB,
+// keeping the start and the end of the text (what was tried, what
+// happened), and so does their K4 event.
+func TestRunCutsReportsAndEvents(t *testing.T) {
+	rec := record.NewFakeRecorder(16)
+	rt, err := runtime.New(runtime.Options{PoolSize: 2, SlowPoolSize: 2, ExecPoolSize: 2, Recorder: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	if err := rt.Register(runtime.KindHTTP, probehttp.New()); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Register("chatty", runtime.HandlerFunc(func(*runtime.Spec) (runtime.Prober, error) {
+		return runtime.ProberFunc(func(context.Context, runtime.Target) (runtime.Outcome, error) {
+			return runtime.Outcome{Result: runtime.Failure, Output: strings.Repeat("x", 1<<20) + " the end"}, nil
+		}), nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedPort := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", UID: "uid-1"}, Spec: v1.PodSpec{Containers: []v1.Container{{Name: "app"}}}}
+	for _, s := range []*runtime.Spec{
+		{Kind: runtime.KindHTTP, Probe: &v1.Probe{TimeoutSeconds: 5, ProbeHandler: v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{
+			Host: "127.0.0.1", Port: intstr.FromInt(closedPort), Path: "/" + strings.Repeat("a", 250_000)}}}},
+		{Kind: "chatty", Probe: &v1.Probe{TimeoutSeconds: 5}, Plugin: &runtime.PluginAction{Name: "chatty"}},
+	} {
+		s.ProbeType, s.Pod, s.Container = runtime.Readiness, pod, &pod.Spec.Containers[0]
+		rep := rt.Run(context.Background(), rt.Prepare(s), runtime.Target{PodIP: "127.0.0.1", ContainerID: "containerd://c"})
+		text := rep.Outcome.Output
+		if rep.Err != nil {
+			text = rep.Err.Error()
+		}
+		if len(text) > bound.MessageBytes || !strings.Contains(text, " bytes cut]…") {
+			t.Errorf("%s: report of %d bytes: %.200q", s.Kind, len(text), text)
+		}
+		if want := map[string]string{runtime.KindHTTP: "connection refused", "chatty": "the end"}[s.Kind]; !strings.HasSuffix(text, want) {
+			t.Errorf("%s: report %q lost its end %q", s.Kind, text[max(0, len(text)-100):], want)
+		}
+	}
+	close(rec.Events)
+	for e := range rec.Events {
+		if len(e) > bound.MessageBytes+100 {
+			t.Errorf("event of %d bytes", len(e))
+		}
+	}
 }

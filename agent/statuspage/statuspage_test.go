@@ -576,3 +576,23 @@ func TestPage_ControlCharactersEscaped(t *testing.T) {
 		}
 	}
 }
+
+// Issue 17 §5: a probe's target (a 250 KB path) is cut to bound.TargetBytes
+// on the index and the pod's page, and an annotation to
+// bound.AnnotationBytes on the pod's page, both ends kept: the pages do not
+// grow with what a manifest holds.
+func TestPage_TargetsAndAnnotationsCut(t *testing.T) {
+	path := "/" + strings.Repeat("a", 250_000) + "?end"
+	p := pod("default", "web", v1.Container{Name: "app", LivenessProbe: httpProbe(path, intstr.FromInt32(8080), 3)})
+	p.Annotations = map[string]string{"note": strings.Repeat("n", 100_000) + "END"}
+	srv := (&fixture{specProbe: true, pods: []*v1.Pod{p}}).serve(t)
+	for page, limit := range map[string]int{"/": 16 << 10, "/pod/default/web": 16 << 10} {
+		_, _, body := get(t, srv, page)
+		if len(body) > limit || !strings.Contains(body, "GET http://10.1.2.3:8080/aaa") || !strings.Contains(body, " bytes cut]…") {
+			t.Errorf("GET %s: %d bytes (want at most %d), target shown cut: %v", page, len(body), limit, strings.Contains(body, " bytes cut]…"))
+		}
+	}
+	if _, _, body := get(t, srv, "/pod/default/web"); !strings.Contains(body, "END</pre>") {
+		t.Errorf("the annotation's end is not shown")
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/probed/probed/runtime/bound"
 	"github.com/probed/probed/runtime/redact"
 )
 
@@ -241,4 +242,17 @@ func TestHeaderAndHTTPGet(t *testing.T) {
 		t.Errorf("HTTPGet = %+v", g)
 	}
 	redact.Secrets{}.HTTPGet(nil) // no panic
+}
+
+// Issue 17 §5: the log handler cuts the message and every string, error
+// and Stringer attribute to bound.LogValueBytes after redacting it.
+func TestHandlerCutsLongValues(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(redact.NewHandler(slog.NewTextHandler(&buf, nil)))
+	long := "/x?token=abc&" + strings.Repeat("a", 100_000) + "=end"
+	log.Warn(long, "path", long, "err", errors.New(long))
+	out := buf.String()
+	if len(out) > 4*bound.LogValueBytes || strings.Contains(out, "abc") || strings.Count(out, " bytes cut]…") != 3 {
+		t.Errorf("line of %d bytes: %.400s", len(out), out)
+	}
 }
