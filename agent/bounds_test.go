@@ -3,10 +3,11 @@ package agent_test
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/probed/probed/internal/nettest"
 )
 
 // Issue 17 §5, through the real agent: one pod whose annotation readiness
@@ -17,12 +18,7 @@ import (
 // the events, the status page and the pod's page stay a few KiB (they were
 // 250 KB per run, per record, per row before).
 func TestAgent_HostilePathIsBoundedEverywhere(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closedPort := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	closedPort := nettest.ClosedPort(t)
 	path := "/" + strings.Repeat("a", 250_000)
 	probes := fmt.Sprintf(`[{"container":"app","type":"readiness","periodSeconds":1,"periodMilliseconds":-900,"httpGet":{"path":%q,"port":%d}}]`, path, closedPort)
 	ann, _ := json.Marshal(probes)

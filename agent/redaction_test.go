@@ -3,12 +3,12 @@ package agent_test
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/probed/probed/agent"
+	"github.com/probed/probed/internal/nettest"
 )
 
 // Issue 9 §6, through the real agent: a pod whose HTTP probe path carries
@@ -21,12 +21,7 @@ import (
 // header values), on /pods, /pods/{namespace}/{name}, the status page and
 // the pod's page.
 func TestAgent_SecretsRedactedInEveryOutput(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closedPort := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	closedPort := nettest.ClosedPort(t)
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "leaky.yaml"), fmt.Sprintf(`apiVersion: v1
 kind: Pod

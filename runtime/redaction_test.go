@@ -2,7 +2,6 @@ package runtime_test
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 
@@ -11,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/probed/probed/internal/nettest"
 	probeexec "github.com/probed/probed/plugins/exec"
 	probehttp "github.com/probed/probed/plugins/http"
 	"github.com/probed/probed/runtime"
@@ -23,27 +23,12 @@ import (
 // probe's path (Go's error text quotes the URL), nor a plugin's
 // secret-named parameter value.
 func TestRunRedactsReportsAndEvents(t *testing.T) {
-	rec := record.NewFakeRecorder(16)
-	rt, err := runtime.New(runtime.Options{PoolSize: 2, SlowPoolSize: 2, ExecPoolSize: 2, Recorder: rec})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rt.Close(context.Background()) })
-	for kind, h := range map[string]runtime.Handler{
+	rt, rec := runtimeWith(t, map[string]runtime.Handler{
 		runtime.KindExec: probeexec.New(&probeexec.LocalRunner{}),
 		runtime.KindHTTP: probehttp.New(),
 		"echo-params":    echoParams{},
-	} {
-		if err := rt.Register(kind, h); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closedPort := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	})
+	closedPort := nettest.ClosedPort(t)
 
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", UID: "uid-1"},
 		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "app", Env: []v1.EnvVar{
@@ -110,28 +95,15 @@ func (echoParams) Prepare(spec *runtime.Spec) (runtime.Prober, error) {
 // keeping the start and the end of the text (what was tried, what
 // happened), and so does their K4 event.
 func TestRunCutsReportsAndEvents(t *testing.T) {
-	rec := record.NewFakeRecorder(16)
-	rt, err := runtime.New(runtime.Options{PoolSize: 2, SlowPoolSize: 2, ExecPoolSize: 2, Recorder: rec})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rt.Close(context.Background()) })
-	if err := rt.Register(runtime.KindHTTP, probehttp.New()); err != nil {
-		t.Fatal(err)
-	}
-	if err := rt.Register("chatty", runtime.HandlerFunc(func(*runtime.Spec) (runtime.Prober, error) {
-		return runtime.ProberFunc(func(context.Context, runtime.Target) (runtime.Outcome, error) {
-			return runtime.Outcome{Result: runtime.Failure, Output: strings.Repeat("x", 1<<20) + " the end"}, nil
-		}), nil
-	})); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closedPort := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	rt, rec := runtimeWith(t, map[string]runtime.Handler{
+		runtime.KindHTTP: probehttp.New(),
+		"chatty": runtime.HandlerFunc(func(*runtime.Spec) (runtime.Prober, error) {
+			return runtime.ProberFunc(func(context.Context, runtime.Target) (runtime.Outcome, error) {
+				return runtime.Outcome{Result: runtime.Failure, Output: strings.Repeat("x", 1<<20) + " the end"}, nil
+			}), nil
+		}),
+	})
+	closedPort := nettest.ClosedPort(t)
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", UID: "uid-1"}, Spec: v1.PodSpec{Containers: []v1.Container{{Name: "app"}}}}
 	for _, s := range []*runtime.Spec{
 		{Kind: runtime.KindHTTP, Probe: &v1.Probe{TimeoutSeconds: 5, ProbeHandler: v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{
@@ -157,4 +129,22 @@ func TestRunCutsReportsAndEvents(t *testing.T) {
 			t.Errorf("event of %d bytes", len(e))
 		}
 	}
+}
+
+// runtimeWith returns a small runtime with handlers registered, recording
+// its events in the returned fake recorder; closed at the test's end.
+func runtimeWith(t *testing.T, handlers map[string]runtime.Handler) (*runtime.Runtime, *record.FakeRecorder) {
+	t.Helper()
+	rec := record.NewFakeRecorder(16)
+	rt, err := runtime.New(runtime.Options{PoolSize: 2, SlowPoolSize: 2, ExecPoolSize: 2, Recorder: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	for kind, h := range handlers {
+		if err := rt.Register(kind, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return rt, rec
 }

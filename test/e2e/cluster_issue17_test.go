@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"syscall"
@@ -15,18 +14,6 @@ import (
 
 	"github.com/probed/probed/internal/kubetest"
 )
-
-// closedPort is a loopback port nothing listens on: probes of it fail.
-func closedPort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	return port
-}
 
 // get returns the body of GET base+path, which must answer 200.
 func (a *clusterAgent) get(t *testing.T, path string) string {
@@ -55,7 +42,7 @@ func TestClusterEvictOnlyInLabelledNamespaces(t *testing.T) {
 	open, closed := kubetest.Namespace(t), kubetest.Namespace(t)
 	kubetest.LabelNamespace(t, open, map[string]string{"probed.io/liveness-actions": "enabled"})
 	a := startClusterAgent(t, node, kubetest.AgentConfigWithEviction(t), "--liveness-action=evict")
-	annotation := fmt.Sprintf(`[{"container":"app","type":"liveness","periodSeconds":1,"failureThreshold":1,"tcpSocket":{"port":%d}}]`, closedPort(t))
+	annotation := fmt.Sprintf(`[{"container":"app","type":"liveness","periodSeconds":1,"failureThreshold":1,"tcpSocket":{"port":%d}}]`, freePort(t))
 	for _, ns := range []string{open, closed} {
 		pod := kubetest.NewPod(ns, "web", node, "app")
 		pod.Annotations = map[string]string{"probed.io/probes": annotation}

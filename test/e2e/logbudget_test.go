@@ -28,7 +28,7 @@ spec:
     readinessProbe:
       tcpSocket: {port: %d}
       periodSeconds: 1
-`, i, closedPort(t))
+`, i, freePort(t))
 	}
 	writeFile(t, filepath.Join(dir, "pods.yaml"), manifest.String())
 	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
