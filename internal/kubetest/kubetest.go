@@ -165,15 +165,15 @@ func Namespace(t testing.TB) string {
 	return ns.Name
 }
 
-// LabelNamespace sets labels on the namespace ns (a strategic-merge patch:
-// other labels stay).
+// LabelNamespace adds labels to the namespace ns (e.g. the
+// probed.io/liveness-actions=enabled that allows evictions there).
 func LabelNamespace(t testing.TB, ns string, labels map[string]string) {
 	t.Helper()
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Client(t).CoreV1().Namespaces().Patch(Context(t), ns, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := Client(t).CoreV1().Namespaces().Patch(Context(t), ns, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatalf("label namespace %s: %v", ns, err)
 	}
 }
