@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
 
 	"github.com/probed/probed/agent"
 	"github.com/probed/probed/agent/check"
@@ -25,6 +26,7 @@ import (
 	"github.com/probed/probed/examples"
 	"github.com/probed/probed/internal/version"
 	probeexec "github.com/probed/probed/plugins/exec"
+	"github.com/probed/probed/runtime/redact"
 )
 
 // exitError carries an exit code out of a command.
@@ -154,6 +156,9 @@ that gate, and as Events (docs/cluster.md).`,
 				return err
 			}
 			opts.Logger = log
+			// client-go logs through klog: its lines go through the same
+			// handler, redacted, cut and within the log budget.
+			klog.SetSlogLogger(slog.New(redact.NewHandler(log.Handler())))
 			if opts.Cluster, err = kube.cluster(cmd, tel.NodeName); err != nil {
 				return err
 			}
