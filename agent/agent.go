@@ -24,15 +24,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/otel/trace"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/probed/probed/agent/actuate"
 	"github.com/probed/probed/agent/api"
 	"github.com/probed/probed/agent/events"
 	"github.com/probed/probed/agent/health"
 	"github.com/probed/probed/agent/history"
+	"github.com/probed/probed/agent/logbudget"
 	"github.com/probed/probed/agent/manifest"
 	"github.com/probed/probed/agent/pods"
 	"github.com/probed/probed/agent/reconciler"
+	"github.com/probed/probed/agent/runlog"
 	"github.com/probed/probed/agent/simulator"
 	"github.com/probed/probed/agent/source"
 	"github.com/probed/probed/agent/state"
@@ -64,6 +67,7 @@ type Agent struct {
 	log     *slog.Logger
 	events  *events.Recorder
 	hist    *history.History
+	runs    *runlog.Log // the log lines of probe runs
 	rt      *runtime.Runtime
 	mgr     manager.Manager
 	plugins *pluginhost.Host
@@ -89,7 +93,7 @@ type Agent struct {
 	probeReg *prometheus.Registry
 	reg      *prometheus.Registry
 
-	ln net.Listener
+	ln *api.Listener
 
 	// manifests reports the rejected and skipped manifests (manifest
 	// mode); nil in cluster mode.
@@ -165,6 +169,10 @@ type Options struct {
 	Version string
 	// Logger; nil: slog.Default().
 	Logger *slog.Logger
+	// LogBudget, when set, is the budgeted writer under Logger (package
+	// logbudget): its dropped-lines metrics are served on /metrics and its
+	// last report is flushed when Run returns.
+	LogBudget *logbudget.Writer
 
 	// Cluster, when set, selects cluster mode: pods from the API server,
 	// verdicts as readiness-gate conditions and Events (docs/cluster.md).
@@ -194,11 +202,19 @@ func New(opts Options) (*Agent, error) {
 	}
 	a.events = events.New(1000, opts.Logger, nil)
 	a.recorder = a.events
+	// The runtime records one event per failed run (K4) into the ring
+	// without a log line each: a.runs logs the runs on transitions and in
+	// summaries (issue 17 §5).
+	runEvents := a.events.Unlogged()
 	a.hist = history.New(opts.History)
+	a.runs = runlog.New(runlog.Options{Logger: opts.Logger})
 	a.probeReg = prometheus.NewRegistry()
 	a.probeReg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.reg = prometheus.NewRegistry()
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if opts.LogBudget != nil {
+		a.reg.MustRegister(opts.LogBudget)
+	}
 
 	// Plugins first: the manifests' custom probe kinds are validated
 	// against the kinds they serve. Without --plugin-dir/--plugin-config
@@ -222,10 +238,11 @@ func New(opts Options) (*Agent, error) {
 		// A probe connects only to its pod's IPs and the operator's
 		// ranges (runtime/egress; docs/cluster.md "Where probes connect").
 		a.egress = egress.NewRule(opts.Cluster.AllowProbeHost)
+		runEvents = events.Tee(runEvents, a.cluster.events)
 	}
 
 	if a.rt, err = runtime.New(runtime.Options{PoolSize: opts.PoolSize, SlowPoolSize: opts.SlowPoolSize, ExecPoolSize: opts.ExecPoolSize,
-		PodShare: opts.PodPoolShare, NamespaceShare: opts.NamespacePoolShare, Recorder: a.recorder, Logger: opts.Logger, Egress: a.egress}); err != nil {
+		PodShare: opts.PodPoolShare, NamespaceShare: opts.NamespacePoolShare, Recorder: runEvents, Logger: opts.Logger, Egress: a.egress}); err != nil {
 		return fail(err)
 	}
 	undo = append(undo, a.rt.Close)
@@ -263,7 +280,7 @@ func New(opts Options) (*Agent, error) {
 		MetricsRegisterer:        a.probeReg,
 		RuntimeMetricsRegisterer: a.reg,
 		Logger:                   opts.Logger,
-		Observer:                 a.hist,
+		Observer:                 observers{a.hist, a.runs},
 		NoPerPodLabels:           opts.NoPerPodLabels,
 		TracerProvider:           opts.TracerProvider,
 		Tick:                     opts.SchedulerTick,
@@ -278,10 +295,10 @@ func New(opts Options) (*Agent, error) {
 	m.bind(a.mgr)
 	a.reconciler = reconciler.New(reconciler.Options{
 		Manager:       a.mgr,
-		Listener:      append(m.listeners, historyListener{a.hist}),
+		Listener:      append(m.listeners, historyListener{a}),
 		SyncFrequency: opts.SyncFrequency,
 		OnSync:        m.onSync,
-		OnWorkersGone: a.hist.Forget,
+		OnWorkersGone: a.forget,
 		Logger:        opts.Logger,
 	})
 	a.fanout = verdicts.New(a.results[runtime.Liveness], a.results[runtime.Readiness], a.results[runtime.Startup], m.consumers...)
@@ -511,7 +528,7 @@ type PodHistory = history.PodHistory
 func (a *Agent) Run(ctx context.Context) error {
 	srv := api.NewServer(a.Handler(), api.ServerConfig{})
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(a.ln) }()
+	go func() { serveErr <- a.ln.Serve(srv) }()
 
 	// resultsCtx ends after the manager has drained: the consumers take
 	// results until the last run has applied its own (R4).
@@ -586,6 +603,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.saveState(true)
 		a.simulator.Close() // back-off timers, delayed starts, --on-restart commands
 	}
+	if a.opts.LogBudget != nil {
+		a.opts.LogBudget.Flush()
+	}
 	if err == nil {
 		err = closeErr
 	}
@@ -631,12 +651,27 @@ func (ls listeners) PodRemoved(p *pods.Pod) {
 	}
 }
 
-// historyListener forgets the probe history of removed pods.
-type historyListener struct{ hist *history.History }
+// historyListener forgets the probe history and run log of removed pods.
+type historyListener struct{ a *Agent }
 
 func (historyListener) PodAdded(*pods.Pod)         {}
 func (historyListener) PodStatusChanged(*pods.Pod) {}
-func (l historyListener) PodRemoved(p *pods.Pod)   { l.hist.Forget(p.Pod.UID) }
+func (l historyListener) PodRemoved(p *pods.Pod)   { l.a.forget(p.Pod.UID) }
+
+// forget drops what the history and the run log keep of a pod.
+func (a *Agent) forget(uid types.UID) {
+	a.hist.Forget(uid)
+	a.runs.Forget(uid)
+}
+
+// observers hands each run record to every observer in turn.
+type observers []manager.Observer
+
+func (o observers) ProbeRan(r manager.RunRecord) {
+	for _, ob := range o {
+		ob.ProbeRan(r)
+	}
+}
 
 // saveState writes the state file when the store changed since the last
 // write (or always, when final).

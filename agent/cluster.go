@@ -42,6 +42,9 @@ const (
 	DefaultMaxProbesPerPod = 32
 	DefaultMinProbePeriod  = time.Second
 	DefaultMaxProbeRate    = 1000
+	// DefaultLivenessActionNamespaces selects the namespaces where
+	// LivenessActionEvict evicts (--liveness-action-namespaces).
+	DefaultLivenessActionNamespaces = evict.DefaultNamespaceSelector
 )
 
 // ReasonInvalidProbeAnnotation is the reason of the Event about an invalid
@@ -82,6 +85,10 @@ type ClusterOptions struct {
 	// cluster mode (runtime/egress, docs/cluster.md "Where probes
 	// connect").
 	AllowProbeHost []netip.Prefix
+	// LivenessActionNamespaces is a label selector on namespaces: with
+	// LivenessActionEvict, pods are evicted only in the namespaces it
+	// selects; default DefaultLivenessActionNamespaces.
+	LivenessActionNamespaces string
 }
 
 // clusterParts are the rooms of cluster mode.
@@ -182,7 +189,8 @@ func (a *Agent) clusterMode() (*mode, error) {
 	if err != nil {
 		return nil, err
 	}
-	if parts.actuator, err = evict.New(evict.Options{Action: action, Client: parts.client, Recorder: a.recorder, Log: a.log}); err != nil {
+	if parts.actuator, err = evict.New(evict.Options{Action: action, Client: parts.client, Recorder: a.recorder, Log: a.log,
+		NamespaceSelector: c.LivenessActionNamespaces}); err != nil {
 		return nil, err
 	}
 	return &mode{

@@ -17,6 +17,7 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/clock"
 
+	"github.com/probed/probed/runtime/bound"
 	"github.com/probed/probed/runtime/egress"
 	"github.com/probed/probed/runtime/redact"
 )
@@ -433,9 +434,10 @@ func (p *Prepared) bind(r *Runtime) {
 	p.prober = pr
 }
 
-// Report is the outcome of one run. Run redacts it (runtime/redact): the
-// Output of a non-success and the Err never carry the container's
-// environment values, URL query values or credentials.
+// Report is the outcome of one run. Run redacts and cuts it (runtime/redact,
+// runtime/bound): the Output of a non-success and the Err never carry the
+// container's environment values, URL query values or credentials, and are
+// at most bound.MessageBytes long.
 type Report struct {
 	Outcome Outcome
 	// Err is set when every attempt errored (P2, P5): the worker discards
@@ -477,17 +479,20 @@ func (r *Runtime) Run(ctx context.Context, p *Prepared, t Target) Report {
 			}
 		}
 	}
-	rep = redactReport(p.Spec, rep)
+	rep = cleanReport(p.Spec, rep)
 	r.recordEvent(p, rep)
 	return rep
 }
 
-// redactReport hides secrets in what a run reports (runtime/redact: the
+// cleanReport hides secrets in what a run reports (runtime/redact: the
 // container's environment values, secret-named plugin parameters, URL
-// query values, credential pairs), so that events, history, logs and spans
-// built from the report never show them. A success's output is shown
-// nowhere and is left as it is (an HTTP body up to 10 KiB, per run).
-func redactReport(spec *Spec, rep Report) Report {
+// query values, credential pairs) and then cuts it to bound.MessageBytes
+// (runtime/bound: a target's answer, or an error quoting a 250 KB path,
+// is the target's or the manifest's length otherwise), so that events,
+// history, logs and spans built from the report never show secrets and
+// never grow with what a pod or a target sends. A success's output is
+// shown nowhere and is left as it is (an HTTP body up to 10 KiB, per run).
+func cleanReport(spec *Spec, rep Report) Report {
 	if rep.Err == nil && (rep.Outcome.Result == Success || rep.Outcome.Output == "") {
 		return rep
 	}
@@ -496,8 +501,8 @@ func redactReport(spec *Spec, rep Report) Report {
 		params = spec.Plugin.Params
 	}
 	secrets := redact.ForContainer(spec.Container, params)
-	rep.Outcome.Output = secrets.Text(rep.Outcome.Output)
-	rep.Err = secrets.Error(rep.Err)
+	rep.Outcome.Output = bound.Cut(secrets.Text(rep.Outcome.Output), bound.MessageBytes)
+	rep.Err = bound.Error(secrets.Error(rep.Err), bound.MessageBytes)
 	return rep
 }
 

@@ -32,6 +32,8 @@ type kubeFlags struct {
 	maxProbesPerPod int
 	minProbePeriod  time.Duration
 	maxProbeRate    float64
+
+	livenessActionNamespaces string
 }
 
 func (k *kubeFlags) add(cmd *cobra.Command) {
@@ -48,13 +50,16 @@ func (k *kubeFlags) add(cmd *cobra.Command) {
 	f.Float64Var(&k.maxProbeRate, "max-probe-rate", agent.DefaultMaxProbeRate, "cluster mode: the node's budget of annotation probe runs per second, all pods together; a pod that would exceed it runs none of its probes until others leave room (0: no budget)")
 
 	f.StringSliceVar(&k.allowProbeHost, "allow-probe-host", nil, "cluster mode: CIDRs probes may connect to besides their pod's IPs (httpGet.host, tcpSocket.host, plugins' targets); none by default: a probe connects only to its pod's IP")
+
+	f.StringVar(&k.livenessActionNamespaces, "liveness-action-namespaces", agent.DefaultLivenessActionNamespaces,
+		"cluster mode, --liveness-action=evict: a label selector on namespaces; pods are evicted only in the namespaces it selects (kubernetes.io/metadata.name selects all), elsewhere a failure is an Event saying why")
 }
 
 // cluster returns the cluster-mode options, or nil without --kubeconfig and
 // --in-cluster (manifest mode). Manifest-mode flags are refused with them.
 func (k *kubeFlags) cluster(cmd *cobra.Command, node string) (*agent.ClusterOptions, error) {
 	if k.kubeconfig == "" && !k.inCluster {
-		for _, name := range []string{"readiness-gate", "liveness-action", "status-qps", "status-burst", "allow-probe-host", "max-probes-per-pod", "min-probe-period", "max-probe-rate"} {
+		for _, name := range []string{"readiness-gate", "liveness-action", "status-qps", "status-burst", "allow-probe-host", "max-probes-per-pod", "min-probe-period", "max-probe-rate", "liveness-action-namespaces"} {
 			if cmd.Flags().Changed(name) {
 				return nil, fmt.Errorf("--%s needs cluster mode (--kubeconfig or --in-cluster)", name)
 			}
@@ -104,5 +109,7 @@ func (k *kubeFlags) cluster(cmd *cobra.Command, node string) (*agent.ClusterOpti
 		MaxProbesPerPod: k.maxProbesPerPod,
 		MinProbePeriod:  k.minProbePeriod,
 		MaxProbeRate:    k.maxProbeRate,
+
+		LivenessActionNamespaces: k.livenessActionNamespaces,
 	}, nil
 }

@@ -33,6 +33,7 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -236,6 +237,32 @@ func GrantRole(t testing.TB, ns, name string, rules []rbacv1.PolicyRule) {
 	}
 	if _, err := c.RbacV1().RoleBindings(ns).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create RoleBinding %s/%s: %v", ns, name, err)
+	}
+}
+
+// GrantClusterRole gives the ServiceAccount ns/name exactly rules across
+// the cluster: a ClusterRole and a ClusterRoleBinding both named
+// name-ns (cluster-scoped: named after the test's namespace so that tests
+// never share them), for rights a namespaced Role cannot give (listing
+// namespaces). It returns once the server authorizes the first rule.
+func GrantClusterRole(t testing.TB, ns, name string, rules []rbacv1.PolicyRule) {
+	t.Helper()
+	c := Client(t)
+	ctx := Context(t)
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name + "-" + ns}, Rules: rules}
+	if _, err := c.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create ClusterRole %s: %v", role.Name, err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}},
+	}
+	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create ClusterRoleBinding %s: %v", binding.Name, err)
+	}
+	if len(rules) > 0 {
+		waitAuthorized(t, c, "system:serviceaccount:"+ns+":"+name, []authorizationv1.ResourceAttributes{firstAttributes(rules[0])})
 	}
 }
 

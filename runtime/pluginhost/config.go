@@ -175,7 +175,9 @@ func parseChecksum(s string) ([]byte, error) {
 // plan merges the plugin directory's binaries with the configured plugins
 // into the list to start, with absolute paths.
 //
-// Every regular file in dir (symlinks followed) with an execute bit whose
+// The directory must be one only root or the agent's user can write
+// (checkTrusted). Every regular file in dir (symlinks followed) with an
+// execute bit whose
 // name does not start with '.' is a plugin named after the file. A
 // configured plugin with the same name configures that binary; its path
 // defaults to dir/name. Relative configured paths resolve against dir, or
@@ -193,6 +195,9 @@ func plan(dir, baseDir string, configured []PluginConfig) ([]PluginConfig, error
 			return nil, fmt.Errorf("plugin directory %s: %w", dir, err)
 		}
 		dir = abs
+		if err := checkTrusted("plugin directory", dir); err != nil {
+			return nil, err
+		}
 		entries, err := os.ReadDir(dir)
 		if err != nil {
 			return nil, fmt.Errorf("plugin directory: %w", err)

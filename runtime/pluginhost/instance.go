@@ -207,6 +207,9 @@ func (in *instance) start(first bool) (*proc, error) {
 	if err := in.checkPin(); err != nil {
 		return nil, err
 	}
+	if err := checkTrusted(fmt.Sprintf("plugin %q: binary", in.cfg.Name), in.cfg.Path); err != nil {
+		return nil, err
+	}
 	// The socket of a previous process killed with SIGKILL is still there.
 	if err := in.resetSocketDir(); err != nil {
 		return nil, err

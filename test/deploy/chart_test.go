@@ -141,7 +141,8 @@ func TestChartNonDefaultValues(t *testing.T) {
 	spec := ds.Spec.Template.Spec
 	c := spec.Containers[0]
 	args := strings.Join(c.Args, " ")
-	for _, a := range []string{"--status-qps=20", "--status-burst=40", "--allow-probe-host=10.0.0.0/8,fd00::/64", "--plugin-config=/etc/probed/plugins.yaml", "--history=20"} {
+	for _, a := range []string{"--status-qps=20", "--status-burst=40", "--allow-probe-host=10.0.0.0/8,fd00::/64", "--plugin-config=/etc/probed/plugins.yaml", "--history=20",
+		"--liveness-action-namespaces=probed.io/liveness-actions=enabled"} {
 		if !strings.Contains(args, a) {
 			t.Errorf("args %q lack %q", args, a)
 		}
@@ -151,6 +152,13 @@ func TestChartNonDefaultValues(t *testing.T) {
 	}
 	if len(spec.InitContainers) != 1 || spec.InitContainers[0].Image != "registry.example.com/probed-plugins:1" {
 		t.Errorf("init containers %+v, want one copying the plugins image", spec.InitContainers)
+	} else if cmd := strings.Join(spec.InitContainers[0].Command, " "); !strings.Contains(cmd, "mkdir -m 0755 /plugins/bin") {
+		t.Errorf("init container %q does not copy into a directory of its own (the emptyDir is world-writable: issue 17 §6)", cmd)
+	}
+	for _, m := range c.VolumeMounts {
+		if m.Name == "plugins" && (m.MountPath != "/plugins" || m.SubPath != "bin" || !m.ReadOnly) {
+			t.Errorf("plugins mount %+v, want /plugins from subPath bin, read-only", m)
+		}
 	}
 	env := map[string]string{}
 	for _, e := range c.Env {

@@ -18,6 +18,15 @@
 //     are retried MaxAttempts times, then a Warning EvictionFailed Event. A
 //     successful eviction is a Warning Evicted Event.
 //
+// Evictions act only in the namespaces the operator selects with a label
+// selector on the Namespace objects (--liveness-action-namespaces, default
+// DefaultNamespaceSelector, probed.io/liveness-actions=enabled): whoever may
+// annotate a pod could otherwise have it evicted (issue 17 §6). The labels
+// are read through an informer of the selected namespaces only (Run owns
+// it); a failure in any other namespace is one Warning Event that says why
+// nothing was done. The admission policy shipped in deploy/ refuses the
+// agent's evictions outside namespaces with the same label.
+//
 // Never evicted (the Event says why): DaemonSet pods (an ownerReference of
 // kind DaemonSet: the DaemonSet would recreate the pod on the same node),
 // static pods (annotation kubernetes.io/config.source other than "api", the
@@ -40,7 +49,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -49,8 +57,12 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/lru"
@@ -99,6 +111,14 @@ const (
 	SystemCriticalPriority = 2_000_000_000
 )
 
+// DefaultNamespaceSelector selects the namespaces where ActionEvict acts:
+// those labelled LivenessActionsLabel=enabled (docs/cluster.md "Liveness
+// actions"; the shipped admission policy checks the same label).
+const (
+	LivenessActionsLabel     = "probed.io/liveness-actions"
+	DefaultNamespaceSelector = LivenessActionsLabel + "=enabled"
+)
+
 // Defaults of Options (docs/cluster.md "Liveness actions").
 const (
 	DefaultEvictionInterval  = 10 * time.Second
@@ -134,6 +154,11 @@ type Options struct {
 	RememberInstances int
 	// RequestTimeout bounds one eviction request.
 	RequestTimeout time.Duration
+	// NamespaceSelector is a label selector (labels.Parse syntax) on the
+	// Namespace objects: ActionEvict evicts only pods of the namespaces it
+	// selects. "": DefaultNamespaceSelector. Every namespace carries
+	// kubernetes.io/metadata.name, so that key alone selects them all.
+	NamespaceSelector string
 	// Log receives one line per decision (default slog.Default()).
 	Log *slog.Logger
 }
@@ -150,6 +175,13 @@ type Actuator struct {
 
 	mu   sync.Mutex
 	seen *lru.Cache // container ID -> struct{}
+
+	// The selected namespaces (ActionEvict): an informer of the Namespace
+	// objects NamespaceSelector selects, started by Run.
+	selector   labels.Selector
+	informers  informers.SharedInformerFactory
+	namespaces corelisters.NamespaceLister
+	nsSynced   cache.InformerSynced
 
 	attempts map[*item]int // non-429 failures per item; the worker's only
 }
@@ -222,8 +254,56 @@ func New(opts Options) (*Actuator, error) {
 		// The queue is created here so failures before Run are kept; its
 		// goroutine is stopped by Run.
 		a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(a.retries, workqueue.TypedRateLimitingQueueConfig[*item]{Clock: opts.Clock})
+		if err := a.watchNamespaces(); err != nil {
+			a.queue.ShutDown()
+			return nil, err
+		}
 	}
 	return a, nil
+}
+
+// watchNamespaces sets up the informer of the selected namespaces (no
+// goroutine until Run). Only their names and labels are kept.
+func (a *Actuator) watchNamespaces() error {
+	sel := a.opts.NamespaceSelector
+	if sel == "" {
+		sel = DefaultNamespaceSelector
+	}
+	selector, err := labels.Parse(sel)
+	if err != nil {
+		return fmt.Errorf("--liveness-action-namespaces %q: %w", sel, err)
+	}
+	if selector.Empty() {
+		return fmt.Errorf("--liveness-action-namespaces %q: selects every namespace without saying so; to allow evictions everywhere, select kubernetes.io/metadata.name", sel)
+	}
+	a.selector = selector
+	a.informers = informers.NewSharedInformerFactoryWithOptions(a.opts.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.LabelSelector = selector.String()
+	}))
+	inf := a.informers.Core().V1().Namespaces()
+	if err := inf.Informer().SetTransform(func(obj any) (any, error) {
+		if ns, ok := obj.(*v1.Namespace); ok {
+			return &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns.Name, Labels: ns.Labels, ResourceVersion: ns.ResourceVersion}}, nil
+		}
+		return obj, nil
+	}); err != nil {
+		return err
+	}
+	a.namespaces, a.nsSynced = inf.Lister(), inf.Informer().HasSynced
+	return nil
+}
+
+// outOfScope says why pods of namespace may not be evicted (the namespace
+// is not selected), or "" when they may; known is false while the
+// namespaces have not been listed yet.
+func (a *Actuator) outOfScope(namespace string) (why string, known bool) {
+	if !a.nsSynced() {
+		return "", false
+	}
+	if ns, err := a.namespaces.Get(namespace); err == nil && a.selector.Matches(labels.Set(ns.Labels)) {
+		return "", true
+	}
+	return fmt.Sprintf("namespace %s is not selected by --liveness-action-namespaces=%s (label the namespace to allow evictions)", namespace, a.selector), true
 }
 
 // ContainerFailed acts on a liveness or startup Failure of a running
@@ -246,10 +326,7 @@ func (a *Actuator) ContainerFailed(f actuate.Failure) {
 		return
 	}
 	ref := runtime.ContainerRef(f.Pod, f.Container)
-	reason, what := ReasonLivenessProbeFailed, "liveness"
-	if f.Probe == runtime.Startup {
-		reason, what = ReasonStartupProbeFailed, "startup"
-	}
+	reason, what := eventReason(f.Probe), f.Probe.Lower()
 	log := a.opts.Log.With("pod", f.Pod.Namespace+"/"+f.Pod.Name, "container", f.Container, "containerID", f.ContainerID, "probe", what)
 	if a.opts.Action == ActionEvent {
 		a.opts.Recorder.Eventf(ref, v1.EventTypeWarning, reason,
@@ -258,6 +335,12 @@ func (a *Actuator) ContainerFailed(f actuate.Failure) {
 		return
 	}
 	if why := Exemption(f.Pod); why != "" {
+		a.opts.Recorder.Eventf(ref, v1.EventTypeWarning, reason,
+			"Container %s failed %s probe; the pod is not evicted: %s", f.Container, what, why)
+		log.Info("liveness action: not evicted", "why", why)
+		return
+	}
+	if why, known := a.outOfScope(f.Pod.Namespace); why != "" && known {
 		a.opts.Recorder.Eventf(ref, v1.EventTypeWarning, reason,
 			"Container %s failed %s probe; the pod is not evicted: %s", f.Container, what, why)
 		log.Info("liveness action: not evicted", "why", why)
@@ -323,6 +406,7 @@ func (a *Actuator) Run(ctx context.Context) error {
 		<-ctx.Done()
 		return nil
 	}
+	a.informers.Start(ctx.Done())
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for a.processNext(ctx) {
@@ -331,6 +415,7 @@ func (a *Actuator) Run(ctx context.Context) error {
 	<-ctx.Done()
 	a.queue.ShutDown()
 	wg.Wait()
+	a.informers.Shutdown()
 	return nil
 }
 
@@ -351,13 +436,26 @@ func (a *Actuator) processNext(ctx context.Context) bool {
 func (a *Actuator) evict(ctx context.Context, it *item) {
 	log := a.opts.Log.With("pod", it.namespace+"/"+it.name, "container", it.container, "containerID", it.containerID)
 	rctx, cancel := context.WithTimeout(ctx, a.opts.RequestTimeout)
-	err := a.request(rctx, it)
-	cancel()
+	defer cancel()
+	// The namespace is checked again before each request: its label may
+	// have been removed since the failure was queued, or the namespaces
+	// were not listed yet then.
+	why, err := a.scopeAt(rctx, it.namespace)
+	if why != "" {
+		a.finish(it)
+		log.Info("eviction not sent", "why", why)
+		a.opts.Recorder.Eventf(it.ref, v1.EventTypeWarning, eventReason(it.probe), "Container %s failed %s probe; the pod is not evicted: %s",
+			it.container, it.probe.Lower(), why)
+		return
+	}
+	if err == nil {
+		err = a.request(rctx, it)
+	}
 	switch {
 	case err == nil:
 		a.finish(it)
 		log.Info("evicted the pod")
-		a.opts.Recorder.Eventf(it.ref, v1.EventTypeWarning, ReasonEvicted, "Evicted the pod: container %s failed %s probe", it.container, strings.ToLower(it.probe.String()))
+		a.opts.Recorder.Eventf(it.ref, v1.EventTypeWarning, ReasonEvicted, "Evicted the pod: container %s failed %s probe", it.container, it.probe.Lower())
 	case apierrors.IsNotFound(err):
 		a.finish(it)
 		log.Info("eviction not needed: the pod is gone")
@@ -381,6 +479,25 @@ func (a *Actuator) evict(ctx context.Context, it *item) {
 		delay := a.retry(it, err)
 		log.Warn("eviction failed, will retry", "attempt", a.attempts[it], "of", a.opts.MaxAttempts, "in", delay, "error", err)
 	}
+}
+
+// scopeAt waits (within ctx) until the namespaces are listed and returns
+// outOfScope's verdict; the error says why they could not be read.
+func (a *Actuator) scopeAt(ctx context.Context, namespace string) (string, error) {
+	if !cache.WaitForCacheSync(ctx.Done(), a.nsSynced) {
+		return "", fmt.Errorf("the namespaces selected by --liveness-action-namespaces=%s could not be listed within %s "+
+			"(may the agent list and watch namespaces? deploy/kubernetes/clusterrole-eviction.yaml)", a.selector, a.opts.RequestTimeout)
+	}
+	why, _ := a.outOfScope(namespace)
+	return why, nil
+}
+
+// eventReason is the Event reason of a failed probe of type t.
+func eventReason(t runtime.ProbeType) string {
+	if t == runtime.Startup {
+		return ReasonStartupProbeFailed
+	}
+	return ReasonLivenessProbeFailed
 }
 
 // request is client.PolicyV1().Evictions(ns).Evict with the pod's UID as a
