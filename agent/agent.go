@@ -44,6 +44,7 @@ import (
 	"github.com/probed/probed/manager/results"
 	probeexec "github.com/probed/probed/plugins/exec"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/egress"
 	"github.com/probed/probed/runtime/pluginhost"
 	"github.com/probed/probed/runtime/redact"
 )
@@ -71,6 +72,10 @@ type Agent struct {
 	// recorder receives every event: the local ring and log, and in
 	// cluster mode the API server too.
 	recorder runtime.Recorder
+	// egress is where probes may connect: cluster mode's rule (the pod's
+	// IPs and --allow-probe-host), nil in manifest mode (unrestricted, as
+	// the kubelet). The runtime and the annotation's validation share it.
+	egress *egress.Rule
 
 	source     pods.Source
 	pods       podLister
@@ -214,10 +219,13 @@ func New(opts Options) (*Agent, error) {
 			return fail(err)
 		}
 		undo = append(undo, a.cluster.stop)
+		// A probe connects only to its pod's IPs and the operator's
+		// ranges (runtime/egress; docs/cluster.md "Where probes connect").
+		a.egress = egress.NewRule(opts.Cluster.AllowProbeHost)
 	}
 
 	if a.rt, err = runtime.New(runtime.Options{PoolSize: opts.PoolSize, SlowPoolSize: opts.SlowPoolSize, ExecPoolSize: opts.ExecPoolSize,
-		PodShare: opts.PodPoolShare, NamespaceShare: opts.NamespacePoolShare, Recorder: a.recorder, Logger: opts.Logger}); err != nil {
+		PodShare: opts.PodPoolShare, NamespaceShare: opts.NamespacePoolShare, Recorder: a.recorder, Logger: opts.Logger, Egress: a.egress}); err != nil {
 		return fail(err)
 	}
 	undo = append(undo, a.rt.Close)
@@ -542,6 +550,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if a.opts.Cluster != nil {
 		a.log.Info("probed running in cluster mode", "node", a.opts.Cluster.NodeName, "readinessGate", a.opts.Cluster.ReadinessGate,
+			"allowProbeHost", a.egress.Allowed(),
 			"livenessAction", a.opts.Cluster.LivenessAction, "listen", a.ln.Addr().String())
 	} else {
 		a.log.Info("probed running", "manifests", a.opts.ManifestDir, "listen", a.ln.Addr().String(),

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -76,6 +77,11 @@ type ClusterOptions struct {
 	MaxProbesPerPod int
 	MinProbePeriod  time.Duration
 	MaxProbeRate    float64
+	// AllowProbeHost are the ranges probes may connect to besides their
+	// pod's IPs (--allow-probe-host; none by default): the egress rule of
+	// cluster mode (runtime/egress, docs/cluster.md "Where probes
+	// connect").
+	AllowProbeHost []netip.Prefix
 }
 
 // clusterParts are the rooms of cluster mode.
@@ -147,7 +153,7 @@ func (a *Agent) clusterMode() (*mode, error) {
 		return nil, err
 	}
 	parts.statuses = podsource.NewStatuses()
-	annotation := customprobe.Options{ExecUnavailable: ExecUnavailable, Limits: customprobe.Limits{
+	annotation := customprobe.Options{ExecUnavailable: ExecUnavailable, Egress: a.egress, Limits: customprobe.Limits{
 		MaxProbes: c.MaxProbesPerPod, MaxProbesFlag: "--max-probes-per-pod",
 		MinPeriod: c.MinProbePeriod, MinPeriodFlag: "--min-probe-period",
 	}}

@@ -293,7 +293,7 @@ func (w *worker) probe(ctx context.Context, start time.Time, status *v1.PodStatu
 	runCtx := ctx
 	ctx, span := m.startSpan(ctx, w, status.PodIP)
 	runStart := m.clock.Now()
-	rep := m.rt.Run(ctx, &w.prepared, runtime.Target{PodIP: status.PodIP, ContainerID: c.ContainerID})
+	rep := m.rt.Run(ctx, &w.prepared, runtime.Target{PodIP: status.PodIP, PodIPs: status.PodIPs, ContainerID: c.ContainerID})
 	duration := m.clock.Since(start)
 	// A network probe that ran for half its timeout or more takes the slow
 	// lane next time, so hung targets never hold the healthy probes' slots;

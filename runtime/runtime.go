@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -15,6 +17,7 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/clock"
 
+	"github.com/probed/probed/runtime/egress"
 	"github.com/probed/probed/runtime/redact"
 )
 
@@ -83,6 +86,14 @@ type Options struct {
 	// clock. A manager's default runtime takes the manager's Options.Clock;
 	// a runtime given to a manager should be built with the same clock.
 	Clock clock.Clock
+	// Egress, when set, restricts where probes connect (cluster mode,
+	// runtime/egress): every run's context carries the policy of its
+	// target — the pod's IPs (Target.PodIP and Target.PodIPs) plus the
+	// rule's ranges — which the built-in handlers' dialer checks for every
+	// connection (redirects included), the plugin host sends on to
+	// plugins, and under which handlers withhold the bytes a target sent
+	// from their texts. Nil: unrestricted, the kubelet's behaviour.
+	Egress *egress.Rule
 }
 
 // Runtime owns the handler registry and the pools. It is safe for
@@ -91,6 +102,7 @@ type Runtime struct {
 	log      *slog.Logger
 	recorder Recorder
 	clock    clock.Clock
+	egress   *egress.Rule
 
 	mu       sync.RWMutex
 	handlers map[string]Handler
@@ -125,7 +137,7 @@ func New(opts Options) (*Runtime, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	r := &Runtime{log: opts.Logger, recorder: opts.Recorder, clock: opts.Clock, handlers: map[string]Handler{}}
+	r := &Runtime{log: opts.Logger, recorder: opts.Recorder, clock: opts.Clock, egress: opts.Egress, handlers: map[string]Handler{}}
 	sizes := [NumLanes]int{LaneNetwork: opts.PoolSize, LaneExec: opts.ExecPoolSize, LaneSlow: opts.SlowPoolSize}
 	for lane, size := range sizes {
 		lane := lane
@@ -316,6 +328,38 @@ type Prepared struct {
 	// unresolved: no handler served the kind when the probe was prepared;
 	// every Run looks the kind up again.
 	unresolved bool
+	// policy is the egress policy of the last run and the pod IPs it was
+	// built for (Options.Egress): a run for unchanged IPs reuses it.
+	policy *runPolicy
+}
+
+// runPolicy is an egress policy and the target IPs it was built for.
+type runPolicy struct {
+	podIP  string
+	podIPs []v1.PodIP
+	policy *egress.Policy
+}
+
+// egressPolicy returns the policy of a run for t under rule (nil rule:
+// nil, unrestricted), reusing the last one when t's IPs are unchanged.
+func (p *Prepared) egressPolicy(rule *egress.Rule, t Target) *egress.Policy {
+	if rule == nil {
+		return nil
+	}
+	if c := p.policy; c != nil && c.podIP == t.PodIP && slices.Equal(c.podIPs, t.PodIPs) {
+		return c.policy
+	}
+	ips := make([]netip.Addr, 0, 1+len(t.PodIPs))
+	if ip, err := netip.ParseAddr(t.PodIP); err == nil {
+		ips = append(ips, ip)
+	}
+	for _, pip := range t.PodIPs {
+		if ip, err := netip.ParseAddr(pip.IP); err == nil {
+			ips = append(ips, ip)
+		}
+	}
+	p.policy = &runPolicy{podIP: t.PodIP, podIPs: slices.Clone(t.PodIPs), policy: rule.Policy(ips...)}
+	return p.policy.policy
 }
 
 // preparationError is the prober of a probe that could not be prepared:
@@ -408,7 +452,8 @@ type Report struct {
 // per attempt. An attempt the prober could not make for lack of its own
 // resources (EMFILE, ENOBUFS ...: ClassifyAttempt) counts as an error, not
 // as a Failure of the target (a deliberate deviation from the kubelet,
-// docs/probes.md).
+// docs/probes.md). Under Options.Egress every attempt's context carries
+// the egress policy of t (runtime/egress.FromContext).
 func (r *Runtime) Run(ctx context.Context, p *Prepared, t Target) Report {
 	var rep Report
 	if p.unresolved && r.HasKind(p.Spec.Kind) {
@@ -419,6 +464,7 @@ func (r *Runtime) Run(ctx context.Context, p *Prepared, t Target) Report {
 		// without calling anything (P2's retries would change nothing).
 		rep = Report{Outcome: Outcome{Result: Unknown, ExitCode: -1}, Err: pe.err, Attempts: MaxAttempts}
 	} else {
+		ctx = egress.WithPolicy(ctx, p.egressPolicy(r.egress, t))
 		timeout := p.Spec.Timeout()
 		for attempt := 1; attempt <= MaxAttempts; attempt++ {
 			t.Attempt = attempt

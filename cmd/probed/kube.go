@@ -12,6 +12,7 @@ import (
 	"github.com/probed/probed/agent"
 	"github.com/probed/probed/internal/version"
 	"github.com/probed/probed/manager/customprobe"
+	"github.com/probed/probed/runtime/egress"
 )
 
 // kubeFlags are the flags of cluster mode (docs/cluster.md), named after
@@ -23,6 +24,9 @@ type kubeFlags struct {
 	livenessAction string
 	statusQPS      float64
 	statusBurst    int
+	// allowProbeHost: where probes may connect besides their pod's IPs
+	// (issue 17; runtime/egress).
+	allowProbeHost []string
 
 	// What one pod may ask of the node (agent/kube/limits).
 	maxProbesPerPod int
@@ -42,13 +46,15 @@ func (k *kubeFlags) add(cmd *cobra.Command) {
 	f.IntVar(&k.maxProbesPerPod, "max-probes-per-pod", agent.DefaultMaxProbesPerPod, "cluster mode: most probes one pod's probed.io/probes annotation may declare; a longer list runs none (0: no limit)")
 	f.DurationVar(&k.minProbePeriod, "min-probe-period", agent.DefaultMinProbePeriod, "cluster mode: shortest period an annotation probe may have, at least 100ms; a shorter one is refused")
 	f.Float64Var(&k.maxProbeRate, "max-probe-rate", agent.DefaultMaxProbeRate, "cluster mode: the node's budget of annotation probe runs per second, all pods together; a pod that would exceed it runs none of its probes until others leave room (0: no budget)")
+
+	f.StringSliceVar(&k.allowProbeHost, "allow-probe-host", nil, "cluster mode: CIDRs probes may connect to besides their pod's IPs (httpGet.host, tcpSocket.host, plugins' targets); none by default: a probe connects only to its pod's IP")
 }
 
 // cluster returns the cluster-mode options, or nil without --kubeconfig and
 // --in-cluster (manifest mode). Manifest-mode flags are refused with them.
 func (k *kubeFlags) cluster(cmd *cobra.Command, node string) (*agent.ClusterOptions, error) {
 	if k.kubeconfig == "" && !k.inCluster {
-		for _, name := range []string{"readiness-gate", "liveness-action", "status-qps", "status-burst", "max-probes-per-pod", "min-probe-period", "max-probe-rate"} {
+		for _, name := range []string{"readiness-gate", "liveness-action", "status-qps", "status-burst", "allow-probe-host", "max-probes-per-pod", "min-probe-period", "max-probe-rate"} {
 			if cmd.Flags().Changed(name) {
 				return nil, fmt.Errorf("--%s needs cluster mode (--kubeconfig or --in-cluster)", name)
 			}
@@ -69,8 +75,11 @@ func (k *kubeFlags) cluster(cmd *cobra.Command, node string) (*agent.ClusterOpti
 	if k.minProbePeriod != 0 && k.minProbePeriod < customprobe.MinPeriod {
 		return nil, fmt.Errorf("--min-probe-period %v: must be at least %v, the shortest period probed runs", k.minProbePeriod, customprobe.MinPeriod)
 	}
+	allow, err := egress.ParseRule(k.allowProbeHost)
+	if err != nil {
+		return nil, err
+	}
 	var cfg *rest.Config
-	var err error
 	if k.inCluster {
 		cfg, err = rest.InClusterConfig()
 		if err != nil {
@@ -90,6 +99,7 @@ func (k *kubeFlags) cluster(cmd *cobra.Command, node string) (*agent.ClusterOpti
 		LivenessAction: k.livenessAction,
 		StatusQPS:      k.statusQPS,
 		StatusBurst:    k.statusBurst,
+		AllowProbeHost: allow.Allowed(),
 
 		MaxProbesPerPod: k.maxProbesPerPod,
 		MinProbePeriod:  k.minProbePeriod,

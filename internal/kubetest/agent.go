@@ -27,10 +27,11 @@ import (
 // ClusterRole of deploy/kubernetes/clusterrole.yaml — applied as the file has
 // it — by a copy of clusterrolebinding.yaml whose subject is that
 // ServiceAccount. It returns once the server authorizes the identity to list
-// pods.
+// pods. The token is bound to no pod and no admission policy limits it: for
+// package tests of what RBAC allows (AgentConfigForNode adds the rest).
 func AgentConfig(t testing.TB) *rest.Config {
 	t.Helper()
-	return agentConfig(t, false)
+	return agentConfig(t, false, "")
 }
 
 // AgentConfigWithEviction is AgentConfig plus
@@ -38,10 +39,33 @@ func AgentConfig(t testing.TB) *rest.Config {
 // --liveness-action=evict needs.
 func AgentConfigWithEviction(t testing.TB) *rest.Config {
 	t.Helper()
-	return agentConfig(t, true)
+	return agentConfig(t, true, "")
 }
 
-func agentConfig(t testing.TB, eviction bool) *rest.Config {
+// AgentConfigForNode is the agent of node as the DaemonSet runs it: the RBAC
+// of AgentConfig, a token bound to a pod on node (PodBoundConfig: the
+// ServiceAccount's namespace gains the Pod agent-NODE, which a watch of the
+// node's pods sees), and the admission policy of
+// deploy/kubernetes/admissionpolicy.yaml installed for that ServiceAccount
+// alone (InstallAgentPolicy). The end-to-end tests run the probed binary
+// under it, which proves the agent never needs more than the policy allows.
+func AgentConfigForNode(t testing.TB, node string) *rest.Config {
+	t.Helper()
+	return agentConfig(t, false, node)
+}
+
+// AgentConfigForNodeWithEviction is AgentConfigForNode plus
+// clusterrole-eviction.yaml. The policy allows evictions only in namespaces
+// labelled probed.io/liveness-actions=enabled.
+func AgentConfigForNodeWithEviction(t testing.TB, node string) *rest.Config {
+	t.Helper()
+	return agentConfig(t, true, node)
+}
+
+// agentConfig binds the RBAC of deploy/kubernetes (with the eviction role
+// when eviction) to a fresh ServiceAccount; with a node, its token is bound
+// to a pod on node and the admission policy is installed for it.
+func agentConfig(t testing.TB, eviction bool, node string) *rest.Config {
 	c := Client(t)
 	ns := Namespace(t)
 	files := []string{"clusterrole.yaml", "clusterrolebinding.yaml"}
@@ -73,8 +97,16 @@ func agentConfig(t testing.TB, eviction bool) *rest.Config {
 			}
 		}
 	}
-	cfg := ServiceAccountConfig(t, ns, saName)
+	var cfg *rest.Config
+	if node == "" {
+		cfg = ServiceAccountConfig(t, ns, saName)
+	} else {
+		cfg = PodBoundConfig(t, ns, saName, node)
+	}
 	waitAuthorized(t, c, "system:serviceaccount:"+ns+":"+saName, check)
+	if node != "" {
+		InstallAgentPolicy(t, ClientFor(t, cfg), ns, saName)
+	}
 	return cfg
 }
 

@@ -56,6 +56,7 @@ import (
 
 	"github.com/probed/probed/internal/suggest"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/egress"
 )
 
 // Annotation is the pod annotation that holds the custom probes.
@@ -115,6 +116,14 @@ type Options struct {
 	// ExecUnavailable, when not empty, rejects exec handlers with this
 	// reason (cluster mode: an exec probe needs the container runtime).
 	ExecUnavailable string
+	// Egress, when set, is cluster mode's rule of where probes connect
+	// (runtime/egress, Rule.CheckHost): httpGet.host and tcpSocket.host
+	// are refused (field.Forbidden, naming the reason and
+	// --allow-probe-host) unless the operator allows ranges; then an IP
+	// literal outside them is refused and a name is accepted, its
+	// addresses checked when the probe dials. Nil: any host (manifest
+	// mode: the API's rules).
+	Egress *egress.Rule
 
 	// Limits an operator sets on what one pod may ask of the node (cluster
 	// mode, issue 17 §2); each names the flag that sets it in its errors.
@@ -153,7 +162,9 @@ var probeTypeNames = []string{"liveness", "readiness", "startup"}
 // (when knownKind is not nil), a port that is neither 0 (no port), 1-65535 nor
 // a valid IANA_SVC_NAME, a params value that is not a string, a probe type the
 // container already has in its spec or twice in the annotation, and the
-// timing rules of ValidateTiming and ValidateMilliseconds. Field paths look like
+// timing rules of ValidateTiming and ValidateMilliseconds, and with Options
+// an exec handler (ExecUnavailable) and a host field the egress rule does
+// not allow (Egress). Field paths look like
 // metadata.annotations[probed.io/probes][0].plugin.name.
 //
 // An element with errors is left out of the result; the others are returned
@@ -305,6 +316,7 @@ func (p *parser) entry(raw json.RawMessage, path *field.Path, index int) (Probe,
 	case handlers[0] != "plugin" && handlerDecoded:
 		Default(&out.Probe)
 		errs = append(errs, ValidateHandler(&out.Probe.ProbeHandler, path)...)
+		errs = append(errs, p.hosts(&out.Probe.ProbeHandler, path)...)
 	}
 
 	typeOK := false
@@ -369,6 +381,26 @@ func (l Limits) validatePeriod(p *Probe, path *field.Path) field.ErrorList {
 		fp, value = path.Child("periodMilliseconds"), p.Milliseconds.Period
 	}
 	return field.ErrorList{field.Invalid(fp, value, fmt.Sprintf("the period is %s; this node's shortest is %s (%s)", period, l.MinPeriod, l.MinPeriodFlag))}
+}
+
+// hosts applies the egress rule (Options.Egress) to the handler's host
+// field: in cluster mode a probe connects only to its pod's IP unless the
+// operator allows more.
+func (p *parser) hosts(h *v1.ProbeHandler, path *field.Path) field.ErrorList {
+	var host string
+	var fp *field.Path
+	switch {
+	case h.HTTPGet != nil:
+		host, fp = h.HTTPGet.Host, path.Child("httpGet", "host")
+	case h.TCPSocket != nil:
+		host, fp = h.TCPSocket.Host, path.Child("tcpSocket", "host")
+	default:
+		return nil
+	}
+	if err := p.opts.Egress.CheckHost(host); err != nil {
+		return field.ErrorList{field.Forbidden(fp, err.Error())}
+	}
+	return nil
 }
 
 // noType is a ProbeType outside the three valid ones: ValidateTiming applies

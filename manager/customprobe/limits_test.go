@@ -19,7 +19,6 @@ func probeList(n int) string {
 	return "[" + strings.Join(items, ",") + "]"
 }
 
-
 // Issue 17 §2: a pod's annotation with more probes than the node allows
 // (--max-probes-per-pod) is refused whole, with one error on the
 // annotation that names the limit, its flag and the count; at the limit it

@@ -32,6 +32,8 @@ import (
 //	    http-match:                    # plugin reports for that kind
 //	      path: {required: true, pattern: "^/"}
 //	      body: {}
+//	  trustEgress: false               # optional: run its probes in cluster mode even though it does not
+//	                                   # announce probeplugin v1.1 (it does not enforce the egress policy)
 //
 // Unknown fields are errors.
 type Config struct {
@@ -62,6 +64,12 @@ type PluginConfig struct {
 	Config map[string]string `json:"config,omitempty"`
 	// Params, by kind, replaces the parameter schema the plugin reports.
 	Params map[string]map[string]ParamSchema `json:"params,omitempty"`
+	// TrustEgress runs the plugin's probes under an egress policy (cluster
+	// mode, runtime/egress) even though the plugin does not announce
+	// pluginproto.APIVersionEgress, that is, does not promise to connect only
+	// where the policy allows. The operator then vouches for where the
+	// plugin connects; without it such probes are errored in cluster mode.
+	TrustEgress bool `json:"trustEgress,omitempty"`
 }
 
 // ParamSchema describes an allowed parameter.

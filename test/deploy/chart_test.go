@@ -17,9 +17,11 @@ import (
 // nonDefault exercises every value that changes the rendered objects.
 const nonDefault = `
 livenessAction: evict
+livenessActionNamespaces: example.com/evictable=yes
 readinessGate: example.com/probed
 statusQPS: 20
 statusBurst: 40
+allowProbeHost: ["10.0.0.0/8", "fd00::/64"]
 listen:
   address: $(HOST_IP)
   port: 9089
@@ -66,9 +68,9 @@ func TestChartDefaultsRenderThePlainManifests(t *testing.T) {
 		name, files string
 		set         []string
 	}{
-		{"event", "namespace.yaml serviceaccount.yaml clusterrole.yaml clusterrolebinding.yaml daemonset.yaml",
+		{"event", "namespace.yaml serviceaccount.yaml clusterrole.yaml clusterrolebinding.yaml admissionpolicy.yaml daemonset.yaml",
 			[]string{"--set", "createNamespace=true"}},
-		{"evict", "namespace.yaml serviceaccount.yaml clusterrole.yaml clusterrolebinding.yaml clusterrole-eviction.yaml daemonset.yaml",
+		{"evict", "namespace.yaml serviceaccount.yaml clusterrole.yaml clusterrolebinding.yaml admissionpolicy.yaml clusterrole-eviction.yaml daemonset.yaml",
 			[]string{"--set", "createNamespace=true", "--set", "livenessAction=evict"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -139,7 +141,7 @@ func TestChartNonDefaultValues(t *testing.T) {
 	spec := ds.Spec.Template.Spec
 	c := spec.Containers[0]
 	args := strings.Join(c.Args, " ")
-	for _, a := range []string{"--status-qps=20", "--status-burst=40", "--plugin-config=/etc/probed/plugins.yaml", "--history=20"} {
+	for _, a := range []string{"--status-qps=20", "--status-burst=40", "--allow-probe-host=10.0.0.0/8,fd00::/64", "--plugin-config=/etc/probed/plugins.yaml", "--history=20"} {
 		if !strings.Contains(args, a) {
 			t.Errorf("args %q lack %q", args, a)
 		}
@@ -169,12 +171,15 @@ func TestChartNonDefaultValues(t *testing.T) {
 	if ns.Name != "probed-edge" || ns.Labels["pod-security.kubernetes.io/enforce"] != "privileged" {
 		t.Errorf("namespace %s labels %v", ns.Name, ns.Labels)
 	}
+	checkPolicy(t, objects, policyWant{name: "edge-probed-agent", username: "system:serviceaccount:probed-edge:edge-probed",
+		gate: "example.com/probed", evictionLabel: "example.com/evictable", evictionValue: "yes"})
 }
 
 // TestChartSchemaRejectsBadValues: values.schema.json refuses a liveness
 // action probed does not have and a port out of range, naming the value.
 func TestChartSchemaRejectsBadValues(t *testing.T) {
-	for _, set := range []string{"livenessAction=restart", "listen.port=70000", "readinessGate=not a condition"} {
+	for _, set := range []string{"livenessAction=restart", "listen.port=70000", "readinessGate=not a condition",
+		"livenessActionNamespaces=no-value", "livenessActionNamespaces=a=b'||true", "allowProbeHost={10.0.0.1}"} {
 		_, err := helmRun(t, "template", "x", chartDir, "--set", set)
 		if err == nil || !strings.Contains(err.Error(), strings.Split(strings.Split(set, "=")[0], ".")[0]) {
 			t.Errorf("--set %s: %v, want a schema error naming the value", set, err)

@@ -165,9 +165,11 @@ func TestClusterHostilePodsStayUnderTheMemoryLimit(t *testing.T) {
 	if want := 0.9 * limit; memLimit < want-1 || memLimit > want+1 {
 		t.Errorf("go_gc_gomemlimit_bytes = %v, want 90%% of PROBED_MEMORY_LIMIT, %v", memLimit, want)
 	}
+	cpu0 := processCPU(t, a.cmd.Process.Pid)
 	time.Sleep(5 * time.Second) // a few sync rounds with both pods refused
+	cpu := processCPU(t, a.cmd.Process.Pid) - cpu0
 	rss := processRSS(t, a.cmd.Process.Pid)
-	t.Logf("agent RSS with both hostile pods: %d MiB", rss>>20)
+	t.Logf("agent with both hostile pods: RSS %d MiB, CPU %.1f%% of a core over 5 s", rss>>20, 100*cpu.Seconds()/5)
 	if rss > limit/2 {
 		t.Errorf("agent RSS %d MiB, want well under the 256Mi limit", rss>>20)
 	}
@@ -191,4 +193,20 @@ func processRSS(t *testing.T, pid int) int64 {
 	}
 	t.Fatalf("no VmRSS in /proc/%d/status", pid)
 	return 0
+}
+
+// processCPU reads the user and system CPU time pid has used
+// (/proc/PID/stat, in clock ticks of 1/100 s).
+func processCPU(t *testing.T, pid int) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fields after the command's closing parenthesis: utime and stime
+	// are the 12th and 13th.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
