@@ -9,7 +9,7 @@ PKGS    ?= ./...
 VERSION ?=
 LDFLAGS := $(if $(VERSION),-X github.com/probed/probed/internal/version.version=$(VERSION))
 
-.PHONY: all build test test-short vet fmt-check run check-examples clean generate
+.PHONY: all build test test-binaries test-short vet fmt-check run check-examples clean generate
 
 all: build
 
@@ -19,10 +19,20 @@ build:
 	$(GO) build -buildvcs=true -ldflags "$(LDFLAGS)" -o bin/probed ./cmd/probed
 
 # The full test suite: vet, gofmt, and every test under the race detector.
-test: vet fmt-check
-	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+# The end-to-end packages run the probed binaries test-binaries builds once
+# (internal/probedbin reads their paths from the environment).
+TEST_BIN ?= $(CURDIR)/bin/test
+test: vet fmt-check test-binaries
+	PROBED_TEST_BINARY=$(TEST_BIN)/probed-race PROBED_TEST_BINARY_NORACE=$(TEST_BIN)/probed \
+		$(GO) test -race -count=1 -timeout 30m $(PKGS)
 
-# Without the race detector, for a quick loop.
+test-binaries:
+	$(GO) build -race -o $(TEST_BIN)/probed-race ./cmd/probed
+	$(GO) build -o $(TEST_BIN)/probed ./cmd/probed
+
+# The quick loop (README): no race detector, and -short: the end-to-end
+# packages, the tests that build the binary and the long timing tests
+# skip. `make test` (CI) runs everything.
 test-short:
 	$(GO) test -count=1 -short $(PKGS)
 

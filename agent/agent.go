@@ -24,15 +24,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/otel/trace"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/probed/probed/agent/actuate"
 	"github.com/probed/probed/agent/api"
 	"github.com/probed/probed/agent/events"
 	"github.com/probed/probed/agent/health"
 	"github.com/probed/probed/agent/history"
+	"github.com/probed/probed/agent/logbudget"
 	"github.com/probed/probed/agent/manifest"
 	"github.com/probed/probed/agent/pods"
 	"github.com/probed/probed/agent/reconciler"
+	"github.com/probed/probed/agent/runlog"
 	"github.com/probed/probed/agent/simulator"
 	"github.com/probed/probed/agent/source"
 	"github.com/probed/probed/agent/state"
@@ -44,8 +47,18 @@ import (
 	"github.com/probed/probed/manager/results"
 	probeexec "github.com/probed/probed/plugins/exec"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/egress"
 	"github.com/probed/probed/runtime/pluginhost"
 	"github.com/probed/probed/runtime/redact"
+)
+
+// The CLI's default pool shares (docs/operations.md, "Pool shares"): one
+// pod holds at most an eighth of each pool's slots, one namespace a quarter
+// (with the default pools: 32 and 64 network slots, 128 and 256 slow, 8 and
+// 16 exec), so a pod whose probes hang delays only itself.
+const (
+	DefaultPodPoolShare       = 0.125
+	DefaultNamespacePoolShare = 0.25
 )
 
 // Agent runs probes for the pods of a source.
@@ -54,6 +67,7 @@ type Agent struct {
 	log     *slog.Logger
 	events  *events.Recorder
 	hist    *history.History
+	runs    *runlog.Log // the log lines of probe runs
 	rt      *runtime.Runtime
 	mgr     manager.Manager
 	plugins *pluginhost.Host
@@ -62,6 +76,10 @@ type Agent struct {
 	// recorder receives every event: the local ring and log, and in
 	// cluster mode the API server too.
 	recorder runtime.Recorder
+	// egress is where probes may connect: cluster mode's rule (the pod's
+	// IPs and --allow-probe-host), nil in manifest mode (unrestricted, as
+	// the kubelet). The runtime and the annotation's validation share it.
+	egress *egress.Rule
 
 	source     pods.Source
 	pods       podLister
@@ -75,7 +93,7 @@ type Agent struct {
 	probeReg *prometheus.Registry
 	reg      *prometheus.Registry
 
-	ln net.Listener
+	ln *api.Listener
 
 	// manifests reports the rejected and skipped manifests (manifest
 	// mode); nil in cluster mode.
@@ -108,6 +126,12 @@ type Options struct {
 	// PoolSize, SlowPoolSize and ExecPoolSize size the probe pools
 	// (defaults 256, 1024, 64; see runtime.Options).
 	PoolSize, SlowPoolSize, ExecPoolSize int
+	// PodPoolShare and NamespacePoolShare bound the slots of each pool that
+	// one pod's, and one namespace's, probe runs hold at once, as fractions
+	// of the pool (runtime.Options.PodShare, NamespaceShare); zero: no
+	// bound. The CLI's defaults are DefaultPodPoolShare and
+	// DefaultNamespacePoolShare.
+	PodPoolShare, NamespacePoolShare float64
 	// SchedulerTick is the resolution of the scheduler's timing wheel
 	// (manager.Options.Tick); 0: the scheduler's default, 10 ms. A finer
 	// tick spreads the same probe rate over more, smaller batches
@@ -145,6 +169,10 @@ type Options struct {
 	Version string
 	// Logger; nil: slog.Default().
 	Logger *slog.Logger
+	// LogBudget, when set, is the budgeted writer under Logger (package
+	// logbudget): its dropped-lines metrics are served on /metrics and its
+	// last report is flushed when Run returns.
+	LogBudget *logbudget.Writer
 
 	// Cluster, when set, selects cluster mode: pods from the API server,
 	// verdicts as readiness-gate conditions and Events (docs/cluster.md).
@@ -174,11 +202,19 @@ func New(opts Options) (*Agent, error) {
 	}
 	a.events = events.New(1000, opts.Logger, nil)
 	a.recorder = a.events
+	// The runtime records one event per failed run (K4) into the ring
+	// without a log line each: a.runs logs the runs on transitions and in
+	// summaries (issue 17 §5).
+	runEvents := a.events.Unlogged()
 	a.hist = history.New(opts.History)
+	a.runs = runlog.New(runlog.Options{Logger: opts.Logger})
 	a.probeReg = prometheus.NewRegistry()
 	a.probeReg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.reg = prometheus.NewRegistry()
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if opts.LogBudget != nil {
+		a.reg.MustRegister(opts.LogBudget)
+	}
 
 	// Plugins first: the manifests' custom probe kinds are validated
 	// against the kinds they serve. Without --plugin-dir/--plugin-config
@@ -199,9 +235,14 @@ func New(opts Options) (*Agent, error) {
 			return fail(err)
 		}
 		undo = append(undo, a.cluster.stop)
+		// A probe connects only to its pod's IPs and the operator's
+		// ranges (runtime/egress; docs/cluster.md "Where probes connect").
+		a.egress = egress.NewRule(opts.Cluster.AllowProbeHost)
+		runEvents = events.Tee(runEvents, a.cluster.events)
 	}
 
-	if a.rt, err = runtime.New(runtime.Options{PoolSize: opts.PoolSize, SlowPoolSize: opts.SlowPoolSize, ExecPoolSize: opts.ExecPoolSize, Recorder: a.recorder, Logger: opts.Logger}); err != nil {
+	if a.rt, err = runtime.New(runtime.Options{PoolSize: opts.PoolSize, SlowPoolSize: opts.SlowPoolSize, ExecPoolSize: opts.ExecPoolSize,
+		PodShare: opts.PodPoolShare, NamespaceShare: opts.NamespacePoolShare, Recorder: runEvents, Logger: opts.Logger, Egress: a.egress}); err != nil {
 		return fail(err)
 	}
 	undo = append(undo, a.rt.Close)
@@ -242,7 +283,7 @@ func New(opts Options) (*Agent, error) {
 		MetricsRegisterer:        a.probeReg,
 		RuntimeMetricsRegisterer: a.reg,
 		Logger:                   opts.Logger,
-		Observer:                 a.hist,
+		Observer:                 observers{a.hist, a.runs},
 		NoPerPodLabels:           opts.NoPerPodLabels,
 		TracerProvider:           opts.TracerProvider,
 		Tick:                     opts.SchedulerTick,
@@ -257,10 +298,10 @@ func New(opts Options) (*Agent, error) {
 	m.bind(a.mgr)
 	a.reconciler = reconciler.New(reconciler.Options{
 		Manager:       a.mgr,
-		Listener:      append(m.listeners, historyListener{a.hist}),
+		Listener:      append(m.listeners, historyListener{a}),
 		SyncFrequency: opts.SyncFrequency,
 		OnSync:        m.onSync,
-		OnWorkersGone: a.hist.Forget,
+		OnWorkersGone: a.forget,
 		Logger:        opts.Logger,
 	})
 	a.fanout = verdicts.New(a.results[runtime.Liveness], a.results[runtime.Readiness], a.results[runtime.Startup], m.consumers...)
@@ -283,6 +324,14 @@ func setDefaults(opts *Options) error {
 	}
 	if net.ParseIP(opts.PodIP) == nil {
 		return fmt.Errorf("--pod-ip %q is not an IP address", opts.PodIP)
+	}
+	for _, share := range []struct {
+		flag  string
+		value float64
+	}{{"--pod-pool-share", opts.PodPoolShare}, {"--namespace-pool-share", opts.NamespacePoolShare}} {
+		if share.value < 0 || share.value > 1 {
+			return fmt.Errorf("%s %v: must be a fraction of each pool between 0 (no bound) and 1", share.flag, share.value)
+		}
 	}
 	if opts.SchedulerTick < 0 || opts.SchedulerTick > customprobe.MinPeriod {
 		return fmt.Errorf("--scheduler-tick %v: must be between 0 (the default, 10ms) and %v, the shortest period", opts.SchedulerTick, customprobe.MinPeriod)
@@ -482,7 +531,7 @@ type PodHistory = history.PodHistory
 func (a *Agent) Run(ctx context.Context) error {
 	srv := api.NewServer(a.Handler(), api.ServerConfig{})
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(a.ln) }()
+	go func() { serveErr <- a.ln.Serve(srv) }()
 
 	// resultsCtx ends after the manager has drained: the consumers take
 	// results until the last run has applied its own (R4).
@@ -521,6 +570,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if a.opts.Cluster != nil {
 		a.log.Info("probed running in cluster mode", "node", a.opts.Cluster.NodeName, "readinessGate", a.opts.Cluster.ReadinessGate,
+			"allowProbeHost", a.egress.Allowed(),
 			"livenessAction", a.opts.Cluster.LivenessAction, "containerRuntime", a.opts.Cluster.ContainerRuntimeEndpoint, "listen", a.ln.Addr().String())
 	} else {
 		a.log.Info("probed running", "manifests", a.opts.ManifestDir, "listen", a.ln.Addr().String(),
@@ -561,6 +611,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.store != nil {
 		a.saveState(true)
 		a.simulator.Close() // back-off timers, delayed starts, --on-restart commands
+	}
+	if a.opts.LogBudget != nil {
+		a.opts.LogBudget.Flush()
 	}
 	if err == nil {
 		err = closeErr
@@ -607,12 +660,27 @@ func (ls listeners) PodRemoved(p *pods.Pod) {
 	}
 }
 
-// historyListener forgets the probe history of removed pods.
-type historyListener struct{ hist *history.History }
+// historyListener forgets the probe history and run log of removed pods.
+type historyListener struct{ a *Agent }
 
 func (historyListener) PodAdded(*pods.Pod)         {}
 func (historyListener) PodStatusChanged(*pods.Pod) {}
-func (l historyListener) PodRemoved(p *pods.Pod)   { l.hist.Forget(p.Pod.UID) }
+func (l historyListener) PodRemoved(p *pods.Pod)   { l.a.forget(p.Pod.UID) }
+
+// forget drops what the history and the run log keep of a pod.
+func (a *Agent) forget(uid types.UID) {
+	a.hist.Forget(uid)
+	a.runs.Forget(uid)
+}
+
+// observers hands each run record to every observer in turn.
+type observers []manager.Observer
+
+func (o observers) ProbeRan(r manager.RunRecord) {
+	for _, ob := range o {
+		ob.ProbeRan(r)
+	}
+}
 
 // saveState writes the state file when the store changed since the last
 // write (or always, when final).

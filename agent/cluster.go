@@ -2,10 +2,10 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"log/slog"
-	"strings"
+	"net/netip"
+	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -17,14 +17,16 @@ import (
 	"github.com/probed/probed/agent/kube/evict"
 	"github.com/probed/probed/agent/kube/gate"
 	"github.com/probed/probed/agent/kube/kevents"
+	"github.com/probed/probed/agent/kube/limits"
+	"github.com/probed/probed/agent/kube/nsscope"
 	"github.com/probed/probed/agent/kube/podsource"
 	"github.com/probed/probed/agent/kube/restart"
-	"github.com/probed/probed/agent/pods"
 	"github.com/probed/probed/agent/verdicts"
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/manager/customprobe"
 	probeexec "github.com/probed/probed/plugins/exec"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/egress"
 )
 
 // Cluster mode's defaults (docs/cluster.md).
@@ -41,7 +43,22 @@ const (
 	// bucket (patches per second, all pods together).
 	DefaultStatusQPS   = gate.DefaultQPS
 	DefaultStatusBurst = gate.DefaultBurst
+	// The CLI's limits on what one pod may ask of the node (issue 17 §2,
+	// docs/cluster.md "Security model"): at most 32 annotation probes a
+	// pod, no period under 1 s, and 1,000 annotation probe runs a second
+	// for the whole node.
+	DefaultMaxProbesPerPod = 32
+	DefaultMinProbePeriod  = time.Second
+	DefaultMaxProbeRate    = 1000
+	// DefaultLivenessActionNamespaces selects the namespaces where
+	// LivenessActionEvict evicts (--liveness-action-namespaces).
+	DefaultLivenessActionNamespaces = evict.DefaultNamespaceSelector
 )
+
+// ReasonInvalidProbeAnnotation is the reason of the Event about an invalid
+// probed.io/probes annotation (and of the condition, when it holds a
+// readiness or startup probe back).
+const ReasonInvalidProbeAnnotation = limits.ReasonInvalidProbeAnnotation
 
 // ExecUnavailable is why an exec probe of the probed.io/probes annotation is
 // rejected in cluster mode without the container runtime.
@@ -64,16 +81,29 @@ type ClusterOptions struct {
 	// defaults DefaultStatusQPS, DefaultStatusBurst.
 	StatusQPS   float64
 	StatusBurst int
+	// MaxProbesPerPod, MinProbePeriod and MaxProbeRate (runs per second,
+	// all pods together) limit what one pod may ask of the node
+	// (agent/kube/limits); zero: no limit. The CLI's defaults are
+	// DefaultMaxProbesPerPod, DefaultMinProbePeriod, DefaultMaxProbeRate.
+	MaxProbesPerPod int
+	MinProbePeriod  time.Duration
+	MaxProbeRate    float64
+	// AllowProbeHost are the ranges probes may connect to besides their
+	// pod's IPs (--allow-probe-host; none by default): the egress rule of
+	// cluster mode (runtime/egress, docs/cluster.md "Where probes
+	// connect").
+	AllowProbeHost []netip.Prefix
+	// LivenessActionNamespaces is a label selector on namespaces: with
+	// LivenessActionEvict or LivenessActionRestart, the action is taken
+	// only in the namespaces it selects (agent/kube/nsscope); default
+	// DefaultLivenessActionNamespaces.
+	LivenessActionNamespaces string
 	// ContainerRuntimeEndpoint, when set, is the node's container runtime
 	// (the kubelet's --container-runtime-endpoint,
 	// unix:///run/containerd/containerd.sock): annotation exec probes run
 	// in their container through CRI ExecSync, and LivenessActionRestart
 	// stops containers through it (agent/kube/cri, agent/kube/restart).
 	ContainerRuntimeEndpoint string
-	// LivenessNamespaces decides where LivenessActionRestart may act; nil:
-	// the namespaces labelled probed.io/liveness-actions=enabled
-	// (restart.LabelledNamespaces).
-	LivenessNamespaces restart.NamespacePolicy
 }
 
 // clusterParts are the rooms of cluster mode.
@@ -83,6 +113,7 @@ type clusterParts struct {
 	source   *podsource.Source
 	statuses *podsource.Statuses
 	gate     *gate.Writer
+	limits   *limits.Room
 	actuator actuator
 	cri      *cri.Client // with ContainerRuntimeEndpoint
 }
@@ -178,10 +209,15 @@ func (a *Agent) clusterMode() (*mode, error) {
 		return nil, err
 	}
 	parts.statuses = podsource.NewStatuses()
-	annotation := customprobe.Options{}
+	annotation := customprobe.Options{Egress: a.egress, Limits: customprobe.Limits{
+		MaxProbes: c.MaxProbesPerPod, MaxProbesFlag: "--max-probes-per-pod",
+		MinPeriod: c.MinProbePeriod, MinPeriodFlag: "--min-probe-period",
+	}}
 	if parts.cri == nil {
 		annotation.ExecUnavailable = ExecUnavailable
 	}
+	parts.limits = limits.New(limits.Options{Annotation: annotation, MaxRate: c.MaxProbeRate, MaxRateFlag: "--max-probe-rate",
+		Recorder: a.recorder, Logger: a.log})
 	parts.gate, err = gate.New(gate.Options{
 		// The gate judges from the kubelet's own status (a container that
 		// survived probed's restart and is started per the kubelet keeps
@@ -195,16 +231,17 @@ func (a *Agent) clusterMode() (*mode, error) {
 		QPS:           c.StatusQPS,
 		Burst:         c.StatusBurst,
 		Probes: func(pod *v1.Pod) []customprobe.Probe {
-			probes, _ := customprobe.ParseWith(pod, annotation)
+			probes, _ := parts.limits.Parse(pod)
 			return probes
 		},
+		Refusal:    parts.limits.Refusal,
 		Registerer: a.reg,
 		Logger:     a.log,
 	})
 	if err != nil {
 		return nil, err
 	}
-	if parts.actuator, err = a.livenessActuator(annotation); err != nil {
+	if parts.actuator, err = a.livenessActuator(); err != nil {
 		return nil, err
 	}
 	return &mode{
@@ -215,8 +252,11 @@ func (a *Agent) clusterMode() (*mode, error) {
 		managerOptions: func(o *manager.Options) {
 			o.SkipSpecProbes = true
 			o.Annotation = annotation
+			o.Admit = parts.limits.Admit
 		},
-		listeners: listeners{parts.statuses, parts.gate, annotationCheck{opts: annotation, recorder: a.recorder, log: a.log}},
+		// The limits before the gate: a pod's refusal is known when the
+		// gate first decides its condition.
+		listeners: listeners{parts.statuses, parts.limits, parts.gate},
 		consumers: []verdicts.Consumer{parts.statuses, parts.gate, actuate.OnFailure(parts.statuses.Pod, parts.actuator)},
 		onSync:    parts.statuses.Resync,
 		services: []service{
@@ -234,14 +274,15 @@ func (a *Agent) clusterMode() (*mode, error) {
 // livenessActuator builds the actuator of --liveness-action: event or
 // evict (agent/kube/evict), or restart (agent/kube/restart, through the
 // container runtime).
-func (a *Agent) livenessActuator(annotation customprobe.Options) (actuator, error) {
+func (a *Agent) livenessActuator() (actuator, error) {
 	c, parts := a.opts.Cluster, a.cluster
 	if c.LivenessAction != LivenessActionRestart {
 		action, err := evict.ParseAction(c.LivenessAction)
 		if err != nil {
 			return nil, fmt.Errorf("--liveness-action %q: want event, evict or restart", c.LivenessAction)
 		}
-		act, err := evict.New(evict.Options{Action: action, Client: parts.client, Recorder: a.recorder, Log: a.log})
+		act, err := evict.New(evict.Options{Action: action, Client: parts.client, Recorder: a.recorder, Log: a.log,
+			NamespaceSelector: c.LivenessActionNamespaces})
 		if err != nil {
 			return nil, err // not a typed nil in the interface: stop would run it
 		}
@@ -250,18 +291,26 @@ func (a *Agent) livenessActuator(annotation customprobe.Options) (actuator, erro
 	if parts.cri == nil {
 		return nil, fmt.Errorf("--liveness-action=restart needs the container runtime: --container-runtime-endpoint")
 	}
-	namespaces := c.LivenessNamespaces
-	if namespaces == nil {
-		namespaces = restart.LabelledNamespaces(parts.client)
+	scope, err := nsscope.New(parts.client, c.LivenessActionNamespaces)
+	if err != nil {
+		return nil, err
 	}
 	act, err := restart.New(restart.Options{
 		Runtime:    parts.cri,
 		Recorder:   a.recorder,
-		Namespaces: namespaces,
+		Namespaces: scope.Allows,
+		// A preStop httpGet hook is the tenant's too: it connects under
+		// the pod's egress policy, as its probes do.
+		HookContext: func(ctx context.Context, pod *v1.Pod) context.Context {
+			if a.egress == nil {
+				return ctx
+			}
+			return egress.WithPolicy(ctx, a.egress.Policy(podAddrs(pod)...))
+		},
 		// The annotation probe that failed, for its
 		// terminationGracePeriodSeconds (K3).
 		Probe: func(pod *v1.Pod, container string, t runtime.ProbeType) *v1.Probe {
-			probes, _ := customprobe.ParseWith(pod, annotation)
+			probes, _ := parts.limits.Parse(pod)
 			for i := range probes {
 				if probes[i].Container == container && probes[i].Type == t {
 					return &probes[i].Probe
@@ -274,56 +323,39 @@ func (a *Agent) livenessActuator(annotation customprobe.Options) (actuator, erro
 	if err != nil {
 		return nil, err
 	}
-	return act, nil
+	return scopedActuator{act, scope}, nil
 }
 
-// annotationCheck reports a pod's invalid probed.io/probes annotation when
-// the pod arrives or its probes change (issue 10 §2.2): one Warning Event on
-// the pod (reason InvalidProbeAnnotation) and one log line per error naming
-// the pod, the container and the field. The annotation's valid elements
-// still run, and the node's other pods are not affected.
-type annotationCheck struct {
-	opts     customprobe.Options
-	recorder runtime.Recorder
-	log      *slog.Logger
+// scopedActuator is the restart actuator with the namespace scope it reads,
+// both run by Run.
+type scopedActuator struct {
+	*restart.Actuator
+	scope *nsscope.Scope
 }
 
-// ReasonInvalidProbeAnnotation is the reason of the Event about an invalid
-// probed.io/probes annotation.
-const ReasonInvalidProbeAnnotation = "InvalidProbeAnnotation"
-
-func (c annotationCheck) PodAdded(p *pods.Pod) {
-	_, errs := customprobe.ParseWith(p.Pod, c.opts)
-	if len(errs) == 0 {
-		return
-	}
-	for _, e := range errs {
-		c.log.Error("invalid probe annotation", "pod", p.Pod.Namespace+"/"+p.Pod.Name, "container", containerOf(p.Pod, e.Field),
-			"field", e.Field, "err", e.ErrorBody())
-	}
-	c.recorder.Eventf(runtime.ContainerRef(p.Pod, ""), v1.EventTypeWarning, ReasonInvalidProbeAnnotation,
-		"%s annotation: %s; its other probes run", customprobe.Annotation, errs.ToAggregate().Error())
+func (s scopedActuator) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = s.scope.Run(ctx) })
+	err := s.Actuator.Run(ctx)
+	wg.Wait()
+	return err
 }
 
-func (annotationCheck) PodStatusChanged(*pods.Pod) {}
-func (annotationCheck) PodRemoved(*pods.Pod)       {}
+// podAddrs are the pod's IPs (status.podIP and status.podIPs) as addresses.
+func podAddrs(pod *v1.Pod) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range append([]string{pod.Status.PodIP}, podIPStrings(pod.Status.PodIPs)...) {
+		if ip, err := netip.ParseAddr(s); err == nil {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
 
-// containerOf names the container of the annotation element a field path
-// points into (metadata.annotations[probed.io/probes][N]...), or "".
-func containerOf(pod *v1.Pod, fieldPath string) string {
-	var n int
-	prefix := "metadata.annotations[" + customprobe.Annotation + "]["
-	if !strings.HasPrefix(fieldPath, prefix) {
-		return ""
+func podIPStrings(ips []v1.PodIP) []string {
+	out := make([]string, len(ips))
+	for i, ip := range ips {
+		out[i] = ip.IP
 	}
-	if _, err := fmt.Sscanf(fieldPath[len(prefix):], "%d]", &n); err != nil {
-		return ""
-	}
-	var items []struct {
-		Container string `json:"container"`
-	}
-	if json.Unmarshal([]byte(pod.Annotations[customprobe.Annotation]), &items) != nil || n < 0 || n >= len(items) {
-		return ""
-	}
-	return items[n].Container
+	return out
 }

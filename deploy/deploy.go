@@ -28,20 +28,27 @@ var kubernetesFiles embed.FS
 
 // Kubernetes is deploy/kubernetes: the plain manifests, file names at its root
 // (namespace.yaml, serviceaccount.yaml, clusterrole.yaml,
-// clusterrolebinding.yaml, clusterrole-eviction.yaml, clusterrole-restart.yaml,
+// clusterrolebinding.yaml, admissionpolicy.yaml, clusterrole-eviction.yaml, clusterrole-restart.yaml,
 // daemonset.yaml).
 var Kubernetes fs.FS = mustSub(kubernetesFiles, "kubernetes")
 
 // Base lists the files of deploy/kubernetes a plain install applies, in
-// order; EvictionFile is applied too when --liveness-action=evict.
-var Base = []string{"namespace.yaml", "serviceaccount.yaml", "clusterrole.yaml", "clusterrolebinding.yaml", "daemonset.yaml"}
+// order (the admission policy before the agent that it limits);
+// EvictionFile is applied too when --liveness-action=evict.
+var Base = []string{"namespace.yaml", "serviceaccount.yaml", "clusterrole.yaml", "clusterrolebinding.yaml", PolicyFile, "daemonset.yaml"}
+
+// PolicyFile holds the ValidatingAdmissionPolicy and its binding that narrow
+// what the agent's ServiceAccount may write to its own node's pods, its own
+// readiness-gate condition, its own Events and evictions in the namespaces
+// that allow them (docs/cluster.md "What the agent's identity can do").
+const PolicyFile = "admissionpolicy.yaml"
 
 // EvictionFile holds the ClusterRole and ClusterRoleBinding that allow
 // pods/eviction create, applied only when eviction is enabled.
 const EvictionFile = "clusterrole-eviction.yaml"
 
 // RestartFile holds the ClusterRole and ClusterRoleBinding that allow
-// namespaces get (the label that allows restarts), applied only with
+// namespaces get, list and watch (the label that allows restarts), applied only with
 // --liveness-action=restart.
 const RestartFile = "clusterrole-restart.yaml"
 

@@ -23,8 +23,10 @@ type customProbe struct {
 }
 
 // customProbes returns the valid custom probes of the pod's annotation. The
-// agent validates the annotation when it loads a manifest and reports every
-// error; here an invalid entry is logged and left out, the rest run. A kind
+// agent validates the annotation when a pod arrives and reports every error
+// once (a manifest's rejection, or cluster mode's Event); here an invalid
+// entry is left out, the rest run, and a debug line says so (AddPod runs on
+// every pod sync: a warning here would repeat every minute per pod). A kind
 // no handler serves is kept: its runs are errored (never a failure) until a
 // plugin serving it registers.
 func (m *manager) customProbes(pod *v1.Pod) []customProbe {
@@ -35,7 +37,7 @@ func (m *manager) customProbes(pod *v1.Pod) []customProbe {
 	opts.KnownKind = nil
 	probes, errs := customprobe.ParseWith(pod, opts)
 	if len(errs) > 0 {
-		m.log.Error("invalid custom probes ignored", "pod", klogPod(pod), "annotation", customprobe.Annotation, "err", errs.ToAggregate().Error())
+		m.log.Debug("invalid custom probes ignored", "pod", klogPod(pod), "annotation", customprobe.Annotation, "err", errs.ToAggregate().Error())
 	}
 	out := make([]customProbe, 0, len(probes))
 	for i := range probes {

@@ -155,6 +155,13 @@ type Options struct {
 	// ExecUnavailable in cluster mode). Its KnownKind is ignored: a kind
 	// no handler serves yet is kept, its runs errored until one does.
 	Annotation customprobe.Options
+	// Admit, when set, is asked by AddPod before it starts the workers of
+	// a pod's annotation probes, with the pod and the periods of all its
+	// valid annotation probes; when it returns false none of them start
+	// (the spec's probes are not affected). AddPod asks on every call, so
+	// a pod refused once starts at a later AddPod (the periodic pod sync)
+	// that Admit allows. Cluster mode's node budget (agent/kube/limits).
+	Admit func(pod *v1.Pod, periods []time.Duration) bool
 
 	// Scheduler tuning (see package scheduler): wheel tick (default 10 ms),
 	// shards (default GOMAXPROCS), and the spread window of first runs
@@ -198,6 +205,7 @@ type manager struct {
 
 	skipSpecProbes bool
 	annotation     customprobe.Options
+	admit          func(*v1.Pod, []time.Duration) bool
 
 	mu      sync.RWMutex
 	workers workerSet
@@ -228,6 +236,7 @@ func New(opts Options) (Manager, error) {
 		observer:       opts.Observer,
 		skipSpecProbes: opts.SkipSpecProbes,
 		annotation:     opts.Annotation,
+		admit:          opts.Admit,
 		tracer:         tracerOf(opts.TracerProvider),
 		realClock:      runtime.IsRealClock(opts.Clock),
 		unsetTP:        defaultGlobal,
@@ -356,6 +365,15 @@ func (m *manager) AddPod(ctx context.Context, pod *v1.Pod) {
 		return
 	}
 	custom := m.customProbes(pod)
+	if len(custom) > 0 && m.admit != nil {
+		periods := make([]time.Duration, len(custom))
+		for i := range custom {
+			periods[i] = runtime.TimingOf(custom[i].probe, custom[i].milliseconds).Period
+		}
+		if !m.admit(pod, periods) {
+			custom = nil
+		}
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.skipSpecProbes {

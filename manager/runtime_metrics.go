@@ -148,10 +148,14 @@ var (
 	descPoolBusy   = prometheus.NewDesc("probed_pool_busy", "Pool slots running a probe, by lane.", []string{"lane"}, nil)
 	descPoolCap    = prometheus.NewDesc("probed_pool_capacity", "Pool size, by lane.", []string{"lane"}, nil)
 	descPoolWait   = prometheus.NewDesc("probed_pool_waiting", "Dispatchers blocked on a full pool, by lane.", []string{"lane"}, nil)
+	descShareSlots = prometheus.NewDesc("probed_pool_share_slots", "Most pool slots the probe runs of one pod (scope=pod) or one namespace (scope=namespace) hold at once, by lane (--pod-pool-share, --namespace-pool-share; the pool size when unbounded).", []string{"lane", "scope"}, nil)
+	descParked     = prometheus.NewDesc("probed_pool_parked", "Probe runs waiting because their pod or namespace holds its share of the pool, by lane.", []string{"lane"}, nil)
+	descParkedAll  = prometheus.NewDesc("probed_pool_parked_total", "Probe runs that waited because their pod or namespace held its share of the pool, by lane.", []string{"lane"}, nil)
 )
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descEntries, descReady, descRunning, descDispatched, descSkipped, descTriggered, descPoolBusy, descPoolCap, descPoolWait} {
+	for _, d := range []*prometheus.Desc{descEntries, descReady, descRunning, descDispatched, descSkipped, descTriggered, descPoolBusy, descPoolCap, descPoolWait,
+		descShareSlots, descParked, descParkedAll} {
 		ch <- d
 	}
 }
@@ -170,6 +174,10 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descPoolBusy, prometheus.GaugeValue, float64(ps.Busy), laneName(lane))
 		ch <- prometheus.MustNewConstMetric(descPoolCap, prometheus.GaugeValue, float64(ps.Capacity), laneName(lane))
 		ch <- prometheus.MustNewConstMetric(descPoolWait, prometheus.GaugeValue, float64(ps.Waiting), laneName(lane))
+		ch <- prometheus.MustNewConstMetric(descShareSlots, prometheus.GaugeValue, float64(ps.PodSlots), laneName(lane), "pod")
+		ch <- prometheus.MustNewConstMetric(descShareSlots, prometheus.GaugeValue, float64(ps.NamespaceSlots), laneName(lane), "namespace")
+		ch <- prometheus.MustNewConstMetric(descParked, prometheus.GaugeValue, float64(ps.Parked), laneName(lane))
+		ch <- prometheus.MustNewConstMetric(descParkedAll, prometheus.CounterValue, float64(ps.ParkedTotal), laneName(lane))
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/probed/probed/manager/results"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/bound"
 	"github.com/probed/probed/runtime/redact"
 )
 
@@ -211,6 +212,7 @@ func targetAttributes(spec *runtime.Spec, podIP string) []attribute.KeyValue {
 			}
 			full += redact.URL(target)
 		}
+		full = bound.Cut(full, bound.TargetBytes) // a path is the manifest's length otherwise
 		out = append(out, attribute.String("server.address", host), attribute.Int("server.port", port),
 			attribute.String("url.full", full), attribute.String("url.scheme", scheme),
 			attribute.String("http.request.method", "GET"))
@@ -226,7 +228,7 @@ func targetAttributes(spec *runtime.Spec, podIP string) []attribute.KeyValue {
 			attribute.String("rpc.system", "grpc"), attribute.String("rpc.service", "grpc.health.v1.Health"),
 			attribute.String("rpc.method", "Check"))
 	case p.Exec != nil && len(p.Exec.Command) > 0:
-		name := redact.ForContainer(spec.Container, nil).Text(path.Base(p.Exec.Command[0]))
+		name := bound.Cut(redact.ForContainer(spec.Container, nil).Text(path.Base(p.Exec.Command[0])), bound.TargetBytes)
 		out = append(out, attribute.String("process.executable.name", name))
 	}
 	return out

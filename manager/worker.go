@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -102,6 +103,19 @@ func newWorker(m *manager, spec runtime.Spec) *worker {
 		w.counters = m.rtm.countersFor(spec.Kind, spec.ProbeType)
 	}
 	return w
+}
+
+// ownerSeed seeds the hashes of Owner: stable within the process, which is
+// all the runtime's shares need.
+var ownerSeed = maphash.MakeSeed()
+
+// Owner names the worker's pod and namespace for the runtime's shares
+// (runtime.Owned): a pod holds only its share of a lane's slots, so its
+// hung probes delay itself, not other pods (issue 17 §2). Hashed per call
+// rather than stored: it is read only when the runtime has shares, and the
+// worker stays small.
+func (w *worker) Owner() runtime.Owner {
+	return runtime.Owner{Pod: maphash.String(ownerSeed, string(w.rs.Pod.UID)), Namespace: maphash.String(ownerSeed, w.rs.Pod.Namespace)}
 }
 
 // stop signals the worker to exit (W14): non-blocking, idempotent, safe
@@ -279,7 +293,7 @@ func (w *worker) probe(ctx context.Context, start time.Time, status *v1.PodStatu
 	runCtx := ctx
 	ctx, span := m.startSpan(ctx, w, status.PodIP)
 	runStart := m.clock.Now()
-	rep := m.rt.Run(ctx, &w.prepared, runtime.Target{PodIP: status.PodIP, ContainerID: c.ContainerID})
+	rep := m.rt.Run(ctx, &w.prepared, runtime.Target{PodIP: status.PodIP, PodIPs: status.PodIPs, ContainerID: c.ContainerID})
 	duration := m.clock.Since(start)
 	// A network probe that ran for half its timeout or more takes the slow
 	// lane next time, so hung targets never hold the healthy probes' slots;

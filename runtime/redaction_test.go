@@ -2,7 +2,6 @@ package runtime_test
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 
@@ -11,9 +10,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/probed/probed/internal/nettest"
 	probeexec "github.com/probed/probed/plugins/exec"
 	probehttp "github.com/probed/probed/plugins/http"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/bound"
 )
 
 // Issue 9 §6: a run's report and its K4 event never show the container's
@@ -22,27 +23,12 @@ import (
 // probe's path (Go's error text quotes the URL), nor a plugin's
 // secret-named parameter value.
 func TestRunRedactsReportsAndEvents(t *testing.T) {
-	rec := record.NewFakeRecorder(16)
-	rt, err := runtime.New(runtime.Options{PoolSize: 2, SlowPoolSize: 2, ExecPoolSize: 2, Recorder: rec})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rt.Close(context.Background()) })
-	for kind, h := range map[string]runtime.Handler{
+	rt, rec := runtimeWith(t, map[string]runtime.Handler{
 		runtime.KindExec: probeexec.New(&probeexec.LocalRunner{}),
 		runtime.KindHTTP: probehttp.New(),
 		"echo-params":    echoParams{},
-	} {
-		if err := rt.Register(kind, h); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closedPort := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	})
+	closedPort := nettest.ClosedPort(t)
 
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", UID: "uid-1"},
 		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "app", Env: []v1.EnvVar{
@@ -101,4 +87,64 @@ func (echoParams) Prepare(spec *runtime.Spec) (runtime.Prober, error) {
 	return runtime.ProberFunc(func(context.Context, runtime.Target) (runtime.Outcome, error) {
 		return runtime.Outcome{Result: runtime.Failure, Output: "plugin said " + spec.Plugin.Params["password"]}, nil
 	}), nil
+}
+
+// Issue 17 §5: a run's report is cut to bound.MessageBytes after
+// redaction: an HTTP probe with a 250 KB path against a closed port (Go's
+// error quotes the URL) and a handler answering 1 MiB report at most 1 KiB,
+// keeping the start and the end of the text (what was tried, what
+// happened), and so does their K4 event.
+func TestRunCutsReportsAndEvents(t *testing.T) {
+	rt, rec := runtimeWith(t, map[string]runtime.Handler{
+		runtime.KindHTTP: probehttp.New(),
+		"chatty": runtime.HandlerFunc(func(*runtime.Spec) (runtime.Prober, error) {
+			return runtime.ProberFunc(func(context.Context, runtime.Target) (runtime.Outcome, error) {
+				return runtime.Outcome{Result: runtime.Failure, Output: strings.Repeat("x", 1<<20) + " the end"}, nil
+			}), nil
+		}),
+	})
+	closedPort := nettest.ClosedPort(t)
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", UID: "uid-1"}, Spec: v1.PodSpec{Containers: []v1.Container{{Name: "app"}}}}
+	for _, s := range []*runtime.Spec{
+		{Kind: runtime.KindHTTP, Probe: &v1.Probe{TimeoutSeconds: 5, ProbeHandler: v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{
+			Host: "127.0.0.1", Port: intstr.FromInt(closedPort), Path: "/" + strings.Repeat("a", 250_000)}}}},
+		{Kind: "chatty", Probe: &v1.Probe{TimeoutSeconds: 5}, Plugin: &runtime.PluginAction{Name: "chatty"}},
+	} {
+		s.ProbeType, s.Pod, s.Container = runtime.Readiness, pod, &pod.Spec.Containers[0]
+		rep := rt.Run(context.Background(), rt.Prepare(s), runtime.Target{PodIP: "127.0.0.1", ContainerID: "containerd://c"})
+		text := rep.Outcome.Output
+		if rep.Err != nil {
+			text = rep.Err.Error()
+		}
+		if len(text) > bound.MessageBytes || !strings.Contains(text, " bytes cut]…") {
+			t.Errorf("%s: report of %d bytes: %.200q", s.Kind, len(text), text)
+		}
+		if want := map[string]string{runtime.KindHTTP: "connection refused", "chatty": "the end"}[s.Kind]; !strings.HasSuffix(text, want) {
+			t.Errorf("%s: report %q lost its end %q", s.Kind, text[max(0, len(text)-100):], want)
+		}
+	}
+	close(rec.Events)
+	for e := range rec.Events {
+		if len(e) > bound.MessageBytes+100 {
+			t.Errorf("event of %d bytes", len(e))
+		}
+	}
+}
+
+// runtimeWith returns a small runtime with handlers registered, recording
+// its events in the returned fake recorder; closed at the test's end.
+func runtimeWith(t *testing.T, handlers map[string]runtime.Handler) (*runtime.Runtime, *record.FakeRecorder) {
+	t.Helper()
+	rec := record.NewFakeRecorder(16)
+	rt, err := runtime.New(runtime.Options{PoolSize: 2, SlowPoolSize: 2, ExecPoolSize: 2, Recorder: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	for kind, h := range handlers {
+		if err := rt.Register(kind, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return rt, rec
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -15,6 +17,8 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/clock"
 
+	"github.com/probed/probed/runtime/bound"
+	"github.com/probed/probed/runtime/egress"
 	"github.com/probed/probed/runtime/redact"
 )
 
@@ -66,6 +70,14 @@ type Options struct {
 	SlowPoolSize int
 	// ExecPoolSize bounds exec probes running at once; default 64.
 	ExecPoolSize int
+	// PodShare and NamespaceShare bound the slots of each lane that the
+	// runs of one pod, and of one namespace, hold at once: a fraction of
+	// the lane's size (0.125: an eighth), at least one slot; zero: no
+	// bound (the default, as the kubelet, which has no shared pool). A run
+	// over its share is parked, not queued in front of other pods' runs,
+	// and starts when a run of its own pod or namespace ends (see Owned).
+	// Only Owned tasks are bounded.
+	PodShare, NamespaceShare float64
 	// Recorder receives probe events; nil drops them.
 	Recorder Recorder
 	// Logger receives the runtime's logs; nil uses slog.Default().
@@ -75,6 +87,14 @@ type Options struct {
 	// clock. A manager's default runtime takes the manager's Options.Clock;
 	// a runtime given to a manager should be built with the same clock.
 	Clock clock.Clock
+	// Egress, when set, restricts where probes connect (cluster mode,
+	// runtime/egress): every run's context carries the policy of its
+	// target — the pod's IPs (Target.PodIP and Target.PodIPs) plus the
+	// rule's ranges — which the built-in handlers' dialer checks for every
+	// connection (redirects included), the plugin host sends on to
+	// plugins, and under which handlers withhold the bytes a target sent
+	// from their texts. Nil: unrestricted, the kubelet's behaviour.
+	Egress *egress.Rule
 }
 
 // Runtime owns the handler registry and the pools. It is safe for
@@ -83,13 +103,15 @@ type Runtime struct {
 	log      *slog.Logger
 	recorder Recorder
 	clock    clock.Clock
+	egress   *egress.Rule
 
 	mu       sync.RWMutex
 	handlers map[string]Handler
 
-	pools [NumLanes]*ants.PoolWithFuncGeneric[Task]
-	busy  [NumLanes]atomic.Int64
-	runs  sync.WaitGroup
+	pools  [NumLanes]*ants.PoolWithFuncGeneric[Task]
+	shares [NumLanes]*shares // nil: the lane has no bound per owner
+	busy   [NumLanes]atomic.Int64
+	runs   sync.WaitGroup
 }
 
 // The default pool sizes (goroutines) of the three lanes.
@@ -116,18 +138,21 @@ func New(opts Options) (*Runtime, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	r := &Runtime{log: opts.Logger, recorder: opts.Recorder, clock: opts.Clock, handlers: map[string]Handler{}}
+	r := &Runtime{log: opts.Logger, recorder: opts.Recorder, clock: opts.Clock, egress: opts.Egress, handlers: map[string]Handler{}}
 	sizes := [NumLanes]int{LaneNetwork: opts.PoolSize, LaneExec: opts.ExecPoolSize, LaneSlow: opts.SlowPoolSize}
 	for lane, size := range sizes {
 		lane := lane
+		r.shares[lane] = newShares(size, opts.PodShare, opts.NamespaceShare)
 		p, err := ants.NewPoolWithFuncGeneric(size, func(t Task) {
-			defer r.runs.Done()
 			r.busy[lane].Add(1)
 			defer r.busy[lane].Add(-1)
-			t.Run()
+			// A run that ends hands its slot to the next parked run of
+			// its namespace, if any (shares).
+			for t != nil {
+				t = r.runOne(lane, t)
+			}
 		},
 			ants.WithExpiryDuration(time.Minute),
-			ants.WithPanicHandler(func(v any) { r.log.Error("probe task panicked", "panic", v) }),
 		)
 		if err != nil {
 			r.release(context.Background())
@@ -203,16 +228,56 @@ func NextLane(lane int, took, timeout time.Duration) int {
 }
 
 // Submit runs t on the pool of lane, blocking while that pool is full. It
-// fails with ants.ErrPoolClosed after Close.
+// fails with ants.ErrPoolClosed after Close. With shares, an Owned task
+// whose pod or namespace holds its share of the lane is parked and Submit
+// returns nil at once: the task runs later, in the slot of a run of its
+// own namespace.
 func (r *Runtime) Submit(lane int, t Task) error {
 	if lane < 0 || lane >= NumLanes {
 		lane = LaneNetwork
 	}
 	r.runs.Add(1)
+	var owner Owner
+	s := r.shares[lane]
+	if s != nil {
+		if o, ok := t.(Owned); ok {
+			owner = o.Owner()
+			if !s.acquire(owner, t) {
+				return nil // parked: runs when a run of its owner ends
+			}
+		} else {
+			s = nil
+		}
+	}
 	if err := r.pools[lane].Invoke(t); err != nil {
+		if s != nil {
+			// The slot would go to the namespace's next parked run: the
+			// pool is closed, so each of them ends unrun in turn.
+			for next := s.release(owner); next != nil; next = s.release(next.(Owned).Owner()) {
+				r.runs.Done()
+			}
+		}
 		r.runs.Done()
 		return err
 	}
+	return nil
+}
+
+// runOne runs t, recovering a panic, and returns the parked run its slot
+// goes to next (shares), or nil.
+func (r *Runtime) runOne(lane int, t Task) (next Task) {
+	defer r.runs.Done()
+	defer func() {
+		if v := recover(); v != nil {
+			r.log.Error("probe task panicked", "panic", v)
+		}
+		if s := r.shares[lane]; s != nil {
+			if o, ok := t.(Owned); ok {
+				next = s.release(o.Owner())
+			}
+		}
+	}()
+	t.Run()
 	return nil
 }
 
@@ -224,6 +289,15 @@ type PoolStats struct {
 	// Workers counts the pool's live goroutines, idle ones included (ants
 	// keeps idle workers for a minute before it lets them go).
 	Workers int `json:"workers"`
+	// PodSlots and NamespaceSlots are the most slots the runs of one pod,
+	// and of one namespace, hold at once (Options.PodShare,
+	// NamespaceShare); both Capacity when the lane has no shares.
+	PodSlots       int `json:"podSlots"`
+	NamespaceSlots int `json:"namespaceSlots"`
+	// Parked counts the runs waiting now because their pod or namespace
+	// holds its share; ParkedTotal every run that ever waited so.
+	Parked      int    `json:"parked"`
+	ParkedTotal uint64 `json:"parkedTotal"`
 }
 
 // Stats returns the pool figures of every lane, indexed by lane.
@@ -233,7 +307,13 @@ func (r *Runtime) Stats() [NumLanes]PoolStats {
 		if p == nil {
 			continue
 		}
-		out[lane] = PoolStats{Capacity: p.Cap(), Busy: int(r.busy[lane].Load()), Waiting: p.Waiting(), Workers: p.Running()}
+		ps := PoolStats{Capacity: p.Cap(), Busy: int(r.busy[lane].Load()), Waiting: p.Waiting(), Workers: p.Running(),
+			PodSlots: p.Cap(), NamespaceSlots: p.Cap()}
+		if s := r.shares[lane]; s != nil {
+			ps.PodSlots, ps.NamespaceSlots = s.podSlots, s.nsSlots
+			ps.Parked, ps.ParkedTotal = int(s.parked.Load()), s.parkedTotal.Load()
+		}
+		out[lane] = ps
 	}
 	return out
 }
@@ -249,6 +329,38 @@ type Prepared struct {
 	// unresolved: no handler served the kind when the probe was prepared;
 	// every Run looks the kind up again.
 	unresolved bool
+	// policy is the egress policy of the last run and the pod IPs it was
+	// built for (Options.Egress): a run for unchanged IPs reuses it.
+	policy *runPolicy
+}
+
+// runPolicy is an egress policy and the target IPs it was built for.
+type runPolicy struct {
+	podIP  string
+	podIPs []v1.PodIP
+	policy *egress.Policy
+}
+
+// egressPolicy returns the policy of a run for t under rule (nil rule:
+// nil, unrestricted), reusing the last one when t's IPs are unchanged.
+func (p *Prepared) egressPolicy(rule *egress.Rule, t Target) *egress.Policy {
+	if rule == nil {
+		return nil
+	}
+	if c := p.policy; c != nil && c.podIP == t.PodIP && slices.Equal(c.podIPs, t.PodIPs) {
+		return c.policy
+	}
+	ips := make([]netip.Addr, 0, 1+len(t.PodIPs))
+	if ip, err := netip.ParseAddr(t.PodIP); err == nil {
+		ips = append(ips, ip)
+	}
+	for _, pip := range t.PodIPs {
+		if ip, err := netip.ParseAddr(pip.IP); err == nil {
+			ips = append(ips, ip)
+		}
+	}
+	p.policy = &runPolicy{podIP: t.PodIP, podIPs: slices.Clone(t.PodIPs), policy: rule.Policy(ips...)}
+	return p.policy.policy
 }
 
 // preparationError is the prober of a probe that could not be prepared:
@@ -322,9 +434,10 @@ func (p *Prepared) bind(r *Runtime) {
 	p.prober = pr
 }
 
-// Report is the outcome of one run. Run redacts it (runtime/redact): the
-// Output of a non-success and the Err never carry the container's
-// environment values, URL query values or credentials.
+// Report is the outcome of one run. Run redacts and cuts it (runtime/redact,
+// runtime/bound): the Output of a non-success and the Err never carry the
+// container's environment values, URL query values or credentials, and are
+// at most bound.MessageBytes long.
 type Report struct {
 	Outcome Outcome
 	// Err is set when every attempt errored (P2, P5): the worker discards
@@ -341,7 +454,8 @@ type Report struct {
 // per attempt. An attempt the prober could not make for lack of its own
 // resources (EMFILE, ENOBUFS ...: ClassifyAttempt) counts as an error, not
 // as a Failure of the target (a deliberate deviation from the kubelet,
-// docs/probes.md).
+// docs/probes.md). Under Options.Egress every attempt's context carries
+// the egress policy of t (runtime/egress.FromContext).
 func (r *Runtime) Run(ctx context.Context, p *Prepared, t Target) Report {
 	var rep Report
 	if p.unresolved && r.HasKind(p.Spec.Kind) {
@@ -352,6 +466,7 @@ func (r *Runtime) Run(ctx context.Context, p *Prepared, t Target) Report {
 		// without calling anything (P2's retries would change nothing).
 		rep = Report{Outcome: Outcome{Result: Unknown, ExitCode: -1}, Err: pe.err, Attempts: MaxAttempts}
 	} else {
+		ctx = egress.WithPolicy(ctx, p.egressPolicy(r.egress, t))
 		timeout := p.Spec.Timeout()
 		for attempt := 1; attempt <= MaxAttempts; attempt++ {
 			t.Attempt = attempt
@@ -364,17 +479,20 @@ func (r *Runtime) Run(ctx context.Context, p *Prepared, t Target) Report {
 			}
 		}
 	}
-	rep = redactReport(p.Spec, rep)
+	rep = cleanReport(p.Spec, rep)
 	r.recordEvent(p, rep)
 	return rep
 }
 
-// redactReport hides secrets in what a run reports (runtime/redact: the
+// cleanReport hides secrets in what a run reports (runtime/redact: the
 // container's environment values, secret-named plugin parameters, URL
-// query values, credential pairs), so that events, history, logs and spans
-// built from the report never show them. A success's output is shown
-// nowhere and is left as it is (an HTTP body up to 10 KiB, per run).
-func redactReport(spec *Spec, rep Report) Report {
+// query values, credential pairs) and then cuts it to bound.MessageBytes
+// (runtime/bound: a target's answer, or an error quoting a 250 KB path,
+// is the target's or the manifest's length otherwise), so that events,
+// history, logs and spans built from the report never show secrets and
+// never grow with what a pod or a target sends. A success's output is
+// shown nowhere and is left as it is (an HTTP body up to 10 KiB, per run).
+func cleanReport(spec *Spec, rep Report) Report {
 	if rep.Err == nil && (rep.Outcome.Result == Success || rep.Outcome.Output == "") {
 		return rep
 	}
@@ -383,8 +501,8 @@ func redactReport(spec *Spec, rep Report) Report {
 		params = spec.Plugin.Params
 	}
 	secrets := redact.ForContainer(spec.Container, params)
-	rep.Outcome.Output = secrets.Text(rep.Outcome.Output)
-	rep.Err = secrets.Error(rep.Err)
+	rep.Outcome.Output = bound.Cut(secrets.Text(rep.Outcome.Output), bound.MessageBytes)
+	rep.Err = bound.Error(secrets.Error(rep.Err), bound.MessageBytes)
 	return rep
 }
 

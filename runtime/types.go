@@ -237,6 +237,11 @@ func (s *Spec) Timeout() time.Duration { return s.Timing().Timeout }
 type Target struct {
 	// PodIP is the pod's primary IP from the cached status (spec P7).
 	PodIP string
+	// PodIPs are all of the pod's IPs (status.podIPs: both families of a
+	// dual-stack pod), read only by the runtime's egress policy
+	// (Options.Egress: in cluster mode a probe connects only to these and
+	// the operator's ranges). Handlers dial PodIP.
+	PodIPs []v1.PodIP
 	// ContainerID is the runtime ID of the running container
 	// ("containerd://abc"), used by exec runners.
 	ContainerID string

@@ -11,6 +11,7 @@ package api
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -179,18 +180,22 @@ func writeJSON(w http.ResponseWriter, v any) {
 // one every output of probed uses.
 const Redacted = redact.Mask
 
-// plainHeaders are probe headers whose values are shown; every other
-// httpHeaders value (Authorization, cookies, API keys ...) is redacted.
-var plainHeaders = map[string]bool{"Host": true, "Accept": true, "User-Agent": true, "Content-Type": true}
-
-// redactPluginParams hides secrets in the probed.io/probes annotation: the
-// values of secret-looking parameters (a redis password, an API token) and,
-// in every other parameter, what runtime/redact hides in free text (a
-// "path" with a query, a "header" with "Authorization: Bearer …", the
-// container's env values). A value that does not parse is hidden whole.
-func redactPluginParams(p *v1.Pod, v string) string {
+// redactAnnotation hides secrets in the probed.io/probes annotation by the
+// rule the spec's probes get (redactAction): in each element, the httpGet
+// path (query values, credentials) and header values (redact.Header), the
+// exec command (redact.Secrets.Command), the plugin parameters (a
+// secret-named one hidden whole: a redis password, an API token), and every
+// other string of the element through the free-text rule (a plugin's
+// "path" with a query, a "header" with "Authorization: Bearer …"), with the
+// named container's env values and the secret-named parameters as known
+// secrets. The annotation is a tenant's text, shown on /pods, the pod's
+// JSON and the status page: a value that does not parse as a JSON list of
+// objects is hidden whole.
+func redactAnnotation(p *v1.Pod, v string) string {
 	var probes []map[string]any
-	if err := json.Unmarshal([]byte(v), &probes); err != nil {
+	dec := json.NewDecoder(strings.NewReader(v))
+	dec.UseNumber() // numbers are shown as written
+	if err := dec.Decode(&probes); err != nil {
 		return Redacted
 	}
 	for _, pr := range probes {
@@ -203,7 +208,37 @@ func redactPluginParams(p *v1.Pod, v string) string {
 			}
 		}
 		name, _ := pr["container"].(string)
-		secretsOf(p, name, strs).Value(params)
+		secrets := secretsOf(p, name, strs)
+		if get, ok := pr["httpGet"].(map[string]any); ok {
+			if path, ok := get["path"].(string); ok {
+				get["path"] = secrets.URL(path)
+			}
+			headers, _ := get["httpHeaders"].([]any)
+			for _, h := range headers {
+				if h, ok := h.(map[string]any); ok && h["value"] != nil {
+					name, _ := h["name"].(string)
+					value, ok := h["value"].(string)
+					if !ok { // not a string: invalid, and hidden unless plain
+						value = Redacted
+					}
+					h["value"] = redact.Header(name, value)
+				}
+			}
+		}
+		if exec, ok := pr["exec"].(map[string]any); ok {
+			if cmd, ok := exec["command"].([]any); ok {
+				args := make([]string, len(cmd))
+				for i, a := range cmd {
+					args[i], _ = a.(string)
+				}
+				for i, a := range secrets.Command(args) {
+					if _, ok := cmd[i].(string); ok {
+						cmd[i] = a
+					}
+				}
+			}
+		}
+		secrets.Value(pr)
 	}
 	out, err := json.Marshal(probes)
 	if err != nil {
@@ -240,7 +275,7 @@ func redactPod(p *v1.Pod) {
 		p.Annotations[lastApplied] = Redacted
 	}
 	if v, ok := p.Annotations[customprobe.Annotation]; ok {
-		p.Annotations[customprobe.Annotation] = redactPluginParams(p, v)
+		p.Annotations[customprobe.Annotation] = redactAnnotation(p, v)
 	}
 	for _, cs := range [][]v1.Container{p.Spec.Containers, p.Spec.InitContainers} {
 		for i := range cs {
@@ -286,14 +321,5 @@ func redactAction(secrets redact.Secrets, exec *v1.ExecAction, get *v1.HTTPGetAc
 	if exec != nil {
 		exec.Command = secrets.Command(exec.Command)
 	}
-	if get == nil {
-		return
-	}
-	get.Path = secrets.URL(get.Path)
-	for k := range get.HTTPHeaders {
-		h := &get.HTTPHeaders[k]
-		if !plainHeaders[http.CanonicalHeaderKey(h.Name)] && h.Value != "" {
-			h.Value = Redacted
-		}
-	}
+	secrets.HTTPGet(get)
 }

@@ -531,24 +531,9 @@ func TestPage_ShowsThePodsRedactedAsPodsDoes(t *testing.T) {
 	p := secretPod()
 	p.Spec.Containers[0].ReadinessProbe.HTTPGet.Path = "/healthz?token=SECRET-QUERY-5"
 	st.Put(p)
-	srv := httptest.NewServer(api.New(api.Options{Pods: st,
-		History: func(ns, name string) (history.PodHistory, bool) {
-			return history.PodHistory{Namespace: ns, Name: name}, ns == "ns1" && name == "web"
-		},
-		Page: &statuspage.Options{SpecProbes: true}}))
-	defer srv.Close()
-	secrets := []string{"SECRET-TOKEN-1", "SECRET-KEY-2", "SECRET-PASSWORD-3", "SECRET-SIDE-4", "SECRET-QUERY-5"}
-	for _, path := range []string{"/", "/pod/ns1/web", "/pods/ns1/web"} {
-		code, _, body := get(t, srv, path)
-		if code != 200 {
-			t.Fatalf("GET %s = %d", path, code)
-		}
-		for _, secret := range secrets {
-			if strings.Contains(string(body), secret) {
-				t.Errorf("GET %s shows %s", path, secret)
-			}
-		}
-	}
+	srv := servePage(t, st, "ns1", "web")
+	assertHidden(t, srv, []string{"/", "/pod/ns1/web", "/pods/ns1/web"},
+		"SECRET-TOKEN-1", "SECRET-KEY-2", "SECRET-PASSWORD-3", "SECRET-SIDE-4", "SECRET-QUERY-5")
 	_, _, body := get(t, srv, "/")
 	if !strings.Contains(string(body), "GET http://127.0.0.1:8080/healthz?token=") || !strings.Contains(string(body), `data-pod="ns1/web"`) {
 		t.Errorf("the page misses the pod's redacted readiness target:\n%s", body)
@@ -561,5 +546,75 @@ func TestPage_ShowsThePodsRedactedAsPodsDoes(t *testing.T) {
 	}
 	if code, _, _ := get(t, srv, "/pods/ns1/nope"); code != 404 {
 		t.Errorf("unknown pod = %d", code)
+	}
+}
+
+// Issue 17 §4: the probes of the probed.io/probes annotation are redacted
+// by the rule of the spec's probes, wherever a probe is shown: the httpGet
+// query values and header values (other than Host, Accept, User-Agent,
+// Content-Type), the exec command's credentials, and every other string of
+// an element through the free-text rule; in /pods, /pods/{namespace}/{name},
+// the status page and the pod's page (its annotations table and the probe's
+// target). What stays shows the probe as written.
+func TestPods_AnnotationProbesRedactedAsSpecProbes(t *testing.T) {
+	annotation := `[{"container":"app","type":"readiness","periodSeconds":1,"httpGet":{"path":"/ready?token=ANN-TOKEN-1&page=2","port":8080,` +
+		`"httpHeaders":[{"name":"Authorization","value":"Bearer ANN-BEARER-2"},{"name":"X-Tenant","value":"ANN-HEADER-3"},{"name":"accept","value":"text/plain"}]}},` +
+		`{"container":"app","type":"liveness","exec":{"command":["check","--password","ANN-PASS-4","--url=http://u:ANN-PASS-5@db/"]}},` +
+		`{"container":"app","type":"startup","grpc":{"port":9090,"service":"health?key=ANN-KEY-6"}}]`
+	st := store.New(store.Options{Logger: quiet()})
+	st.Put(&v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", UID: "uid-web",
+		Annotations: map[string]string{"probed.io/probes": annotation}},
+		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "app", Image: "app"}}}})
+	srv := servePage(t, st, "ns", "web")
+	assertHidden(t, srv, []string{"/pods", "/pods/ns/web", "/", "/pod/ns/web"},
+		"ANN-TOKEN-1", "ANN-BEARER-2", "ANN-HEADER-3", "ANN-PASS-4", "ANN-PASS-5", "ANN-KEY-6")
+	_, _, body := get(t, srv, "/pods/ns/web")
+	var pod v1.Pod
+	if err := json.Unmarshal(body, &pod); err != nil {
+		t.Fatal(err)
+	}
+	ann := pod.Annotations["probed.io/probes"]
+	for _, want := range []string{`"path":"/ready?token=REDACTED\u0026page=REDACTED"`, `"value":"REDACTED"`, `"value":"text/plain"`,
+		`"command":["check","--password","REDACTED","--url=http://u:REDACTED@db/"]`, `"port":8080`, `"periodSeconds":1`} {
+		if !strings.Contains(ann, want) {
+			t.Errorf("annotation %s lacks %s", ann, want)
+		}
+	}
+	// The page parses the redacted annotation: the targets are shown, redacted.
+	_, _, page := get(t, srv, "/")
+	if !strings.Contains(string(page), "GET http://127.0.0.1:8080/ready?token=REDACTED&amp;page=REDACTED") {
+		t.Errorf("the page misses the annotation probe's redacted target:\n%s", page)
+	}
+	if p, _ := st.PodByName("ns", "web"); p.Annotations["probed.io/probes"] != annotation {
+		t.Fatal("the stored pod was modified")
+	}
+}
+
+// servePage serves the API of st with the status page (spec probes
+// shown) and an empty history for the pod ns/name; closed at the test's end.
+func servePage(t *testing.T, st *store.Store, ns, name string) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(api.New(api.Options{Pods: st,
+		History: func(n, m string) (history.PodHistory, bool) {
+			return history.PodHistory{Namespace: n, Name: m}, n == ns && m == name
+		},
+		Page: &statuspage.Options{SpecProbes: true}}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// assertHidden checks that each of paths answers 200 without any of secrets.
+func assertHidden(t *testing.T, srv *httptest.Server, paths []string, secrets ...string) {
+	t.Helper()
+	for _, path := range paths {
+		code, _, body := get(t, srv, path)
+		if code != 200 {
+			t.Fatalf("GET %s = %d", path, code)
+		}
+		for _, secret := range secrets {
+			if strings.Contains(string(body), secret) {
+				t.Errorf("GET %s shows %s", path, secret)
+			}
+		}
 	}
 }

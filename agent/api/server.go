@@ -5,8 +5,6 @@ import (
 	"net"
 	"net/http"
 	"time"
-
-	"golang.org/x/net/netutil"
 )
 
 // The API server's limits (issue 9: 20,000 idle keep-alive connections to
@@ -29,6 +27,11 @@ const (
 	// DefaultMaxConnections caps the connections served at once; see
 	// ServerConfig.MaxConnections.
 	DefaultMaxConnections = 256
+	// DefaultNewConnGrace is how long a new connection may stay silent (no
+	// complete request) before the listener may close it for another one
+	// at the cap; see Listener. Below the 1 s timeout of a kubelet probe,
+	// so /healthz is answered within it.
+	DefaultNewConnGrace = 500 * time.Millisecond
 )
 
 // ServerConfig are the API server's limits. Zero fields take the defaults
@@ -37,12 +40,17 @@ type ServerConfig struct {
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 	MaxHeaderBytes                                            int
 	// MaxConnections caps the connections the API holds open at once
-	// (netutil.LimitListener): a connection beyond the cap waits in the
-	// kernel's accept queue, costing probed no descriptor, until a served
-	// one closes. Zero: DefaultMaxConnections, but never more than a
-	// quarter of the process's RLIMIT_NOFILE, so the API can never take
-	// the descriptors the probes need.
+	// (Listener): at the cap, a new connection replaces an idle or silent
+	// one, or waits until a served one closes; connections beyond it wait
+	// in the kernel's accept queue, costing probed no descriptor. Zero:
+	// DefaultMaxConnections, but never more than a quarter of the
+	// process's RLIMIT_NOFILE, so the API can never take the descriptors
+	// the probes need.
 	MaxConnections int
+	// NewConnGrace is how long a connection may stay without a complete
+	// request before it may be closed for a new one at the cap; zero:
+	// DefaultNewConnGrace.
+	NewConnGrace time.Duration
 }
 
 func (c ServerConfig) withDefaults() ServerConfig {
@@ -64,6 +72,9 @@ func (c ServerConfig) withDefaults() ServerConfig {
 	if c.MaxConnections <= 0 {
 		c.MaxConnections = MaxConnectionsFor(openFileLimit())
 	}
+	if c.NewConnGrace <= 0 {
+		c.NewConnGrace = DefaultNewConnGrace
+	}
 	return c
 }
 
@@ -79,7 +90,8 @@ func MaxConnectionsFor(limit uint64) int {
 }
 
 // NewServer returns the API server for h with cfg's timeouts and header
-// cap. Serve it on a listener from Listen, which holds the connection cap.
+// cap. Serve it with Listener.Serve on a listener from Listen, which holds
+// the connection cap.
 func NewServer(h http.Handler, cfg ServerConfig) *http.Server {
 	cfg = cfg.withDefaults()
 	return &http.Server{
@@ -93,12 +105,12 @@ func NewServer(h http.Handler, cfg ServerConfig) *http.Server {
 }
 
 // Listen opens the API's TCP listener on addr ("host:port"), holding at
-// most cfg.MaxConnections connections at once. The API has no
+// most cfg.MaxConnections connections at once (Listener). The API has no
 // authentication: when the address it bound is not a loopback address
 // (":8089", "0.0.0.0:8089", a node IP), Listen logs a warning saying so;
 // docs/operations.md says how to put the API behind an authenticating
 // proxy. Errors are net.Listen's.
-func Listen(addr string, cfg ServerConfig, log *slog.Logger) (net.Listener, error) {
+func Listen(addr string, cfg ServerConfig, log *slog.Logger) (*Listener, error) {
 	cfg = cfg.withDefaults()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -108,5 +120,5 @@ func Listen(addr string, cfg ServerConfig, log *slog.Logger) (net.Listener, erro
 		log.Warn("the API has no authentication and listens beyond loopback: anyone who can reach it reads pods, events, probe history and metrics; listen on 127.0.0.1 behind an authenticating proxy (docs/operations.md, Security)",
 			"listen", ln.Addr().String())
 	}
-	return netutil.LimitListener(ln, cfg.MaxConnections), nil
+	return newListener(ln, cfg.MaxConnections, cfg.NewConnGrace), nil
 }

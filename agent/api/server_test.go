@@ -34,19 +34,24 @@ func (b *logBuffer) String() string {
 	return b.buf.String()
 }
 
-// serve runs the API server (api.NewServer on api.Listen) with cfg on
+// serve runs the API server (api.NewServer on api.Listen, served with
+// Listener.Serve) with cfg and handler h (nil: one that answers "ok") on
 // addr until the test ends and returns the listener's address.
-func serve(t *testing.T, addr string, cfg api.ServerConfig, log *slog.Logger) string {
+func serve(t *testing.T, addr string, cfg api.ServerConfig, log *slog.Logger, h ...http.Handler) string {
 	t.Helper()
 	ln, err := api.Listen(addr, cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := api.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }), cfg)
+	var handler http.Handler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+	if len(h) > 0 {
+		handler = h[0]
+	}
+	srv := api.NewServer(handler, cfg)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = srv.Serve(ln)
+		_ = ln.Serve(srv)
 	}()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -82,60 +87,128 @@ func closedWithin(c net.Conn, br *bufio.Reader, d time.Duration) bool {
 	return err != nil && !(errors.As(err, &ne) && ne.Timeout())
 }
 
-// TestServerCapsConnections (issue 9 §1): with MaxConnections 4, ten
-// keep-alive clients get four connections served; the other six wait in the
-// kernel's accept queue (probed holds no descriptor for them) until served
-// ones close, and then they are served.
-func TestServerCapsConnections(t *testing.T) {
-	addr := serve(t, "127.0.0.1:0", api.ServerConfig{MaxConnections: 4}, quiet())
-	type client struct {
-		c  net.Conn
-		br *bufio.Reader
+// client is one raw keep-alive connection to the API.
+type client struct {
+	c  net.Conn
+	br *bufio.Reader
+}
+
+func dial(t *testing.T, addr string) client {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
 	}
-	var clients []client
-	for i := 0; i < 10; i++ {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
+	t.Cleanup(func() { c.Close() })
+	return client{c, bufio.NewReader(c)}
+}
+
+// healthzWithin sends GET /healthz on a new connection and reports whether
+// it was answered 200 within d.
+func healthzWithin(t *testing.T, addr string, d time.Duration) bool {
+	t.Helper()
+	cl := dial(t, addr)
+	resp, err := request(cl.c, cl.br, d)
+	return err == nil && resp.StatusCode == http.StatusOK
+}
+
+// TestServerCapsConnections (issue 9 §1): with MaxConnections 4 and four
+// requests in flight (a handler that blocks), further clients are not
+// served (the cap holds: they wait in the accept queue, holding no
+// descriptor of probed's) until requests end; then they are.
+func TestServerCapsConnections(t *testing.T) {
+	release := make(chan struct{})
+	var inFlight sync.WaitGroup
+	inFlight.Add(4)
+	var once sync.Map
+	addr := serve(t, "127.0.0.1:0", api.ServerConfig{MaxConnections: 4}, quiet(), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			if _, loaded := once.LoadOrStore(r.RemoteAddr, true); !loaded {
+				inFlight.Done()
+			}
+			<-release
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	var busy []client
+	for i := 0; i < 4; i++ {
+		cl := dial(t, addr)
+		if _, err := io.WriteString(cl.c, "GET /slow HTTP/1.1\r\nHost: probed\r\n\r\n"); err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
-		clients = append(clients, client{c, bufio.NewReader(c)})
+		busy = append(busy, cl)
 	}
-	// Connections are accepted in the order they arrived: the first four.
-	for i, cl := range clients[:4] {
-		if resp, err := request(cl.c, cl.br, 10*time.Second); err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("client %d (within the cap): %v", i, err)
+	inFlight.Wait()
+	waiting := make([]client, 3)
+	for i := range waiting {
+		waiting[i] = dial(t, addr)
+		if _, err := io.WriteString(waiting[i].c, "GET /healthz HTTP/1.1\r\nHost: probed\r\n\r\n"); err != nil {
+			t.Fatal(err)
 		}
 	}
-	var wg sync.WaitGroup
-	served := make(chan int, 6)
-	for i, cl := range clients[4:] {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, err := request(cl.c, cl.br, 300*time.Millisecond); err == nil {
-				served <- i + 4
-			}
-		}()
+	for i, cl := range waiting {
+		_ = cl.c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		if _, err := http.ReadResponse(cl.br, nil); err == nil {
+			t.Fatalf("client %d was served while 4 requests in flight held the cap of 4", i)
+		}
 	}
-	wg.Wait()
-	close(served)
-	for i := range served {
-		t.Errorf("client %d was served while 4 connections held the cap of 4", i)
+	close(release)
+	for i, cl := range busy {
+		_ = cl.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if resp, err := http.ReadResponse(cl.br, nil); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("busy client %d: %v", i, err)
+		}
 	}
-	// Free the cap: the waiting clients' requests (already sent) are
-	// served as served ones close.
-	for _, cl := range clients[:4] {
-		cl.c.Close()
-	}
-	for i, cl := range clients[4:] {
+	// The waiting clients' requests (already sent) are served now.
+	for i, cl := range waiting {
 		_ = cl.c.SetReadDeadline(time.Now().Add(10 * time.Second))
 		resp, err := http.ReadResponse(cl.br, nil)
 		if err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("client %d after the cap freed: %v", i+4, err)
+			t.Fatalf("client %d after the requests ended: %v", i, err)
 		}
 		resp.Body.Close()
-		cl.c.Close()
+	}
+}
+
+// TestServerIdleConnectionsYieldToHealthz (issue 17 §6): keep-alive
+// connections left idle at the cap do not lock the API: a new client's GET
+// /healthz is answered within a second, the connection idle the longest is
+// the one closed for it, and the others stay open.
+func TestServerIdleConnectionsYieldToHealthz(t *testing.T) {
+	addr := serve(t, "127.0.0.1:0", api.ServerConfig{MaxConnections: 4}, quiet())
+	var idle []client
+	for i := 0; i < 4; i++ {
+		cl := dial(t, addr)
+		if resp, err := request(cl.c, cl.br, 10*time.Second); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("idle client %d: %v", i, err)
+		}
+		idle = append(idle, cl)
+		time.Sleep(20 * time.Millisecond) // distinct idle times: idle[0] is idle the longest
+	}
+	for round := 0; round < 3; round++ {
+		if !healthzWithin(t, addr, time.Second) {
+			t.Fatalf("round %d: GET /healthz not answered within 1 s while idle connections held the cap", round)
+		}
+	}
+	if !closedWithin(idle[0].c, idle[0].br, 5*time.Second) {
+		t.Error("the connection idle the longest was not closed for the new one")
+	}
+	if resp, err := request(idle[3].c, idle[3].br, 5*time.Second); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("the connection idle the shortest was closed (%v): only as many as new ones need may be", err)
+	}
+}
+
+// TestServerSilentConnectionsYieldAfterGrace (issue 17 §6): connections
+// that never send a request hold the cap only for NewConnGrace: a GET
+// /healthz is then answered within a second.
+func TestServerSilentConnectionsYieldAfterGrace(t *testing.T) {
+	grace := 200 * time.Millisecond
+	addr := serve(t, "127.0.0.1:0", api.ServerConfig{MaxConnections: 4, NewConnGrace: grace}, quiet())
+	for i := 0; i < 4; i++ {
+		dial(t, addr)
+	}
+	if !healthzWithin(t, addr, time.Second) {
+		t.Fatal("GET /healthz not answered within 1 s while silent connections held the cap")
 	}
 }
 

@@ -1,6 +1,9 @@
 // Package events records the probe events of the agent (spec K4 reasons and
-// messages, redacted by runtime/redact) in a bounded ring, logs each one,
-// and serves them as JSON.
+// messages, redacted by runtime/redact and cut to bound.MessageBytes) in a
+// bounded ring, logs each one recorded through Eventf, and serves them as
+// JSON. The runtime's event of every failed run records through Unlogged:
+// those runs are logged by package runlog, on transitions and in
+// rate-limited summaries, not once per run.
 package events
 
 import (
@@ -14,6 +17,8 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/clock"
 
+	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/bound"
 	"github.com/probed/probed/runtime/redact"
 )
 
@@ -76,23 +81,42 @@ func New(size int, log *slog.Logger, clk clock.PassiveClock) *Recorder {
 	return &Recorder{clock: clk, log: log, size: size, ring: make([]Event, size), kept: map[eventKey]int{}}
 }
 
-// Eventf records an event about object (a *v1.ObjectReference or *v1.Pod).
-// The message is redacted (runtime/redact: URL query values, credential
-// pairs, auth header values) before it is kept or logged, whoever sent it.
+// Eventf records an event about object (a *v1.ObjectReference or *v1.Pod)
+// and logs it. The message is redacted (runtime/redact: URL query values,
+// credential pairs, auth header values) and cut to bound.MessageBytes
+// before it is kept or logged, whoever sent it.
 func (r *Recorder) Eventf(object k8sruntime.Object, eventtype, reason, messageFmt string, args ...interface{}) {
+	r.record(true, object, eventtype, reason, messageFmt, args...)
+}
+
+// Unlogged returns a recorder that records into the same ring as r,
+// redacted and cut alike, without logging: for the runtime's event of each
+// failed run (K4), which the agent logs through package runlog instead.
+func (r *Recorder) Unlogged() runtime.Recorder { return unlogged{r} }
+
+type unlogged struct{ r *Recorder }
+
+func (u unlogged) Eventf(object k8sruntime.Object, eventtype, reason, messageFmt string, args ...interface{}) {
+	u.r.record(false, object, eventtype, reason, messageFmt, args...)
+}
+
+func (r *Recorder) record(log bool, object k8sruntime.Object, eventtype, reason, messageFmt string, args ...interface{}) {
 	now := r.clock.Now()
-	ev := Event{Time: now, FirstTime: now, Type: eventtype, Reason: reason, Message: redact.Text(fmt.Sprintf(messageFmt, args...)), Count: 1}
+	ev := Event{Time: now, FirstTime: now, Type: eventtype, Reason: reason, Count: 1,
+		Message: bound.Cut(redact.Text(fmt.Sprintf(messageFmt, args...)), bound.MessageBytes)}
 	switch o := object.(type) {
 	case *v1.ObjectReference:
 		ev.Namespace, ev.Pod, ev.PodUID, ev.FieldPath = o.Namespace, o.Name, string(o.UID), o.FieldPath
 	case *v1.Pod:
 		ev.Namespace, ev.Pod, ev.PodUID = o.Namespace, o.Name, string(o.UID)
 	}
-	level := slog.LevelInfo
-	if eventtype == v1.EventTypeWarning {
-		level = slog.LevelWarn
+	if log {
+		level := slog.LevelInfo
+		if eventtype == v1.EventTypeWarning {
+			level = slog.LevelWarn
+		}
+		r.log.Log(context.Background(), level, "event", "type", ev.Type, "reason", ev.Reason, "pod", ev.Namespace+"/"+ev.Pod, "object", ev.FieldPath, "message", ev.Message)
 	}
-	r.log.Log(context.Background(), level, "event", "type", ev.Type, "reason", ev.Reason, "pod", ev.Namespace+"/"+ev.Pod, "object", ev.FieldPath, "message", ev.Message)
 
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -16,6 +16,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/probed/probed/agent/events"
+	"github.com/probed/probed/runtime/bound"
 )
 
 // IgnoreCurrent: ants starts its package-level default pool at init.
@@ -181,5 +182,27 @@ func TestRecorderFoldsRepeatsAcrossOtherEvents(t *testing.T) {
 	got = r.List()
 	if len(got) != 4 || got[3].Reason != "Unhealthy" || got[3].Count != 1 || got[0].Reason != "BackOff" || got[0].Count != 3 {
 		t.Errorf("after other messages and a drop: %+v", got)
+	}
+}
+
+// Issue 17 §5: an event's message is cut to bound.MessageBytes (keeping
+// both ends) before it is kept or logged, whoever sent it; events recorded
+// through Unlogged land in the same ring, folded alike, with no log line.
+func TestMessagesCutAndUnloggedEvents(t *testing.T) {
+	var logs bytes.Buffer
+	r := events.New(10, slog.New(slog.NewJSONHandler(&logs, nil)), testingclock.NewFakePassiveClock(t0))
+	long := "Readiness probe failed: Get \"http://10.0.0.1/" + strings.Repeat("a", 250_000) + "\": connection refused"
+	r.Eventf(ref("app"), v1.EventTypeWarning, "Unhealthy", "%s", long)
+	quiet := r.Unlogged()
+	for range 5 {
+		quiet.Eventf(ref("side"), v1.EventTypeWarning, "Unhealthy", "%s", "Readiness probe failed: refused")
+	}
+	list := r.List()
+	if len(list) != 2 || len(list[0].Message) > bound.MessageBytes || !strings.HasSuffix(list[0].Message, "connection refused") ||
+		list[1].Count != 5 || list[1].FieldPath != "spec.containers{side}" {
+		t.Fatalf("events %+v", list)
+	}
+	if n := strings.Count(logs.String(), "\n"); n != 1 || logs.Len() > 2*bound.MessageBytes {
+		t.Errorf("%d log lines (%d bytes), want the one of Eventf, cut:\n%.500s", n, logs.Len(), logs.String())
 	}
 }

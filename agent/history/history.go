@@ -1,5 +1,7 @@
 // Package history keeps the last results of every probe — time, duration,
-// verdict, message (redacted by runtime/redact), never a response body
+// verdict, message (redacted by runtime/redact, cut to bound.MessageBytes:
+// a probe's history holds at most --history of them plus its newest
+// failure, whatever its targets answer), never a response body
 // (BR-22) — for the agent's
 // GET /pods/{namespace}/{name}/probes. It implements manager.Observer.
 package history
@@ -13,6 +15,7 @@ import (
 
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/bound"
 	"github.com/probed/probed/runtime/redact"
 )
 
@@ -88,7 +91,7 @@ func (h *History) ProbeRan(r manager.RunRecord) {
 		Time:        r.Start,
 		DurationMS:  float64(r.Duration.Microseconds()) / 1000,
 		Result:      r.Result.String(),
-		Message:     redact.Text(r.Message),
+		Message:     bound.Cut(redact.Text(r.Message), bound.MessageBytes),
 		Attempts:    r.Attempts,
 		ContainerID: r.ContainerID,
 		Cached:      r.Cached.String(),

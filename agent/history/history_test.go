@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/manager/results"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/bound"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreCurrent()) }
@@ -276,5 +278,22 @@ func TestPeriodAndTimeoutInMilliseconds(t *testing.T) {
 	got := h.Pod("u")
 	if len(got) != 1 || got[0].PeriodMS != 200 || got[0].TimeoutMS != 300 {
 		t.Fatalf("history %+v, want periodMs 200 timeoutMs 300", got)
+	}
+}
+
+// Issue 17 §5: a record's message is cut to bound.MessageBytes (both ends
+// kept), so a probe's history holds at most --history such messages plus
+// its newest failure, whatever its target answers.
+func TestMessagesCut(t *testing.T) {
+	h := history.New(10)
+	long := strings.Repeat("x", 1<<20) + " the end"
+	for i := range 20 {
+		h.ProbeRan(run("u", i, runtime.Failure, long))
+	}
+	p := h.Pod("u")[0]
+	for _, r := range append(p.Results, *p.LastFailure) {
+		if len(r.Message) > bound.MessageBytes || !strings.HasSuffix(r.Message, " the end") {
+			t.Fatalf("message of %d bytes", len(r.Message))
+		}
 	}
 }

@@ -71,3 +71,21 @@ func TestWriteJSONAndYAMLAgree(t *testing.T) {
 		t.Error("Write(wide): no error")
 	}
 }
+
+// TestPrintable: the one escaping rule of `probed status` and the status
+// page: non-printable characters are escaped as strconv.Quote escapes them,
+// without quotes; invalid UTF-8 shows as U+FFFD; clean text is unchanged.
+func TestPrintable(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain text, ünïcode ✓":        "plain text, ünïcode ✓",
+		"a\x1b[2Jb":                    `a\x1b[2Jb`,
+		"\x1b]0;title\a":               `\x1b]0;title\a`,
+		"cr\rlf\ntab\tdel\x7f":         `cr\rlf\ntab\tdel\x7f`,
+		"c1 \u009b31m bidi \u202eevil": `c1 \u009b31m bidi \u202eevil`,
+		"bad \xff byte":                "bad \uFFFD byte",
+	} {
+		if got := output.Printable(in); got != want {
+			t.Errorf("Printable(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -31,6 +31,7 @@ import (
 	"github.com/probed/probed/agent/kubeletstatus"
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/bound"
 )
 
 // Restart describes a container restart decided by a probe (K2).
@@ -342,7 +343,7 @@ func (s *Simulator) runCommand(r Restart) {
 		out, err := cmd.CombinedOutput()
 		pod := r.Pod.Namespace + "/" + r.Pod.Name
 		if err != nil {
-			s.opts.Logger.Error("on-restart command failed", "pod", pod, "container", r.Container, "err", err, "output", truncate(string(out), 1024))
+			s.opts.Logger.Error("on-restart command failed", "pod", pod, "container", r.Container, "err", err, "output", bound.Cut(string(out), bound.MessageBytes))
 			return
 		}
 		s.opts.Logger.Info("on-restart command done", "pod", pod, "container", r.Container)
@@ -396,11 +397,4 @@ func gracePeriod(pod *v1.Pod, c *v1.Container, probe runtime.ProbeType) int64 {
 		return *pod.Spec.TerminationGracePeriodSeconds
 	}
 	return 30
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

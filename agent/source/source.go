@@ -42,6 +42,7 @@ import (
 
 	"github.com/probed/probed/agent/manifest"
 	"github.com/probed/probed/agent/pods"
+	"github.com/probed/probed/runtime/bound"
 	"github.com/probed/probed/runtime/fileread"
 	"github.com/probed/probed/runtime/redact"
 )
@@ -125,8 +126,8 @@ type Rejection struct {
 	Line int `json:"line"`
 	// Pod is "namespace/name" when it can be known, else "".
 	Pod string `json:"pod"`
-	// Error is the full message (file, document, pod, container, field),
-	// passed through runtime/redact.
+	// Error is the message (file, document, pod, container, field),
+	// passed through runtime/redact and cut to bound.MessageBytes.
 	Error string `json:"error"`
 	// Since is when this document was first seen with this error (UTC,
 	// whole seconds).
@@ -502,7 +503,7 @@ func (s *Source) finish(snap *Snapshot, rejected []*manifest.Error, staleBy map[
 			t = now
 		}
 		since[key] = t
-		r := Rejection{File: e.File, Document: e.Doc, Line: e.Line, Pod: e.Pod, Error: redact.Text(msg), Since: t}
+		r := Rejection{File: e.File, Document: e.Doc, Line: e.Line, Pod: e.Pod, Error: bound.Cut(redact.Text(msg), bound.MessageBytes), Since: t}
 		if p, ok := staleBy[e]; ok {
 			r.Stale = true
 			if r.Pod == "" && p != nil {
@@ -528,7 +529,7 @@ func (s *Source) finish(snap *Snapshot, rejected []*manifest.Error, staleBy map[
 			st := *p.Stale
 			key := st.File + "#" + strconv.Itoa(st.Document) + "\x00" + st.Error
 			st.Since = since[key]
-			st.Error = redact.Text(st.Error)
+			st.Error = bound.Cut(redact.Text(st.Error), bound.MessageBytes)
 			p.Stale = &st
 			s.stale[p.Pod.UID] = st
 		}

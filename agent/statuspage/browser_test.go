@@ -133,6 +133,13 @@ func (s *tcpServer) down() {
 	})
 }
 
+// browserSecrets are the secrets of shop/vault's annotation probe;
+// rejectedFile is the name of a manifest the agent rejects, with an ESC
+// sequence that would clear a terminal.
+var browserSecrets = []string{"BROWSER-TOKEN-1", "BROWSER-HEADER-2"}
+
+const rejectedFile = "bad\x1b[2J.yaml"
+
 // hostileAnnotation and hostileOutput are pod values that hold markup and
 // script; the page must show them as text.
 const (
@@ -142,8 +149,9 @@ const (
 
 // startAgent runs a real agent on loopback over a manifest directory with
 // three pods: shop/api (an HTTP readiness probe), shop/web (an HTTP liveness probe and a TCP readiness probe of
-// real loopback targets, period 1 s) and shop/hostile (an annotation with
-// markup, an exec readiness probe whose failure message is markup).
+// real loopback targets, period 1 s), shop/hostile (an annotation with
+// markup, an exec readiness probe whose failure message is markup),
+// shop/vault (an annotation probe with secrets) and a rejected manifest.
 func startAgent(t *testing.T) (base string, tcp *tcpServer) {
 	t.Helper()
 	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }))
@@ -199,6 +207,23 @@ spec:
       periodSeconds: 1
       timeoutSeconds: 5
 `, hostileAnnotation, "printf '%s' '"+hostileOutput+"'; exit 1"),
+		// An annotation probe whose query and header carry secrets (issue
+		// 17 §4): the page shows its target redacted.
+		"vault.yaml": fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: vault
+  namespace: shop
+  annotations:
+    probed.io/probes: '[{"container":"app","type":"readiness","periodSeconds":1,"timeoutSeconds":5,"httpGet":{"path":"/ready?token=%s","port":%d,"httpHeaders":[{"name":"X-Auth","value":"%s"}]}}]'
+spec:
+  containers:
+  - name: app
+    image: app
+`, browserSecrets[0], webPort, browserSecrets[1]),
+		// A rejected manifest whose file name holds an ESC sequence (issue
+		// 17 §6): the rejected-manifests table shows it escaped.
+		rejectedFile: "kind: Pod\nmetadata: {name: [\n",
 	}
 	for name, body := range manifests {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
@@ -310,10 +335,11 @@ func TestBrowser_RowsTurnFailingAndHostileValuesAreInert(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Join(order, " ") != "shop/hostile shop/api shop/web" {
+	if strings.Join(order, " ") != "shop/hostile shop/api shop/vault shop/web" {
 		t.Errorf("rows %v, want the failing pod first", order)
 	}
 	assertNoScriptRan(ctx, t)
+	assertRedactedAndEscaped(ctx, t, true)
 
 	tcp.down()
 	took := waitFor(t, 10*time.Second, "shop/web readiness row turns failing after its target went down", func() bool {
@@ -342,8 +368,34 @@ func TestBrowser_RowsTurnFailingAndHostileValuesAreInert(t *testing.T) {
 		}
 	}
 	assertNoScriptRan(ctx, t)
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/pod/shop/vault?refresh=0")); err != nil {
+		t.Fatal(err)
+	}
+	if text := pageText(ctx, t); !strings.Contains(text, "/ready?token=REDACTED") {
+		t.Errorf("shop/vault's page misses its redacted target:\n%s", text)
+	}
+	assertRedactedAndEscaped(ctx, t, false)
 	screenshot(ctx, t, base+"/pod/shop/web?refresh=0", "status-page-pod.png")
 	screenshot(ctx, t, base+"/?refresh=0", "status-page.png")
+}
+
+// assertRedactedAndEscaped: the page's text holds neither shop/vault's
+// secrets nor a raw control character, and the index lists the rejected
+// file's name escaped as `probed status` prints it.
+func assertRedactedAndEscaped(ctx context.Context, t *testing.T, index bool) {
+	t.Helper()
+	text := pageText(ctx, t)
+	for _, secret := range browserSecrets {
+		if strings.Contains(text, secret) {
+			t.Errorf("the page shows %s", secret)
+		}
+	}
+	if i := strings.IndexFunc(text, func(r rune) bool { return r < 0x20 && r != '\n' }); i >= 0 {
+		t.Errorf("raw control %q in the page's text: %q", text[i], text[max(0, i-40):min(len(text), i+40)])
+	}
+	if index && !strings.Contains(text, `bad\x1b[2J.yaml`) {
+		t.Errorf("the rejected manifest is not listed escaped:\n%s", text)
+	}
 }
 
 // assertNoScriptRan: no hostile script or handler set the flag, and the

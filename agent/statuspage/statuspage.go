@@ -16,7 +16,9 @@
 // no JavaScript framework. One small script (static/refresh.js) replaces
 // the page's content in place every few seconds; with JavaScript off the page
 // is complete and a reload refreshes it. Every value from a pod, a probe, a
-// plugin or a manifest is escaped as text by html/template, and the
+// plugin or a manifest is shown through output.Printable (control
+// characters escaped as `probed status` escapes them: no raw ESC reaches
+// the page), then escaped as text by html/template, and the
 // Content-Security-Policy forbids inline scripts and event handlers as a
 // second wall.
 package statuspage
@@ -130,9 +132,12 @@ func New(opts Options) *Page {
 		panic(err)
 	}
 	funcs := template.FuncMap{"ms": formatMS, "ago": func(t time.Time) string { return ago(opts.Now(), t) }, "stamp": stamp,
-		"resultClass": func(result string) string { return resultClasses[result] }, "newestFirst": newestFirst}
+		"resultClass": func(result string) string { return resultClasses[result] }, "newestFirst": newestFirst,
+		"printable": printableFunc}
 	parse := func(page string) *template.Template {
-		return template.Must(template.New(page).Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/parts.html", "templates/"+page))
+		t := template.Must(template.New(page).Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/parts.html", "templates/"+page))
+		printableActions(t)
+		return t
 	}
 	return &Page{opts: opts, index: parse("index.html"), pod: parse("pod.html"),
 		files: http.StripPrefix("/static/", http.FileServerFS(static))}

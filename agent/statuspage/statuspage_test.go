@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"regexp"
 	"strings"
@@ -524,5 +525,74 @@ func TestIndex_RefreshParameter(t *testing.T) {
 	}
 	if code, _, _ := get(t, srv, "/static/"); code != 404 {
 		t.Errorf("GET /static/ = %d, want 404 (no listing)", code)
+	}
+}
+
+// controls holds the characters `probed status` escapes (output.Printable):
+// an ESC sequence that clears a terminal, one that sets a window title with
+// BEL, a CR, a DEL, a C1 CSI and a bidi override.
+const controls = "bad\x1b[2J\x1b]0;pwned\a\rfake\x7f\u009b31m\u202eevil"
+
+// controlsShown is controls as output.Printable escapes it.
+const controlsShown = `bad\x1b[2J\x1b]0;pwned\a\rfake\x7f\u009b31m\u202eevil`
+
+// TestPage_ControlCharactersEscaped (issue 17 §6): the rejected-manifests
+// table, a pod's name, annotation, probe message, event, a plugin's error
+// and the node name show control characters escaped, as `probed status`
+// prints them; no raw control character reaches either page (the
+// templates' own line breaks aside).
+func TestPage_ControlCharactersEscaped(t *testing.T) {
+	name := "web" + controls
+	p := pod("default", name, v1.Container{Name: "app", LivenessProbe: httpProbe("/healthz", intstr.FromInt32(8080), 3)})
+	p.Annotations = map[string]string{"note": controls}
+	f := &fixture{
+		specProbe: true,
+		pods:      []*v1.Pod{p},
+		hist: map[string][]history.Probe{"default/" + name: {{Container: "app", Type: "liveness", Handler: "http",
+			Results:     []history.Record{run(0, "failure", 2, controls)},
+			LastFailure: &history.Record{Time: now, Result: "failure", Message: controls, ContainerID: "containerd://app"}}}},
+		events:   []events.Event{{Time: now, Type: "Warning", Reason: "Unhealthy", Message: controls, Namespace: "default", Pod: name, PodUID: string(p.UID), Count: 1}},
+		plugins:  []pluginhost.PluginStatus{{Name: "redis", Kinds: []string{"redis"}, Restarts: 2, LastError: controls}},
+		cluster:  &statuspage.Cluster{Node: controls, Synced: true, ConditionType: "probed.io/ready"},
+		rejected: []source.Rejection{{File: "/m/web" + controls + ".yaml", Document: 2, Line: 14, Pod: "default/web", Error: controls, Since: now}},
+	}
+	srv := f.serve(t)
+	for path, copies := range map[string]int{
+		"/":                                    6, // pod name, last failure, plugin error, node, manifest file and error
+		"/pod/default/" + url.PathEscape(name): 6, // heading, history message, last failure, annotation, event, plugin error
+	} {
+		code, _, body := get(t, srv, path)
+		if code != 200 {
+			t.Fatalf("GET %s = %d", path, code)
+		}
+		for i, r := range body {
+			if r != '\n' && (r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == '\u202e') {
+				t.Fatalf("GET %s: raw control %U at byte %d: %q", path, r, i, body[max(0, i-40):min(len(body), i+40)])
+			}
+		}
+		doc, _ := html.Parse(strings.NewReader(body))
+		if got := strings.Count(textOf(doc), controlsShown); got < copies {
+			t.Errorf("GET %s shows the escaped text %d times, want at least %d:\n%s", path, got, copies, body)
+		}
+	}
+}
+
+// Issue 17 §5: a probe's target (a 250 KB path) is cut to bound.TargetBytes
+// on the index and the pod's page, and an annotation to
+// bound.AnnotationBytes on the pod's page, both ends kept: the pages do not
+// grow with what a manifest holds.
+func TestPage_TargetsAndAnnotationsCut(t *testing.T) {
+	path := "/" + strings.Repeat("a", 250_000) + "?end"
+	p := pod("default", "web", v1.Container{Name: "app", LivenessProbe: httpProbe(path, intstr.FromInt32(8080), 3)})
+	p.Annotations = map[string]string{"note": strings.Repeat("n", 100_000) + "END"}
+	srv := (&fixture{specProbe: true, pods: []*v1.Pod{p}}).serve(t)
+	for page, limit := range map[string]int{"/": 16 << 10, "/pod/default/web": 16 << 10} {
+		_, _, body := get(t, srv, page)
+		if len(body) > limit || !strings.Contains(body, "GET http://10.1.2.3:8080/aaa") || !strings.Contains(body, " bytes cut]…") {
+			t.Errorf("GET %s: %d bytes (want at most %d), target shown cut: %v", page, len(body), limit, strings.Contains(body, " bytes cut]…"))
+		}
+	}
+	if _, _, body := get(t, srv, "/pod/default/web"); !strings.Contains(body, "END</pre>") {
+		t.Errorf("the annotation's end is not shown")
 	}
 }

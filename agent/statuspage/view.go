@@ -19,6 +19,7 @@ import (
 	"github.com/probed/probed/agent/statusview"
 	"github.com/probed/probed/manager/customprobe"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/bound"
 )
 
 // filter is the index's query: failing=1, namespace=NS, q=TEXT, refresh=S.
@@ -224,7 +225,7 @@ func (p *Page) podView(namespace, name string, refresh int) (podView, bool) {
 	v.Found = true
 	v.Pod = p.row(pod, hist.Probes)
 	for k, val := range pod.Annotations {
-		v.Annotations = append(v.Annotations, keyValue{k, val})
+		v.Annotations = append(v.Annotations, keyValue{k, bound.Cut(val, bound.AnnotationBytes)}) // whole in the pod's JSON
 	}
 	sort.Slice(v.Annotations, func(i, j int) bool { return v.Annotations[i].Key < v.Annotations[j].Key })
 	if p.opts.Events != nil {
@@ -269,6 +270,7 @@ func (p *Page) row(pod *v1.Pod, probes []history.Probe) podRow {
 		used[key] = true
 		pr := probeRow{Container: d.container.Name, Type: d.typ.Lower(), Declared: d.declared}
 		pr.Kind, pr.Target = target(pod, d)
+		pr.Target = bound.Cut(pr.Target, bound.TargetBytes) // a path is the manifest's length otherwise
 		threshold := [2]int32{d.probe.SuccessThreshold, d.probe.FailureThreshold}
 		fill(&pr, byKey[key], threshold, p.opts.HistorySize)
 		r.Probes = append(r.Probes, pr)

@@ -8,7 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode/utf8"
+
+	"github.com/probed/probed/agent/output"
 )
 
 // writeTable prints st as `probed status` does without -o json|yaml: the
@@ -28,10 +29,10 @@ func writeTable(out io.Writer, st *Status, wide bool, now time.Time) error {
 		if p.StartTime != nil {
 			age = now.Sub(*p.StartTime).Round(time.Second).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d/%d\t%d\t%s\t%s\t", printable(p.Namespace), printable(p.Name),
-			p.ReadyContainers, p.Containers, p.StartedContainers, p.Containers, p.Restarts, printable(p.Status), age)
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d/%d\t%d\t%s\t%s\t", output.Printable(p.Namespace), output.Printable(p.Name),
+			p.ReadyContainers, p.Containers, p.StartedContainers, p.Containers, p.Restarts, output.Printable(p.Status), age)
 		if wide {
-			fmt.Fprintf(tw, "%s\t%s\t", orDash(printable(p.PodIP)), probesCell(p.Probes))
+			fmt.Fprintf(tw, "%s\t%s\t", orDash(output.Printable(p.PodIP)), probesCell(p.Probes))
 		}
 		fmt.Fprintln(tw, failureCell(p.LastFailure))
 	}
@@ -54,7 +55,7 @@ func writeTable(out io.Writer, st *Status, wide bool, now time.Time) error {
 			if r.Stale {
 				stale = "yes"
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", fileCell(r.File, wide), r.Document, line, orDash(printable(r.Pod)),
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", fileCell(r.File, wide), r.Document, line, orDash(output.Printable(r.Pod)),
 				r.Since.UTC().Format(time.RFC3339), stale, cut(r.Error, wide))
 		}
 		if err := tw.Flush(); err != nil {
@@ -66,7 +67,7 @@ func writeTable(out io.Writer, st *Status, wide bool, now time.Time) error {
 		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "FILE\tDOC\tKIND\tREASON")
 		for _, s := range sk {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", fileCell(s.File, wide), s.Document, orDash(printable(s.Kind)), cut(s.Reason, wide))
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", fileCell(s.File, wide), s.Document, orDash(output.Printable(s.Kind)), cut(s.Reason, wide))
 		}
 		return tw.Flush()
 	}
@@ -78,7 +79,7 @@ func fileCell(path string, wide bool) string {
 	if !wide {
 		path = filepath.Base(path)
 	}
-	return printable(path)
+	return output.Printable(path)
 }
 
 // probesCell is the wide PROBES column: container/type=last result of each
@@ -94,7 +95,7 @@ func probesCell(probes []Probe) string {
 		if r == "" {
 			r = "none"
 		}
-		parts = append(parts, printable(p.Container+"/"+p.Type+"="+r))
+		parts = append(parts, output.Printable(p.Container+"/"+p.Type+"="+r))
 	}
 	return strings.Join(parts, ",")
 }
@@ -109,7 +110,7 @@ func failureCell(f *Failure) string {
 	if msg == "" {
 		msg = f.Result
 	}
-	return fmt.Sprintf("%s: %s (%s)", printable(f.Container+" "+f.Type), cut(msg, false), f.Time.UTC().Format(time.RFC3339))
+	return fmt.Sprintf("%s: %s (%s)", output.Printable(f.Container+" "+f.Type), cut(msg, false), f.Time.UTC().Format(time.RFC3339))
 }
 
 // cut makes a message one printable line: line breaks become spaces and,
@@ -120,7 +121,7 @@ func cut(msg string, wide bool) string {
 	if r := []rune(msg); !wide && len(r) > 80 {
 		msg = string(r[:80]) + "…"
 	}
-	return printable(msg)
+	return output.Printable(msg)
 }
 
 func orDash(s string) string {
@@ -128,34 +129,4 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-// printable makes text from the agent safe to print on a terminal: every
-// character that is not printable (strconv.IsPrint: C0 controls such as
-// ESC, BEL, CR and TAB, DEL, C1 controls U+0080–U+009F, format characters
-// such as the bidi overrides) is escaped as strconv.Quote escapes it,
-// without the quotes ("\x1b", "\r", "\a", "\u009b"); invalid UTF-8 shows
-// as U+FFFD. Probe output can carry terminal escape sequences that would
-// otherwise move the cursor, rewrite the screen or set the window title.
-func printable(s string) string {
-	clean := true
-	for _, r := range s {
-		if !strconv.IsPrint(r) || r == utf8.RuneError {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
-	var b strings.Builder
-	for _, r := range s {
-		if strconv.IsPrint(r) {
-			b.WriteRune(r)
-			continue
-		}
-		q := strconv.QuoteRune(r) // '\x1b'
-		b.WriteString(q[1 : len(q)-1])
-	}
-	return b.String()
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/probed/probed/agent"
 	"github.com/probed/probed/internal/version"
+	"github.com/probed/probed/manager/customprobe"
+	"github.com/probed/probed/runtime/egress"
 )
 
 // kubeFlags are the flags of cluster mode (docs/cluster.md), named after
@@ -21,6 +24,17 @@ type kubeFlags struct {
 	livenessAction string
 	statusQPS      float64
 	statusBurst    int
+	// allowProbeHost: where probes may connect besides their pod's IPs
+	// (issue 17; runtime/egress).
+	allowProbeHost []string
+
+	// What one pod may ask of the node (agent/kube/limits).
+	maxProbesPerPod int
+	minProbePeriod  time.Duration
+	maxProbeRate    float64
+
+	livenessActionNamespaces string
+
 	// The container runtime (issue 19).
 	criEndpoint string
 }
@@ -33,6 +47,16 @@ func (k *kubeFlags) add(cmd *cobra.Command) {
 	f.StringVar(&k.livenessAction, "liveness-action", agent.LivenessActionEvent, "cluster mode: what a liveness or startup failure does: event (an Event), evict (one Eviction per container instance, honouring PodDisruptionBudgets) or restart (the container is stopped as by the kubelet's liveness kill, preStop hook first; needs --container-runtime-endpoint)")
 	f.Float64Var(&k.statusQPS, "status-qps", agent.DefaultStatusQPS, "cluster mode: condition patches per second, all pods together")
 	f.IntVar(&k.statusBurst, "status-burst", agent.DefaultStatusBurst, "cluster mode: condition patches allowed in a burst above --status-qps")
+
+	f.IntVar(&k.maxProbesPerPod, "max-probes-per-pod", agent.DefaultMaxProbesPerPod, "cluster mode: most probes one pod's probed.io/probes annotation may declare; a longer list runs none (0: no limit)")
+	f.DurationVar(&k.minProbePeriod, "min-probe-period", agent.DefaultMinProbePeriod, "cluster mode: shortest period an annotation probe may have, at least 100ms; a shorter one is refused")
+	f.Float64Var(&k.maxProbeRate, "max-probe-rate", agent.DefaultMaxProbeRate, "cluster mode: the node's budget of annotation probe runs per second, all pods together; a pod that would exceed it runs none of its probes until others leave room (0: no budget)")
+
+	f.StringSliceVar(&k.allowProbeHost, "allow-probe-host", nil, "cluster mode: CIDRs probes may connect to besides their pod's IPs (httpGet.host, tcpSocket.host, plugins' targets); none by default: a probe connects only to its pod's IP")
+
+	f.StringVar(&k.livenessActionNamespaces, "liveness-action-namespaces", agent.DefaultLivenessActionNamespaces,
+		"cluster mode, --liveness-action=evict or restart: a label selector on namespaces; the action is taken only in the namespaces it selects (kubernetes.io/metadata.name selects all), elsewhere a failure is an Event saying why")
+
 	f.StringVar(&k.criEndpoint, "container-runtime-endpoint", "", "cluster mode: the node's container runtime (CRI), as the kubelet's flag: unix:///run/containerd/containerd.sock; annotation exec probes then run in their container, and --liveness-action=restart is possible. Off by default: the socket is root on the node (docs/cluster.md)")
 }
 
@@ -40,7 +64,7 @@ func (k *kubeFlags) add(cmd *cobra.Command) {
 // --in-cluster (manifest mode). Manifest-mode flags are refused with them.
 func (k *kubeFlags) cluster(cmd *cobra.Command, node string) (*agent.ClusterOptions, error) {
 	if k.kubeconfig == "" && !k.inCluster {
-		for _, name := range []string{"readiness-gate", "liveness-action", "status-qps", "status-burst", "container-runtime-endpoint"} {
+		for _, name := range []string{"readiness-gate", "liveness-action", "status-qps", "status-burst", "allow-probe-host", "max-probes-per-pod", "min-probe-period", "max-probe-rate", "liveness-action-namespaces", "container-runtime-endpoint"} {
 			if cmd.Flags().Changed(name) {
 				return nil, fmt.Errorf("--%s needs cluster mode (--kubeconfig or --in-cluster)", name)
 			}
@@ -55,8 +79,17 @@ func (k *kubeFlags) cluster(cmd *cobra.Command, node string) (*agent.ClusterOpti
 			return nil, fmt.Errorf("--%s is for manifest mode; in cluster mode the kubelet owns containers and statuses", name)
 		}
 	}
+	if k.maxProbesPerPod < 0 || k.maxProbeRate < 0 {
+		return nil, errors.New("--max-probes-per-pod and --max-probe-rate must be 0 (no limit) or more")
+	}
+	if k.minProbePeriod != 0 && k.minProbePeriod < customprobe.MinPeriod {
+		return nil, fmt.Errorf("--min-probe-period %v: must be at least %v, the shortest period probed runs", k.minProbePeriod, customprobe.MinPeriod)
+	}
+	allow, err := egress.ParseRule(k.allowProbeHost)
+	if err != nil {
+		return nil, err
+	}
 	var cfg *rest.Config
-	var err error
 	if k.inCluster {
 		cfg, err = rest.InClusterConfig()
 		if err != nil {
@@ -76,6 +109,13 @@ func (k *kubeFlags) cluster(cmd *cobra.Command, node string) (*agent.ClusterOpti
 		LivenessAction: k.livenessAction,
 		StatusQPS:      k.statusQPS,
 		StatusBurst:    k.statusBurst,
+		AllowProbeHost: allow.Allowed(),
+
+		MaxProbesPerPod: k.maxProbesPerPod,
+		MinProbePeriod:  k.minProbePeriod,
+		MaxProbeRate:    k.maxProbeRate,
+
+		LivenessActionNamespaces: k.livenessActionNamespaces,
 
 		ContainerRuntimeEndpoint: k.criEndpoint,
 	}, nil

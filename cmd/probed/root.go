@@ -15,15 +15,18 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
 
 	"github.com/probed/probed/agent"
 	"github.com/probed/probed/agent/check"
+	"github.com/probed/probed/agent/logbudget"
 	"github.com/probed/probed/agent/output"
 	"github.com/probed/probed/agent/statusview"
 	"github.com/probed/probed/agent/telemetry"
 	"github.com/probed/probed/examples"
 	"github.com/probed/probed/internal/version"
 	probeexec "github.com/probed/probed/plugins/exec"
+	"github.com/probed/probed/runtime/redact"
 )
 
 // exitError carries an exit code out of a command.
@@ -89,7 +92,10 @@ func newVersionCmd(stdout io.Writer) *cobra.Command {
 	return cmd
 }
 
-type logFlags struct{ format, level string }
+type logFlags struct {
+	format, level string
+	budget        int // bytes per second; probed run only
+}
 
 func (l *logFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&l.format, "log-format", "text", "log format: text or json")
@@ -134,11 +140,28 @@ writes its verdicts as the --readiness-gate condition of the pods that list
 that gate, and as Events (docs/cluster.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := logs.logger(stderr)
+			out := stderr
+			if logs.budget > 0 {
+				opts.LogBudget = logbudget.New(stderr, logbudget.Options{BytesPerSecond: logs.budget,
+					Report: func(w io.Writer, lines, bytes int64, since time.Duration) {
+						if l, err := logs.logger(w); err == nil {
+							l.Warn("log lines dropped: the log budget is spent (--log-budget)", "lines", lines, "bytes", bytes,
+								"in", since.String(), "budgetBytesPerSecond", logs.budget)
+						}
+					}})
+				out = opts.LogBudget
+			}
+			log, err := logs.logger(out)
 			if err != nil {
 				return err
 			}
 			opts.Logger = log
+			// client-go logs through klog: its lines go through the same
+			// handler, redacted, cut and within the log budget.
+			klog.SetSlogLogger(slog.New(redact.NewHandler(log.Handler())))
+			if _, err := applyMemoryLimit(log); err != nil {
+				return err
+			}
 			if opts.Cluster, err = kube.cluster(cmd, tel.NodeName); err != nil {
 				return err
 			}
@@ -195,6 +218,8 @@ that gate, and as Events (docs/cluster.md).`,
 	f.IntVar(&opts.PoolSize, "pool-size", 256, "most network and plugin probes running at once (healthy probes take milliseconds: probe rate × latency, with a margin)")
 	f.IntVar(&opts.SlowPoolSize, "slow-pool-size", 1024, "most slow network probes running at once: probes whose last run took half their timeout or more (size it by their rate × timeout)")
 	f.IntVar(&opts.ExecPoolSize, "exec-pool-size", 64, "most exec probes running at once")
+	f.Float64Var(&opts.PodPoolShare, "pod-pool-share", agent.DefaultPodPoolShare, "most of each pool one pod's probe runs hold at once, as a fraction of the pool (at least one slot; 0: no bound): a pod whose probes hang delays only itself")
+	f.Float64Var(&opts.NamespacePoolShare, "namespace-pool-share", agent.DefaultNamespacePoolShare, "most of each pool one namespace's probe runs hold at once, as a fraction of the pool (at least one slot; 0: no bound)")
 	f.DurationVar(&opts.SchedulerTick, "scheduler-tick", 10*time.Millisecond, "resolution of the scheduler's timing wheel: periods are rounded up to whole ticks (1ms-2ms spreads sub-second probes over smaller batches, docs/probes.md)")
 	f.DurationVar(&opts.SyncFrequency, "sync-frequency", time.Minute, "interval of full pod status regenerations (as the kubelet's --sync-frequency)")
 	f.DurationVar(&opts.Rescan, "rescan-interval", 30*time.Second, "interval of full manifest-directory rescans (besides file events)")
@@ -214,6 +239,8 @@ that gate, and as Events (docs/cluster.md).`,
 	f.StringVar(&tel.NodeName, "node-name", nodeName(), "this node's name: in cluster mode, whose pods are probed; also the k8s.node.name resource attribute (default: $NODE_NAME, else the host name)")
 	kube.add(cmd)
 	logs.add(cmd)
+	f.IntVar(&logs.budget, "log-budget", logbudget.DefaultBytesPerSecond,
+		"bytes of log written per second at most, whatever the pods do (a burst of 4 s of it); lines beyond are dropped and counted (probed_log_lines_dropped_total), and one line says so every 10 s; 0: no budget")
 	return cmd
 }
 

@@ -27,10 +27,11 @@ import (
 // ClusterRole of deploy/kubernetes/clusterrole.yaml — applied as the file has
 // it — by a copy of clusterrolebinding.yaml whose subject is that
 // ServiceAccount. It returns once the server authorizes the identity to list
-// pods.
+// pods. The token is bound to no pod and no admission policy limits it: for
+// package tests of what RBAC allows (AgentConfigForNode adds the rest).
 func AgentConfig(t testing.TB) *rest.Config {
 	t.Helper()
-	return agentConfig(t)
+	return agentConfig(t, "")
 }
 
 // AgentConfigWithEviction is AgentConfig plus
@@ -38,18 +39,41 @@ func AgentConfig(t testing.TB) *rest.Config {
 // --liveness-action=evict needs.
 func AgentConfigWithEviction(t testing.TB) *rest.Config {
 	t.Helper()
-	return agentConfig(t, deploy.EvictionFile)
+	return agentConfig(t, "", deploy.EvictionFile)
+}
+
+// AgentConfigForNode is the agent of node as the DaemonSet runs it: the RBAC
+// of AgentConfig, a token bound to a pod on node (PodBoundConfig: the
+// ServiceAccount's namespace gains the Pod agent-NODE, which a watch of the
+// node's pods sees), and the admission policy of
+// deploy/kubernetes/admissionpolicy.yaml installed for that ServiceAccount
+// alone (InstallAgentPolicy). The end-to-end tests run the probed binary
+// under it, which proves the agent never needs more than the policy allows.
+func AgentConfigForNode(t testing.TB, node string) *rest.Config {
+	t.Helper()
+	return agentConfig(t, node)
+}
+
+// AgentConfigForNodeWithEviction is AgentConfigForNode plus
+// clusterrole-eviction.yaml. The policy allows evictions only in namespaces
+// labelled probed.io/liveness-actions=enabled.
+func AgentConfigForNodeWithEviction(t testing.TB, node string) *rest.Config {
+	t.Helper()
+	return agentConfig(t, node, deploy.EvictionFile)
 }
 
 // AgentConfigWithRestart is AgentConfig plus
-// deploy/kubernetes/clusterrole-restart.yaml (namespaces get), what
+// deploy/kubernetes/clusterrole-restart.yaml, what
 // --liveness-action=restart needs.
 func AgentConfigWithRestart(t testing.TB) *rest.Config {
 	t.Helper()
-	return agentConfig(t, deploy.RestartFile)
+	return agentConfig(t, "", deploy.RestartFile)
 }
 
-func agentConfig(t testing.TB, extra ...string) *rest.Config {
+// agentConfig binds the RBAC of deploy/kubernetes (plus the extra role
+// files) to a fresh ServiceAccount; with a node, its token is bound to a pod
+// on node and the admission policy is installed for it.
+func agentConfig(t testing.TB, node string, extra ...string) *rest.Config {
 	c := Client(t)
 	ns := Namespace(t)
 	files := append([]string{"clusterrole.yaml", "clusterrolebinding.yaml"}, extra...)
@@ -78,8 +102,16 @@ func agentConfig(t testing.TB, extra ...string) *rest.Config {
 			}
 		}
 	}
-	cfg := ServiceAccountConfig(t, ns, saName)
+	var cfg *rest.Config
+	if node == "" {
+		cfg = ServiceAccountConfig(t, ns, saName)
+	} else {
+		cfg = PodBoundConfig(t, ns, saName, node)
+	}
 	waitAuthorized(t, c, "system:serviceaccount:"+ns+":"+saName, check)
+	if node != "" {
+		InstallAgentPolicy(t, ClientFor(t, cfg), ns, saName)
+	}
 	return cfg
 }
 

@@ -22,6 +22,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
@@ -32,10 +33,12 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -162,6 +165,19 @@ func Namespace(t testing.TB) string {
 	return ns.Name
 }
 
+// LabelNamespace adds labels to the namespace ns (e.g. the
+// probed.io/liveness-actions=enabled that allows evictions there).
+func LabelNamespace(t testing.TB, ns string, labels map[string]string) {
+	t.Helper()
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Client(t).CoreV1().Namespaces().Patch(Context(t), ns, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("label namespace %s: %v", ns, err)
+	}
+}
+
 // NodeName returns a node name no other test uses. No Node object is created
 // (nothing needs one: pods are bound by spec.nodeName).
 func NodeName(t testing.TB) string { return uniqueName(t, "node") }
@@ -171,8 +187,17 @@ func NodeName(t testing.TB) string { return uniqueName(t, "node") }
 // TokenRequest API (one hour): requests made with it are authorized by RBAC
 // exactly as the agent's in-cluster requests are
 // (system:serviceaccount:NS:NAME, groups system:serviceaccounts and
-// system:serviceaccounts:NS). Its connections are closed with the test.
+// system:serviceaccounts:NS). The token is bound to no object, so it carries
+// no node (see PodBoundConfig). Its connections are closed with the test.
 func ServiceAccountConfig(t testing.TB, ns, name string) *rest.Config {
+	t.Helper()
+	return tokenConfig(t, ns, name, nil)
+}
+
+// tokenConfig creates the ServiceAccount ns/name when missing and returns a
+// config with a one-hour token of it from the TokenRequest API, bound to
+// bound when not nil.
+func tokenConfig(t testing.TB, ns, name string, bound *authenticationv1.BoundObjectReference) *rest.Config {
 	t.Helper()
 	admin := Config(t)
 	c := ClientFor(t, admin)
@@ -183,7 +208,7 @@ func ServiceAccountConfig(t testing.TB, ns, name string) *rest.Config {
 	}
 	hour := int64(3600)
 	tr, err := c.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &hour},
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &hour, BoundObjectRef: bound},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("token request for service account %s/%s: %v", ns, name, err)
@@ -212,6 +237,32 @@ func GrantRole(t testing.TB, ns, name string, rules []rbacv1.PolicyRule) {
 	}
 	if _, err := c.RbacV1().RoleBindings(ns).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create RoleBinding %s/%s: %v", ns, name, err)
+	}
+}
+
+// GrantClusterRole gives the ServiceAccount ns/name exactly rules across
+// the cluster: a ClusterRole and a ClusterRoleBinding both named
+// name-ns (cluster-scoped: named after the test's namespace so that tests
+// never share them), for rights a namespaced Role cannot give (listing
+// namespaces). It returns once the server authorizes the first rule.
+func GrantClusterRole(t testing.TB, ns, name string, rules []rbacv1.PolicyRule) {
+	t.Helper()
+	c := Client(t)
+	ctx := Context(t)
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name + "-" + ns}, Rules: rules}
+	if _, err := c.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create ClusterRole %s: %v", role.Name, err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}},
+	}
+	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create ClusterRoleBinding %s: %v", binding.Name, err)
+	}
+	if len(rules) > 0 {
+		waitAuthorized(t, c, "system:serviceaccount:"+ns+":"+name, []authorizationv1.ResourceAttributes{firstAttributes(rules[0])})
 	}
 }
 

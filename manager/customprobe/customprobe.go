@@ -46,6 +46,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -55,6 +56,7 @@ import (
 
 	"github.com/probed/probed/internal/suggest"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/egress"
 )
 
 // Annotation is the pod annotation that holds the custom probes.
@@ -114,6 +116,35 @@ type Options struct {
 	// ExecUnavailable, when not empty, rejects exec handlers with this
 	// reason (cluster mode: an exec probe needs the container runtime).
 	ExecUnavailable string
+	// Egress, when set, is cluster mode's rule of where probes connect
+	// (runtime/egress, Rule.CheckHost): httpGet.host and tcpSocket.host
+	// are refused (field.Forbidden, naming the reason and
+	// --allow-probe-host) unless the operator allows ranges; then an IP
+	// literal outside them is refused and a name is accepted, its
+	// addresses checked when the probe dials. Nil: any host (manifest
+	// mode: the API's rules).
+	Egress *egress.Rule
+
+	// Limits an operator sets on what one pod may ask of the node (cluster
+	// mode, issue 17 §2); each names the flag that sets it in its errors.
+	// A pod over MaxProbes has none of its annotation probes run; a probe
+	// under MinPeriod is refused like any invalid element.
+	Limits Limits
+}
+
+// Limits bound the annotation probes of one pod. Zero values set no bound.
+type Limits struct {
+	// MaxProbes bounds the elements of one pod's annotation; a longer list
+	// is refused whole (field.TooMany on the annotation), so that a pod is
+	// never probed in part.
+	MaxProbes int
+	// MinPeriod is the shortest period (periodSeconds plus
+	// periodMilliseconds) a probe may have; at least MinPeriod (100 ms).
+	MinPeriod time.Duration
+	// MaxProbesFlag and MinPeriodFlag name the settings in the errors
+	// (e.g. "--max-probes-per-pod"), so the tenant sees what to ask the
+	// operator for.
+	MaxProbesFlag, MinPeriodFlag string
 }
 
 var probeTypeNames = []string{"liveness", "readiness", "startup"}
@@ -131,7 +162,9 @@ var probeTypeNames = []string{"liveness", "readiness", "startup"}
 // (when knownKind is not nil), a port that is neither 0 (no port), 1-65535 nor
 // a valid IANA_SVC_NAME, a params value that is not a string, a probe type the
 // container already has in its spec or twice in the annotation, and the
-// timing rules of ValidateTiming and ValidateMilliseconds. Field paths look like
+// timing rules of ValidateTiming and ValidateMilliseconds, and with Options
+// an exec handler (ExecUnavailable) and a host field the egress rule does
+// not allow (Egress). Field paths look like
 // metadata.annotations[probed.io/probes][0].plugin.name.
 //
 // An element with errors is left out of the result; the others are returned
@@ -161,6 +194,11 @@ func ParseWith(pod *v1.Pod, opts Options) ([]Probe, field.ErrorList) {
 	var items []json.RawMessage
 	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(trimmed, &items); err != nil {
 		return nil, field.ErrorList{field.Invalid(root, shorten(value), "must be a JSON list of probe objects: "+jsonMessage(err))}
+	}
+	if max := opts.Limits.MaxProbes; max > 0 && len(items) > max {
+		e := field.TooMany(root, len(items), max)
+		e.Detail = fmt.Sprintf("this node runs at most %d probes of one pod's annotation (%s); none of this pod's %d run", max, opts.Limits.MaxProbesFlag, len(items))
+		return nil, field.ErrorList{e}
 	}
 	p := &parser{pod: pod, podRef: podRef(pod), opts: opts, seen: map[probeKey]int{}}
 	var out []Probe
@@ -278,6 +316,7 @@ func (p *parser) entry(raw json.RawMessage, path *field.Path, index int) (Probe,
 	case handlers[0] != "plugin" && handlerDecoded:
 		Default(&out.Probe)
 		errs = append(errs, ValidateHandler(&out.Probe.ProbeHandler, path)...)
+		errs = append(errs, p.hosts(&out.Probe.ProbeHandler, path)...)
 	}
 
 	typeOK := false
@@ -323,8 +362,45 @@ func (p *parser) entry(raw json.RawMessage, path *field.Path, index int) (Probe,
 		t = noType
 	}
 	errs = append(errs, ValidateTiming(&out.Probe, t, path)...)
-	errs = append(errs, ValidateMilliseconds(&out.Probe, out.Milliseconds, path)...)
+	msErrs := ValidateMilliseconds(&out.Probe, out.Milliseconds, path)
+	errs = append(errs, msErrs...)
+	if len(msErrs) == 0 {
+		errs = append(errs, p.opts.Limits.validatePeriod(&out, path)...)
+	}
 	return out, errs
+}
+
+// validatePeriod refuses a period under the node's shortest (Limits.MinPeriod).
+func (l Limits) validatePeriod(p *Probe, path *field.Path) field.ErrorList {
+	period := p.Timing().Period
+	if l.MinPeriod <= 0 || p.Probe.PeriodSeconds < 0 || period >= l.MinPeriod {
+		return nil
+	}
+	fp, value := path.Child("periodSeconds"), any(p.Probe.PeriodSeconds)
+	if p.Milliseconds.Period != 0 {
+		fp, value = path.Child("periodMilliseconds"), p.Milliseconds.Period
+	}
+	return field.ErrorList{field.Invalid(fp, value, fmt.Sprintf("the period is %s; this node's shortest is %s (%s)", period, l.MinPeriod, l.MinPeriodFlag))}
+}
+
+// hosts applies the egress rule (Options.Egress) to the handler's host
+// field: in cluster mode a probe connects only to its pod's IP unless the
+// operator allows more.
+func (p *parser) hosts(h *v1.ProbeHandler, path *field.Path) field.ErrorList {
+	var host string
+	var fp *field.Path
+	switch {
+	case h.HTTPGet != nil:
+		host, fp = h.HTTPGet.Host, path.Child("httpGet", "host")
+	case h.TCPSocket != nil:
+		host, fp = h.TCPSocket.Host, path.Child("tcpSocket", "host")
+	default:
+		return nil
+	}
+	if err := p.opts.Egress.CheckHost(host); err != nil {
+		return field.ErrorList{field.Forbidden(fp, err.Error())}
+	}
+	return nil
 }
 
 // noType is a ProbeType outside the three valid ones: ValidateTiming applies

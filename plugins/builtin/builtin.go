@@ -45,7 +45,10 @@ func Plugin(version string, kinds ...string) (sdk.Plugin, error) {
 	if len(kinds) == 0 {
 		return sdk.Plugin{}, fmt.Errorf("no kind given (want one or more of %s)", strings.Join(Kinds(), ", "))
 	}
-	p := sdk.Plugin{Name: "probed-builtin-" + strings.Join(kinds, "-"), Version: version}
+	// The built-in handlers dial through plugins/internal/dialer, which
+	// checks the egress policy the SDK puts on ctx, and withhold what a
+	// target sent from their texts under it.
+	p := sdk.Plugin{Name: "probed-builtin-" + strings.Join(kinds, "-"), Version: version, EnforcesEgress: true}
 	seen := map[string]bool{}
 	for _, k := range kinds {
 		if seen[k] {

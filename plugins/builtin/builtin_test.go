@@ -25,6 +25,7 @@ import (
 
 	"github.com/probed/probed/plugins/builtin"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/egress"
 	"github.com/probed/probed/runtime/pluginhost"
 	"github.com/probed/probed/runtime/pluginhost/pluginhosttest"
 )
@@ -57,11 +58,18 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 // exec grpc http tcp), closed at cleanup.
 func runtimes(t testing.TB) (inProc, outOfProc *runtime.Runtime) {
 	t.Helper()
-	inProc, err := runtime.New(runtime.Options{PoolSize: 4, ExecPoolSize: 4, Logger: quiet()})
+	return runtimesWith(t, nil)
+}
+
+// runtimesWith is runtimes whose runs are under the egress rule (nil:
+// none, manifest mode).
+func runtimesWith(t testing.TB, rule *egress.Rule) (inProc, outOfProc *runtime.Runtime) {
+	t.Helper()
+	inProc, err := runtime.New(runtime.Options{PoolSize: 4, ExecPoolSize: 4, Logger: quiet(), Egress: rule})
 	if err != nil {
 		t.Fatal(err)
 	}
-	outOfProc, err = runtime.New(runtime.Options{PoolSize: 4, ExecPoolSize: 4, Logger: quiet()})
+	outOfProc, err = runtime.New(runtime.Options{PoolSize: 4, ExecPoolSize: 4, Logger: quiet(), Egress: rule})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/probed/probed/plugins/internal/dialer"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/egress"
 )
 
 // New returns the gRPC probe handler.
@@ -112,10 +113,12 @@ func (d *dialErrors) get() error {
 }
 
 // dialOptions returns the prober's options plus d, recording its errors in
-// errs.
-func (p *prober) dialOptions(d *net.Dialer, errs *dialErrors) []ggrpc.DialOption {
+// errs. grpc-go dials with a context of its own connection, not the
+// attempt's, so the attempt's egress policy (nil: none) is put on it here:
+// every connection the attempt makes is checked against it.
+func (p *prober) dialOptions(d *net.Dialer, policy *egress.Policy, errs *dialErrors) []ggrpc.DialOption {
 	return append(p.opts[:len(p.opts):len(p.opts)], ggrpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-		c, err := d.DialContext(ctx, "tcp", addr)
+		c, err := d.DialContext(egress.WithPolicy(ctx, policy), "tcp", addr)
 		if err != nil {
 			errs.set(err)
 		}
@@ -144,6 +147,12 @@ func (p *prober) dialOptions(d *net.Dialer, errs *dialErrors) []ggrpc.DialOption
 // A connect failure carries the last dial error as the Outcome's Cause: when
 // it shows the prober out of its own resources (socket: too many open
 // files), the runtime makes the run errored (runtime.ClassifyAttempt).
+// Under an egress policy (cluster mode, runtime/egress) every connection
+// goes only where it allows (a refused one is never made: the attempt
+// fails to connect by its deadline, the policy's refusal as the Cause),
+// and the texts carry nothing the server sent but codes: the status
+// message in the Unimplemented and other RPC errors is
+// egress.WithheldText.
 // Outcome.StatusCode is the serving status number when the server answered
 // (SERVING = 1), else 0. Exception (not in the kubelet, whose context is
 // never cancelled): when ctx is cancelled before its deadline, Probe returns
@@ -161,7 +170,7 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 	// passthrough: the address goes to the dialer as it is, as with the
 	// kubelet's (blocking) Dial; no name resolution.
 	var dialErrs dialErrors
-	conn, err := ggrpc.NewClient("passthrough:///"+addr, p.dialOptions(d, &dialErrs)...)
+	conn, err := ggrpc.NewClient("passthrough:///"+addr, p.dialOptions(d, egress.FromContext(ctx), &dialErrs)...)
 	if err != nil {
 		return failure(fmt.Sprintf("error: failed to connect service at %q: %v", addr, err)), nil
 	}
@@ -187,12 +196,17 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 		if st, ok := status.FromError(err); ok {
 			switch st.Code() {
 			case codes.Unimplemented:
-				return failure(fmt.Sprintf("error: this server does not implement the grpc health protocol (grpc.health.v1.Health): %s", st.Message())), nil
+				return failure(fmt.Sprintf("error: this server does not implement the grpc health protocol (grpc.health.v1.Health): %s", egress.Withhold(ctx, st.Message()))), nil
 			case codes.DeadlineExceeded:
 				return failure(fmt.Sprintf("timeout: health rpc did not complete within %v", p.timeout)), nil
 			}
+			if egress.Restricted(ctx) {
+				// The status message is the server's (or a transport
+				// error quoting what it sent); its code is kept.
+				return failure(fmt.Sprintf("error: health rpc probe failed: rpc error: code = %s desc = %s", st.Code(), egress.Withhold(ctx, st.Message()))), nil
+			}
 		}
-		return failure(fmt.Sprintf("error: health rpc probe failed: %v", err)), nil
+		return failure(fmt.Sprintf("error: health rpc probe failed: %v", egress.Withhold(ctx, err.Error()))), nil
 	}
 	code := int(resp.GetStatus())
 	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {

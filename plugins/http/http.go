@@ -12,17 +12,20 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
+	"net"
 	nethttp "net/http"
 	"net/netip"
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/probed/probed/plugins/internal/dialer"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/egress"
 )
 
 // TLSHandshakeTimeout bounds the TLS handshake of HTTPS probes (the
@@ -376,6 +379,13 @@ func (p *prober) clientFor(ctx context.Context) (c *nethttp.Client, ctxEnds bool
 // the probe timeout (the runtime's attempts), the client sets no second
 // deadline of its own (clientFor). Either way the texts at that deadline
 // are the client timeout's (asClientTimeout), as upstream's.
+//
+// When ctx carries an egress policy (cluster mode, runtime/egress), every
+// connection of the attempt, redirects included, goes only where it
+// allows (the dialer checks the resolved address before connecting; a
+// refused one is a Failure `Get "<url>": dial tcp IP:PORT: refused by
+// probed's egress policy (...)`), and the texts of Failures and errors
+// carry nothing the target sent (withhold).
 func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, error) {
 	u, err := p.url(t.PodIP)
 	if err != nil {
@@ -399,7 +409,7 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 		}
 		// With a CheckRedirect error resp is non-nil, but its body is
 		// already closed.
-		return runtime.Outcome{Result: runtime.Failure, Output: err.Error(), Cause: err}, nil
+		return runtime.Outcome{Result: runtime.Failure, Output: withhold(ctx, u, false, err).Error(), Cause: err}, nil
 	}
 	defer resp.Body.Close()
 
@@ -409,7 +419,8 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 		if ctxEnds {
 			err = asClientTimeout(ctx, err, readingBody)
 		}
-		return runtime.Outcome{Result: runtime.Failure, StatusCode: code}, err
+		redirected := resp.Request != nil && resp.Request.URL != u
+		return runtime.Outcome{Result: runtime.Failure, StatusCode: code}, withhold(ctx, u, redirected, err)
 	}
 	switch {
 	case code >= nethttp.StatusOK && code < nethttp.StatusMultipleChoices:
@@ -426,6 +437,68 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 		Output:     "HTTP probe failed with statuscode: " + strconv.Itoa(code),
 		StatusCode: code,
 	}, nil
+}
+
+// withhold returns err as a probe may show it under an egress policy
+// (cluster mode, runtime/egress): with nothing in it that the target sent,
+// since the text reaches Events the tenant can read (issue 17). Without a
+// policy err is returned as it is (the kubelet's texts, H6).
+//
+//   - a request error (*url.Error) names the probe's own URL, never a
+//     redirect's Location: `Get "<the probe's URL>": <detail>`;
+//   - the detail is egress.WithholdError's (timeouts, connection errors,
+//     EOF and TLS record errors keep their texts; a malformed answer Go
+//     quotes — an SSH banner read as a status line, `malformed HTTP
+//     response "SSH-2.0-..."` —, a bad Location or an HTTP/2 GOAWAY's
+//     debug data become egress.WithheldText), plus "stopped after 10
+//     redirects"; after a redirect a connection error loses its
+//     addresses, which came from the Location.
+//
+// redirected says that err (a body read error) is about a response to a
+// redirect.
+func withhold(ctx context.Context, own *url.URL, redirected bool, err error) error {
+	if !egress.Restricted(ctx) {
+		return err
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		ownURL := errorURL(own)
+		return &url.Error{Op: ue.Op, URL: ownURL, Err: withholdDetail(ctx, ue.Err, redirected || ue.URL != ownURL)}
+	}
+	return withholdDetail(ctx, err, redirected)
+}
+
+// WithholdError is the rule of withhold for a plugin's own HTTP client
+// (examples/plugins/http-match): err from a request to own, shown under
+// the egress policy of ctx with nothing the target sent; unchanged without
+// one.
+func WithholdError(ctx context.Context, own *url.URL, err error) error {
+	return withhold(ctx, own, false, err)
+}
+
+// withholdDetail is withhold's rule for the error under a request's URL.
+func withholdDetail(ctx context.Context, err error, redirected bool) error {
+	if errors.Is(err, errTooManyRedirects) {
+		return err
+	}
+	var op *net.OpError
+	if redirected && errors.As(err, &op) {
+		var dns *net.DNSError
+		if errors.As(op.Err, &dns) { // the name came from the Location
+			return &net.OpError{Op: op.Op, Net: op.Net, Err: errors.New(egress.WithheldText)}
+		}
+		return &net.OpError{Op: op.Op, Net: op.Net, Err: op.Err}
+	}
+	return egress.WithholdError(ctx, err)
+}
+
+// errorURL is the URL net/http puts in a request's *url.Error: the URL with
+// a password replaced by "***".
+func errorURL(u *url.URL) string {
+	if _, ok := u.User.Password(); ok {
+		return strings.Replace(u.String(), u.User.String()+"@", u.User.Username()+":***@", 1)
+	}
+	return u.String()
 }
 
 // The texts net/http appends to an error when the client's timeout ended

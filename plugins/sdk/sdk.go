@@ -28,6 +28,12 @@
 //     means the probe could not be carried out, and the host discards the
 //     run (it never counts as a failure).
 //   - ctx carries the attempt's deadline; answer before it.
+//   - In cluster mode ctx also carries the agent's egress policy
+//     (runtime/egress): connect only through Dialer (or a net.Dialer whose
+//     ControlContext is egress.Control), put nothing the target sent but
+//     a status code in Output (egress.Withhold), and set
+//     Plugin.EnforcesEgress. The agent runs the cluster-mode probes of a
+//     plugin that does not set it only when its operator trusts it.
 package sdk
 
 import (
@@ -35,6 +41,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"regexp"
 	"runtime/debug"
@@ -53,6 +60,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/egress"
 	"github.com/probed/probed/runtime/pluginproto"
 	pb "github.com/probed/probed/runtime/pluginproto/probeplugin/v1"
 )
@@ -119,6 +127,29 @@ type Plugin struct {
 	// CacheSize bounds the prepared probes kept (least recently used are
 	// dropped and prepared again when needed); default 4096.
 	CacheSize int
+	// EnforcesEgress declares that every kind's handler makes its
+	// connections only through Dialer (or egress.Control) with the
+	// Probe's ctx, and keeps what a target sent out of its outputs
+	// (egress.Withhold): the plugin then announces
+	// pluginproto.APIVersionEgress ("v1.1"). The SDK puts the host's
+	// egress policy (ProbeRequest.egress, cluster mode) on ctx either
+	// way; without this declaration the agent errors the plugin's probes in
+	// cluster mode unless its configuration trusts it (trustEgress).
+	EnforcesEgress bool
+}
+
+// Dialer returns a dialer for a probe's connections: dialled with the
+// Probe's ctx, it connects only where the host's egress policy allows
+// (egress.Control checks each resolved address before connecting; a
+// refused one fails the dial with `dial tcp IP:PORT: refused by probed's
+// egress policy (...)`, a Failure of the probe); timeout bounds the
+// connect (zero: ctx alone). Use it as an http.Transport's DialContext too:
+// net/http hands the request's context values to it, so redirects are
+// checked as well.
+func Dialer(timeout time.Duration) *net.Dialer {
+	d := egress.Dialer()
+	d.Timeout = timeout
+	return d
 }
 
 // Logger returns a logger that writes JSON lines to stderr, which the host
@@ -259,7 +290,7 @@ func (s *server) GetInfo(context.Context, *pb.GetInfoRequest) (*pb.GetInfoRespon
 	resp := &pb.GetInfoResponse{
 		Name:           s.p.Name,
 		PluginVersion:  s.p.Version,
-		ApiVersions:    []string{pluginproto.APIVersion},
+		ApiVersions:    s.apiVersions(),
 		MaxConcurrency: uint32(max(s.p.MaxConcurrency, 0)),
 	}
 	for i := range s.p.Kinds {
@@ -271,6 +302,14 @@ func (s *server) GetInfo(context.Context, *pb.GetInfoRequest) (*pb.GetInfoRespon
 		resp.Kinds = append(resp.Kinds, ki)
 	}
 	return resp, nil
+}
+
+// apiVersions are the feature levels the plugin announces.
+func (s *server) apiVersions() []string {
+	if s.p.EnforcesEgress {
+		return []string{pluginproto.APIVersion, pluginproto.APIVersionEgress}
+	}
+	return []string{pluginproto.APIVersion}
 }
 
 func (s *server) Configure(ctx context.Context, req *pb.ConfigureRequest) (*pb.ConfigureResponse, error) {
@@ -296,7 +335,9 @@ func (s *server) Configure(ctx context.Context, req *pb.ConfigureRequest) (*pb.C
 // request that cannot be decoded, FailedPrecondition for a Prepare error,
 // Unknown for a handler error (and for a Failure whose Cause shows the
 // plugin out of local resources, runtime.ClassifyAttempt), Internal for a
-// handler panic.
+// handler panic. The request's egress policy (cluster mode) is put on the
+// handler's ctx (egress.FromContext), where Dialer and the built-in
+// handlers' dialer enforce it.
 func (s *server) Probe(ctx context.Context, req *pb.ProbeRequest) (resp *pb.ProbeResponse, err error) {
 	k := s.kinds[req.GetKind()]
 	if k == nil {
@@ -312,6 +353,11 @@ func (s *server) Probe(ctx context.Context, req *pb.ProbeRequest) (resp *pb.Prob
 	if err != nil {
 		return nil, err
 	}
+	policy, err := pluginproto.EgressFromProto(req.GetEgress())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	ctx = egress.WithPolicy(ctx, policy)
 	if d := req.GetRemaining(); d != nil {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d.AsDuration())
@@ -370,7 +416,7 @@ func (s *server) prober(k *Kind, req *pb.ProbeRequest) (runtime.Prober, error) {
 // marshalled.
 func specKey(req *pb.ProbeRequest) string {
 	c := proto.Clone(req).(*pb.ProbeRequest)
-	c.Remaining, c.Attempt = nil, 0
+	c.Remaining, c.Attempt, c.Egress = nil, 0, nil
 	if c.Target != nil {
 		c.Target.PodIp, c.Target.ContainerId = "", ""
 	}

@@ -3,7 +3,9 @@ package sdk
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/egress"
 	"github.com/probed/probed/runtime/pluginproto"
 	pb "github.com/probed/probed/runtime/pluginproto/probeplugin/v1"
 )
@@ -103,7 +106,7 @@ func TestGetInfoAndConfigure(t *testing.T) {
 		t.Fatal(err)
 	}
 	if info.GetName() != "p" || info.GetPluginVersion() != "1.2.3" || info.GetMaxConcurrency() != 5 ||
-		len(info.GetApiVersions()) != 1 || info.GetApiVersions()[0] != pluginproto.APIVersion ||
+		!slices.Equal(info.GetApiVersions(), []string{pluginproto.APIVersion}) ||
 		len(info.GetKinds()) != 1 || info.GetKinds()[0].GetName() != "k" || !info.GetKinds()[0].GetParams()[0].GetRequired() {
 		t.Errorf("GetInfo: %v", info)
 	}
@@ -282,5 +285,56 @@ func TestProbeWithoutRemainingIsOnInjectedClock(t *testing.T) {
 	time.AfterFunc(50*time.Millisecond, cancel) // the host cancels the call
 	if _, err := srv.Probe(ctx, r); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestEgressInTheSDK: a plugin that declares EnforcesEgress announces
+// probeplugin v1.1; the request's egress policy reaches the handler's ctx
+// (where Dialer enforces it), the same spec is prepared once whatever the
+// policy, and a policy that does not parse is an InvalidArgument.
+func TestEgressInTheSDK(t *testing.T) {
+	var seen []string
+	h := &countingHandler{probe: func(ctx context.Context, _ *runtime.Spec, _ runtime.Target) (runtime.Outcome, error) {
+		p := egress.FromContext(ctx)
+		seen = append(seen, fmt.Sprint(p.PodIPs(), p.Allowed(), p != nil))
+		return runtime.Outcome{Result: runtime.Success}, nil
+	}}
+	plain, err := NewServer(Plugin{Name: "p", Kinds: []Kind{{Name: "k", Handler: h}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, _ := plain.GetInfo(context.Background(), &pb.GetInfoRequest{})
+	if !slices.Equal(info.GetApiVersions(), []string{pluginproto.APIVersion}) {
+		t.Errorf("a plugin without EnforcesEgress announces %v", info.GetApiVersions())
+	}
+	srv, err := NewServer(Plugin{Name: "p", Kinds: []Kind{{Name: "k", Handler: h}}, EnforcesEgress: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, _ = srv.GetInfo(context.Background(), &pb.GetInfoRequest{})
+	if !slices.Equal(info.GetApiVersions(), []string{"v1.0", "v1.1"}) {
+		t.Errorf("a plugin with EnforcesEgress announces %v, want [v1.0 v1.1]", info.GetApiVersions())
+	}
+
+	r := request(nil)
+	r.Egress = &pb.Egress{PodIps: []string{"10.0.0.1", "fd00::1"}, AllowedCidrs: []string{"192.168.0.0/16"}}
+	if _, err := srv.Probe(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Probe(context.Background(), request(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"[10.0.0.1 fd00::1] [192.168.0.0/16] true", "[] [] false"}; !slices.Equal(seen, want) {
+		t.Errorf("handler saw %q, want %q", seen, want)
+	}
+	if n := h.prepares.Load(); n != 1 {
+		t.Errorf("prepared %d times: the policy is not part of the spec", n)
+	}
+	r.Egress = &pb.Egress{PodIps: []string{"not-an-ip"}}
+	if _, err := srv.Probe(context.Background(), r); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "egress.pod_ips") {
+		t.Errorf("bad policy: %v", err)
+	}
+	if d := Dialer(time.Second); d.Timeout != time.Second || d.ControlContext == nil {
+		t.Errorf("Dialer: %+v", d)
 	}
 }

@@ -32,6 +32,8 @@ import (
 //	    http-match:                    # plugin reports for that kind
 //	      path: {required: true, pattern: "^/"}
 //	      body: {}
+//	  trustEgress: false               # optional: run its probes in cluster mode even though it does not
+//	                                   # announce probeplugin v1.1 (it does not enforce the egress policy)
 //
 // Unknown fields are errors.
 type Config struct {
@@ -62,6 +64,12 @@ type PluginConfig struct {
 	Config map[string]string `json:"config,omitempty"`
 	// Params, by kind, replaces the parameter schema the plugin reports.
 	Params map[string]map[string]ParamSchema `json:"params,omitempty"`
+	// TrustEgress runs the plugin's probes under an egress policy (cluster
+	// mode, runtime/egress) even though the plugin does not announce
+	// pluginproto.APIVersionEgress, that is, does not promise to connect only
+	// where the policy allows. The operator then vouches for where the
+	// plugin connects; without it such probes are errored in cluster mode.
+	TrustEgress bool `json:"trustEgress,omitempty"`
 }
 
 // ParamSchema describes an allowed parameter.
@@ -167,7 +175,9 @@ func parseChecksum(s string) ([]byte, error) {
 // plan merges the plugin directory's binaries with the configured plugins
 // into the list to start, with absolute paths.
 //
-// Every regular file in dir (symlinks followed) with an execute bit whose
+// The directory must be one only root or the agent's user can write
+// (checkTrusted). Every regular file in dir (symlinks followed) with an
+// execute bit whose
 // name does not start with '.' is a plugin named after the file. A
 // configured plugin with the same name configures that binary; its path
 // defaults to dir/name. Relative configured paths resolve against dir, or
@@ -185,6 +195,9 @@ func plan(dir, baseDir string, configured []PluginConfig) ([]PluginConfig, error
 			return nil, fmt.Errorf("plugin directory %s: %w", dir, err)
 		}
 		dir = abs
+		if err := checkTrusted("plugin directory", dir); err != nil {
+			return nil, err
+		}
 		entries, err := os.ReadDir(dir)
 		if err != nil {
 			return nil, fmt.Errorf("plugin directory: %w", err)

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/egress"
 	"github.com/probed/probed/runtime/pluginproto"
 	pb "github.com/probed/probed/runtime/pluginproto/probeplugin/v1"
 )
@@ -231,6 +232,12 @@ func (p *prober) fail(code codes.Code, format string, args ...any) (runtime.Outc
 // (capped at runtime.MaxOutputBytes), status code, exit code and details
 // are the plugin's.
 //
+// Under an egress policy (cluster mode: egress.FromContext(ctx)) the
+// request carries it (ProbeRequest.egress) for the plugin to enforce; a
+// plugin that does not announce pluginproto.APIVersionEgress and is not
+// trusted (PluginConfig.TrustEgress) is not called: the attempt is errored
+// with codes.FailedPrecondition, naming the plugin and the missing level.
+//
 // Errors (*Error; the run is errored, spec P5/W5.10): the plugin is not
 // running (it died and is being restarted), its in-flight cap held the
 // probe until its deadline, it did not answer by the deadline plus grace,
@@ -248,6 +255,10 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 		}
 	}
 	defer func() { <-in.sem }()
+	policy := egress.FromContext(ctx)
+	if policy != nil && !in.egressOK() {
+		return p.fail(codes.FailedPrecondition, "the plugin does not announce probeplugin %s (it does not enforce the egress policy): in cluster mode its probes run only when its configuration sets trustEgress: true", pluginproto.APIVersionEgress)
+	}
 	proc := in.live.Load()
 	if proc == nil {
 		if in.h.ctx.Err() != nil {
@@ -272,6 +283,7 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 			ContainerName: p.tmpl.Target.ContainerName,
 			ContainerId:   t.ContainerID,
 		},
+		Egress: pluginproto.EgressToProto(policy),
 	}
 	// The RPC outlives ctx's deadline by the grace, but not a cancellation.
 	var rctx context.Context

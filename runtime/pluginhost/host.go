@@ -253,7 +253,7 @@ func New(ctx context.Context, opts Options) (*Host, error) {
 	}
 	var unpinned []string
 	for _, in := range h.plugins {
-		h.log.Info("plugin started", "plugin", in.cfg.Name, "version", in.version, "path", in.cfg.Path, "kinds", in.kindNames(), "maxInFlight", cap(in.sem), "pinned", len(in.checksum) > 0)
+		h.log.Info("plugin started", "plugin", in.cfg.Name, "version", in.version, "path", in.cfg.Path, "kinds", in.kindNames(), "maxInFlight", cap(in.sem), "pinned", len(in.checksum) > 0, "egress", in.egressState())
 		if in.checksum == nil {
 			unpinned = append(unpinned, in.cfg.Name)
 		}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	goruntime "runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -44,6 +45,9 @@ type instance struct {
 
 	live     atomic.Pointer[proc] // nil while down
 	restarts atomic.Int64
+	// announcesEgress: at its last start the plugin announced
+	// pluginproto.APIVersionEgress (it enforces the egress policy).
+	announcesEgress atomic.Bool
 
 	// secrets are the plugin's environment values and secret-named
 	// configuration values, hidden from the status it reports.
@@ -201,6 +205,9 @@ func (in *instance) start(first bool) (*proc, error) {
 	cmd.Env = append(cmd.Env, plugin.EnvUnixSocketDir+"="+in.socketDir) // last: ours wins
 	setParentDeathSignal(cmd)
 	if err := in.checkPin(); err != nil {
+		return nil, err
+	}
+	if err := checkTrusted(fmt.Sprintf("plugin %q: binary", in.cfg.Name), in.cfg.Path); err != nil {
 		return nil, err
 	}
 	// The socket of a previous process killed with SIGKILL is still there.
@@ -369,6 +376,7 @@ func (in *instance) adopt(info *pb.GetInfoResponse, first bool) error {
 		}
 		served[k.GetName()] = k
 	}
+	in.announcesEgress.Store(slices.Contains(info.GetApiVersions(), pluginproto.APIVersionEgress))
 	if !first {
 		var missing []string
 		for k := range in.kinds {
@@ -405,6 +413,22 @@ func (in *instance) adopt(info *pb.GetInfoResponse, first bool) error {
 		in.kinds[name] = kh
 	}
 	return nil
+}
+
+// egressOK reports whether the plugin may run probes under an egress
+// policy (cluster mode): it enforces the policy, or its configuration
+// trusts it (TrustEgress).
+func (in *instance) egressOK() bool { return in.announcesEgress.Load() || in.cfg.TrustEgress }
+
+// egressState describes the plugin's side of the egress policy for logs.
+func (in *instance) egressState() string {
+	switch {
+	case in.announcesEgress.Load():
+		return "enforced"
+	case in.cfg.TrustEgress:
+		return "trusted (trustEgress)"
+	}
+	return "not enforced: its probes are errored in cluster mode"
 }
 
 // stop kills p (bounded) and records a failure to stop.

@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -30,6 +31,7 @@ import (
 	pb "github.com/probed/probed/runtime/pluginproto/probeplugin/v1"
 
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/egress"
 )
 
 // ProtocolVersion is the go-plugin protocol version of probeplugin.v1. A
@@ -37,9 +39,16 @@ import (
 // go-plugin version and its own VersionedPlugins entry.
 const ProtocolVersion = 1
 
-// APIVersion is the feature level of probeplugin.v1 this code implements,
-// reported in GetInfoResponse.api_versions.
+// APIVersion is the base feature level of probeplugin.v1, reported in
+// GetInfoResponse.api_versions by every plugin.
 const APIVersion = "v1.0"
+
+// APIVersionEgress is the feature level of a plugin that enforces
+// ProbeRequest.egress, the host's egress policy, on every connection its
+// probes make (runtime/egress). In cluster mode the host runs the probes of
+// a plugin without it only when the operator trusts the plugin
+// (pluginhost.PluginConfig.TrustEgress).
+const APIVersionEgress = "v1.1"
 
 // PluginKey is the name of the probe plugin in go-plugin's PluginSet.
 const PluginKey = "probe"
@@ -296,4 +305,45 @@ func splitTimeout(d time.Duration) (int32, *runtime.Milliseconds) {
 		return int32(secs), nil
 	}
 	return int32(secs), &runtime.Milliseconds{Timeout: int32(rest)}
+}
+
+// EgressToProto is the wire form of an attempt's egress policy
+// (ProbeRequest.egress); nil for none.
+func EgressToProto(p *egress.Policy) *pb.Egress {
+	if p == nil {
+		return nil
+	}
+	e := &pb.Egress{PodIps: make([]string, len(p.PodIPs())), AllowedCidrs: make([]string, len(p.Allowed()))}
+	for i, ip := range p.PodIPs() {
+		e.PodIps[i] = ip.String()
+	}
+	for i, c := range p.Allowed() {
+		e.AllowedCidrs[i] = c.String()
+	}
+	return e
+}
+
+// EgressFromProto rebuilds, on the plugin side, the policy a request
+// carries; nil for none. It fails on a pod IP or CIDR that does not parse.
+func EgressFromProto(e *pb.Egress) (*egress.Policy, error) {
+	if e == nil {
+		return nil, nil
+	}
+	ips := make([]netip.Addr, 0, len(e.GetPodIps()))
+	for _, s := range e.GetPodIps() {
+		ip, err := netip.ParseAddr(s)
+		if err != nil {
+			return nil, fmt.Errorf("egress.pod_ips: %w", err)
+		}
+		ips = append(ips, ip)
+	}
+	cidrs := make([]netip.Prefix, 0, len(e.GetAllowedCidrs()))
+	for _, s := range e.GetAllowedCidrs() {
+		c, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("egress.allowed_cidrs: %w", err)
+		}
+		cidrs = append(cidrs, c)
+	}
+	return egress.NewPolicy(ips, cidrs), nil
 }

@@ -28,6 +28,7 @@ package redact
 
 import (
 	"encoding/base64"
+	"net/textproto"
 	"regexp"
 	"sort"
 	"strings"
@@ -412,6 +413,34 @@ func URL(raw string) string {
 		b.WriteString("#" + pairs(fragment))
 	}
 	return b.String()
+}
+
+// plainHeaders are the HTTP header names whose values are shown: they name
+// the target and the content type, never a credential.
+var plainHeaders = map[string]bool{"Host": true, "Accept": true, "User-Agent": true, "Content-Type": true}
+
+// Header redacts the value of a probe's or lifecycle hook's HTTP header
+// named name: the values of Host, Accept, User-Agent and Content-Type
+// (case-insensitive) are shown, every other non-empty value (Authorization,
+// a cookie, an API key, a tenant's own header) is Mask whatever it holds.
+func Header(name, value string) string {
+	if value == "" || plainHeaders[textproto.CanonicalMIMEHeaderKey(name)] {
+		return value
+	}
+	return Mask
+}
+
+// HTTPGet redacts an httpGet action of a probe or lifecycle hook in place:
+// its path by URL (with the known secrets), each header value by Header. g
+// may be nil.
+func (s Secrets) HTTPGet(g *v1.HTTPGetAction) {
+	if g == nil {
+		return
+	}
+	g.Path = s.URL(g.Path)
+	for i := range g.HTTPHeaders {
+		g.HTTPHeaders[i].Value = Header(g.HTTPHeaders[i].Name, g.HTTPHeaders[i].Value)
+	}
 }
 
 // Secrets is a set of values known to be secret (rule 1), replaced wherever

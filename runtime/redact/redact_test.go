@@ -11,6 +11,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/probed/probed/runtime/bound"
 	"github.com/probed/probed/runtime/redact"
 )
 
@@ -215,4 +216,43 @@ func FuzzText(f *testing.F) {
 			t.Errorf("planted secret survived in %q", out)
 		}
 	})
+}
+
+// TestHeaderAndHTTPGet: the header rule of every shown probe and hook,
+// spec or annotation (issue 17 §4): Host, Accept, User-Agent and
+// Content-Type values are shown (any case), every other non-empty value is
+// hidden whole; HTTPGet applies it and the URL rule to the path in place.
+func TestHeaderAndHTTPGet(t *testing.T) {
+	for _, c := range []struct{ name, value, want string }{
+		{"Host", "app.example", "app.example"},
+		{"accept", "text/plain", "text/plain"},
+		{"USER-AGENT", "probe/1", "probe/1"},
+		{"Content-Type", "application/json", "application/json"},
+		{"Authorization", "Bearer abc", redact.Mask},
+		{"X-Tenant", "plain-looking", redact.Mask},
+		{"X-Empty", "", ""},
+	} {
+		if got := redact.Header(c.name, c.value); got != c.want {
+			t.Errorf("Header(%q, %q) = %q, want %q", c.name, c.value, got, c.want)
+		}
+	}
+	g := &v1.HTTPGetAction{Path: "/x?token=abc", HTTPHeaders: []v1.HTTPHeader{{Name: "Cookie", Value: "s=1"}, {Name: "Host", Value: "h"}}}
+	redact.ForContainer(nil, nil).HTTPGet(g)
+	if g.Path != "/x?token=REDACTED" || g.HTTPHeaders[0].Value != redact.Mask || g.HTTPHeaders[1].Value != "h" {
+		t.Errorf("HTTPGet = %+v", g)
+	}
+	redact.Secrets{}.HTTPGet(nil) // no panic
+}
+
+// Issue 17 §5: the log handler cuts the message and every string, error
+// and Stringer attribute to bound.LogValueBytes after redacting it.
+func TestHandlerCutsLongValues(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(redact.NewHandler(slog.NewTextHandler(&buf, nil)))
+	long := "/x?token=abc&" + strings.Repeat("a", 100_000) + "=end"
+	log.Warn(long, "path", long, "err", errors.New(long))
+	out := buf.String()
+	if len(out) > 4*bound.LogValueBytes || strings.Contains(out, "abc") || strings.Count(out, " bytes cut]…") != 3 {
+		t.Errorf("line of %d bytes: %.400s", len(out), out)
+	}
 }

@@ -4,13 +4,17 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+
+	"github.com/probed/probed/runtime/bound"
 )
 
 // NewHandler returns a slog.Handler that applies the rule to every record
 // before next sees it: the message and every string, error and Stringer
 // attribute go through Text (groups included), and an attribute whose key
-// IsSecretKey is replaced by Mask whatever its value. The agent wraps its
-// log handler with it, so no log line carries what the API hides.
+// IsSecretKey is replaced by Mask whatever its value. Each of those strings
+// is then cut to bound.LogValueBytes (runtime/bound), since a log line may
+// quote what a pod or a target sent. The agent wraps its log handler with
+// it, so no log line carries what the API hides, nor grows with a pod.
 func NewHandler(next slog.Handler) slog.Handler { return &handler{next: next} }
 
 type handler struct{ next slog.Handler }
@@ -18,7 +22,7 @@ type handler struct{ next slog.Handler }
 func (h *handler) Enabled(ctx context.Context, l slog.Level) bool { return h.next.Enabled(ctx, l) }
 
 func (h *handler) Handle(ctx context.Context, r slog.Record) error {
-	out := slog.NewRecord(r.Time, r.Level, Text(r.Message), r.PC)
+	out := slog.NewRecord(r.Time, r.Level, logText(r.Message), r.PC)
 	r.Attrs(func(a slog.Attr) bool {
 		out.AddAttrs(Attr(a))
 		return true
@@ -46,7 +50,7 @@ func Attr(a slog.Attr) slog.Attr {
 	v := a.Value.Resolve()
 	switch v.Kind() {
 	case slog.KindString:
-		if s, red := v.String(), Text(v.String()); red != s {
+		if s, red := v.String(), logText(v.String()); red != s {
 			return slog.String(a.Key, red)
 		}
 	case slog.KindGroup:
@@ -59,10 +63,13 @@ func Attr(a slog.Attr) slog.Attr {
 	case slog.KindAny:
 		switch x := v.Any().(type) {
 		case error:
-			return slog.String(a.Key, Text(x.Error()))
+			return slog.String(a.Key, logText(x.Error()))
 		case fmt.Stringer:
-			return slog.String(a.Key, Text(x.String()))
+			return slog.String(a.Key, logText(x.String()))
 		}
 	}
 	return slog.Attr{Key: a.Key, Value: v}
 }
+
+// logText is a log string as NewHandler writes it: redacted, then cut.
+func logText(s string) string { return bound.Cut(Text(s), bound.LogValueBytes) }

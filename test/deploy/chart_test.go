@@ -17,9 +17,11 @@ import (
 // nonDefault exercises every value that changes the rendered objects.
 const nonDefault = `
 livenessAction: evict
+livenessActionNamespaces: example.com/evictable=yes
 readinessGate: example.com/probed
 statusQPS: 20
 statusBurst: 40
+allowProbeHost: ["10.0.0.0/8", "fd00::/64"]
 listen:
   address: $(HOST_IP)
   port: 9089
@@ -66,9 +68,9 @@ func TestChartDefaultsRenderThePlainManifests(t *testing.T) {
 		name, files string
 		set         []string
 	}{
-		{"event", "namespace.yaml serviceaccount.yaml clusterrole.yaml clusterrolebinding.yaml daemonset.yaml",
+		{"event", "namespace.yaml serviceaccount.yaml clusterrole.yaml clusterrolebinding.yaml admissionpolicy.yaml daemonset.yaml",
 			[]string{"--set", "createNamespace=true"}},
-		{"evict", "namespace.yaml serviceaccount.yaml clusterrole.yaml clusterrolebinding.yaml clusterrole-eviction.yaml daemonset.yaml",
+		{"evict", "namespace.yaml serviceaccount.yaml clusterrole.yaml clusterrolebinding.yaml admissionpolicy.yaml clusterrole-eviction.yaml daemonset.yaml",
 			[]string{"--set", "createNamespace=true", "--set", "livenessAction=evict"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -139,7 +141,8 @@ func TestChartNonDefaultValues(t *testing.T) {
 	spec := ds.Spec.Template.Spec
 	c := spec.Containers[0]
 	args := strings.Join(c.Args, " ")
-	for _, a := range []string{"--status-qps=20", "--status-burst=40", "--plugin-config=/etc/probed/plugins.yaml", "--history=20"} {
+	for _, a := range []string{"--status-qps=20", "--status-burst=40", "--allow-probe-host=10.0.0.0/8,fd00::/64", "--plugin-config=/etc/probed/plugins.yaml", "--history=20",
+		"--liveness-action-namespaces=probed.io/liveness-actions=enabled"} {
 		if !strings.Contains(args, a) {
 			t.Errorf("args %q lack %q", args, a)
 		}
@@ -149,6 +152,13 @@ func TestChartNonDefaultValues(t *testing.T) {
 	}
 	if len(spec.InitContainers) != 1 || spec.InitContainers[0].Image != "registry.example.com/probed-plugins:1" {
 		t.Errorf("init containers %+v, want one copying the plugins image", spec.InitContainers)
+	} else if cmd := strings.Join(spec.InitContainers[0].Command, " "); !strings.Contains(cmd, "mkdir -m 0755 /plugins/bin") {
+		t.Errorf("init container %q does not copy into a directory of its own (the emptyDir is world-writable: issue 17 §6)", cmd)
+	}
+	for _, m := range c.VolumeMounts {
+		if m.Name == "plugins" && (m.MountPath != "/plugins" || m.SubPath != "bin" || !m.ReadOnly) {
+			t.Errorf("plugins mount %+v, want /plugins from subPath bin, read-only", m)
+		}
 	}
 	env := map[string]string{}
 	for _, e := range c.Env {
@@ -169,6 +179,8 @@ func TestChartNonDefaultValues(t *testing.T) {
 	if ns.Name != "probed-edge" || ns.Labels["pod-security.kubernetes.io/enforce"] != "privileged" {
 		t.Errorf("namespace %s labels %v", ns.Name, ns.Labels)
 	}
+	checkPolicy(t, objects, policyWant{name: "edge-probed-agent", username: "system:serviceaccount:probed-edge:edge-probed",
+		gate: "example.com/probed", evictionLabel: "example.com/evictable", evictionValue: "yes"})
 }
 
 // TestChartSchemaRejectsBadValues: values.schema.json refuses a liveness
@@ -176,10 +188,13 @@ func TestChartNonDefaultValues(t *testing.T) {
 // port out of range, naming the value.
 func TestChartSchemaRejectsBadValues(t *testing.T) {
 	for set, names := range map[string]string{
-		"livenessAction=kill":           "livenessAction",
-		"livenessAction=restart":        "cri/enabled",
-		"listen.port=70000":             "listen",
-		"readinessGate=not a condition": "readinessGate",
+		"livenessAction=kill":                 "livenessAction",
+		"livenessAction=restart":              "cri/enabled",
+		"listen.port=70000":                   "listen",
+		"readinessGate=not a condition":       "readinessGate",
+		"livenessActionNamespaces=no-value":   "livenessActionNamespaces",
+		"livenessActionNamespaces=a=b'||true": "livenessActionNamespaces",
+		"allowProbeHost={10.0.0.1}":           "allowProbeHost",
 	} {
 		_, err := helmRun(t, "template", "x", chartDir, "--set", set)
 		if err == nil || !strings.Contains(err.Error(), names) {

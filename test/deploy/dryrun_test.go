@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -78,6 +79,14 @@ func dryRunInstall(t *testing.T, c kubernetes.Interface, objects []runtime.Objec
 			o.Name += suffix
 			o.RoleRef.Name += suffix
 			_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, o, dryRun)
+		case *admissionregistrationv1.ValidatingAdmissionPolicy:
+			// The server compiles every CEL expression: one that does not compile is refused here.
+			o.Name += suffix
+			_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, o, dryRun)
+		case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
+			o.Name += suffix
+			o.Spec.PolicyName += suffix
+			_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, o, dryRun)
 		case *appsv1.DaemonSet:
 			o.Namespace = target
 			if _, err = c.AppsV1().DaemonSets(target).Create(ctx, o, dryRun); err != nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -36,6 +37,7 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 		}
 	}
 	want := []string{
+		"admissionpolicy.yaml:ValidatingAdmissionPolicy", "admissionpolicy.yaml:ValidatingAdmissionPolicyBinding",
 		"clusterrole-eviction.yaml:ClusterRole", "clusterrole-eviction.yaml:ClusterRoleBinding",
 		"clusterrole-restart.yaml:ClusterRole", "clusterrole-restart.yaml:ClusterRoleBinding",
 		"clusterrole.yaml:ClusterRole", "clusterrolebinding.yaml:ClusterRoleBinding",
@@ -187,4 +189,58 @@ func rules(objects []runtime.Object) []rbacv1.PolicyRule {
 	}
 	sort.Slice(r, func(i, j int) bool { return r[i].String() < r[j].String() })
 	return r
+}
+
+// TestManifestsPolicyBindsTheAgent holds deploy/kubernetes/admissionpolicy.yaml
+// to issue 17 §3 (see checkPolicy), for the ServiceAccount of
+// serviceaccount.yaml and the DaemonSet's --readiness-gate.
+func TestManifestsPolicyBindsTheAgent(t *testing.T) {
+	sa := only[*v1.ServiceAccount](t, plain(t, "serviceaccount.yaml"))
+	gate := ""
+	for _, a := range only[*appsv1.DaemonSet](t, plain(t, "daemonset.yaml")).Spec.Template.Spec.Containers[0].Args {
+		if v, ok := strings.CutPrefix(a, "--readiness-gate="); ok {
+			gate = v
+		}
+	}
+	checkPolicy(t, plain(t, deploy.PolicyFile), policyWant{
+		name: "probed-agent", username: "system:serviceaccount:" + sa.Namespace + ":" + sa.Name,
+		gate: gate, evictionLabel: "probed.io/liveness-actions", evictionValue: "enabled",
+	})
+}
+
+type policyWant struct {
+	name, username, gate, evictionLabel, evictionValue string
+}
+
+// checkPolicy: one ValidatingAdmissionPolicy and one binding of it, named
+// want.name; the policy fails closed (failurePolicy Fail), matches only the
+// agent's user (its one match condition compares request.userInfo.username
+// with want.username), and its variables name the readiness gate and the
+// eviction label as CEL string literals; the binding denies (Deny only).
+func checkPolicy(t *testing.T, objects []runtime.Object, want policyWant) {
+	t.Helper()
+	p := only[*admissionregistrationv1.ValidatingAdmissionPolicy](t, objects)
+	b := only[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, objects)
+	if p.Name != want.name || b.Name != want.name || b.Spec.PolicyName != want.name {
+		t.Errorf("policy %s, binding %s of policy %s, want all %s", p.Name, b.Name, b.Spec.PolicyName, want.name)
+	}
+	if p.Spec.FailurePolicy == nil || *p.Spec.FailurePolicy != admissionregistrationv1.Fail {
+		t.Errorf("failurePolicy %v, want Fail", p.Spec.FailurePolicy)
+	}
+	if !slices.Equal(b.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) {
+		t.Errorf("validationActions %v, want [Deny]", b.Spec.ValidationActions)
+	}
+	match := "request.userInfo.username == '" + want.username + "'"
+	if len(p.Spec.MatchConditions) != 1 || p.Spec.MatchConditions[0].Expression != match {
+		t.Errorf("match conditions %+v, want one: %s", p.Spec.MatchConditions, match)
+	}
+	variables := map[string]string{}
+	for _, v := range p.Spec.Variables {
+		variables[v.Name] = v.Expression
+	}
+	for name, value := range map[string]string{"gate": want.gate, "evictionLabel": want.evictionLabel, "evictionValue": want.evictionValue} {
+		if got := variables[name]; got != "'"+value+"'" {
+			t.Errorf("variables.%s = %s, want '%s'", name, got, value)
+		}
+	}
 }

@@ -190,7 +190,7 @@ func TestClusterCRILivenessRestart(t *testing.T) {
 	other := kubetest.Namespace(t)
 	q := startCRIPod(t, admin, other, "db", node, liveness, "exec sleep 3600", nil, nil)
 	waitEvent(t, a, admin, other, "db", "LivenessProbeFailed",
-		"Container app failed liveness probe; the container is not restarted: namespace "+other+" is not labelled probed.io/liveness-actions=enabled")
+		"Container app failed liveness probe; the container is not restarted: namespace "+other+" is not selected by --liveness-action-namespaces")
 	if state, _ := critest.State(t, q.rs, q.id); state != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Fatalf("container in the unlabelled namespace is %v", state)
 	}

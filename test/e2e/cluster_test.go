@@ -22,7 +22,8 @@ import (
 
 // clusterAgent is the probed binary running in cluster mode for one node of
 // the real test kube-apiserver (internal/kubetest), under the agent's real
-// identity of deploy/kubernetes unless the test gives another.
+// identity of deploy/kubernetes unless the test gives another: its RBAC, a
+// token bound to a pod on the node and the admission policy.
 type clusterAgent struct {
 	*proc
 	Base   string // the agent's API, http://127.0.0.1:PORT
@@ -31,18 +32,28 @@ type clusterAgent struct {
 }
 
 // startClusterAgent starts `probed run` in cluster mode for node with the
-// given identity (nil: kubetest.AgentConfig, the RBAC of deploy/kubernetes),
+// given identity (nil: kubetest.AgentConfigForNode, the RBAC and the admission
+// policy of deploy/kubernetes with a token bound to a pod on node, as the
+// DaemonSet's pod has it: every cluster test proves the agent needs no more),
 // JSON logs and a free API port, plus args, and waits until /healthz answers
 // ok (the informer has synced). It skips without PROBED_TEST_KUBECONFIG.
 func startClusterAgent(t *testing.T, node string, cfg *rest.Config, args ...string) *clusterAgent {
 	t.Helper()
+	return startClusterAgentWith(t, probedBin, nil, node, cfg, args...)
+}
+
+// startClusterAgentWith is startClusterAgent with another build of probed
+// (checkBin: without the race detector, for figures of the shipped binary)
+// and env added to the test's environment.
+func startClusterAgentWith(t *testing.T, bin string, env []string, node string, cfg *rest.Config, args ...string) *clusterAgent {
+	t.Helper()
 	if cfg == nil {
-		cfg = kubetest.AgentConfig(t)
+		cfg = kubetest.AgentConfigForNode(t, node)
 	}
 	listen := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	all := append([]string{"run", "--kubeconfig", kubetest.WriteKubeconfig(t, cfg), "--node-name", node,
 		"--listen", listen, "--log-format", "json"}, args...)
-	p := startProbed(t, nil, all...)
+	p := startBinary(t, bin, env, all...)
 	a := &clusterAgent{proc: p, Base: "http://" + listen, Node: node, Config: cfg}
 	waitAPI(t, p, a.Base, false)
 	return a
@@ -144,6 +155,19 @@ func serveHTTP(t *testing.T, addr string, h http.Handler) int {
 func TestClusterAgentGatesAPod(t *testing.T) {
 	admin := kubetest.Client(t)
 	ns, node := kubetest.Namespace(t), kubetest.NodeName(t)
+	a := startClusterAgent(t, node, nil)
+	checkGateFollowsTarget(t, a, admin, ns)
+	if code := a.stop(syscall.SIGTERM, 30*time.Second); code != 0 {
+		t.Fatalf("probed exited %d after SIGTERM; stderr:\n%s", code, tail(a.stderr.String(), 20))
+	}
+}
+
+// checkGateFollowsTarget creates the gated pod web in ns on a's node, running
+// and ready, with an annotation readiness probe (every second) of an HTTP
+// server of the test, and waits for a to write the probed.io/ready condition
+// True, then False once the server answers 503.
+func checkGateFollowsTarget(t *testing.T, a *clusterAgent, admin kubernetes.Interface, ns string) {
+	t.Helper()
 	healthy := make(chan bool, 1)
 	healthy <- true
 	port := serveHTTP(t, "127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -153,9 +177,7 @@ func TestClusterAgentGatesAPod(t *testing.T) {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 	}))
-	a := startClusterAgent(t, node, nil)
-
-	pod := kubetest.NewPod(ns, "web", node, "app")
+	pod := kubetest.NewPod(ns, "web", a.Node, "app")
 	pod.Annotations = map[string]string{"probed.io/probes": fmt.Sprintf(
 		`[{"container":"app","type":"readiness","periodSeconds":1,"httpGet":{"path":"/","port":%d}}]`, port)}
 	pod.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: "probed.io/ready"}}
@@ -166,7 +188,4 @@ func TestClusterAgentGatesAPod(t *testing.T) {
 	<-healthy
 	healthy <- false
 	waitCondition(t, a, admin, ns, "web", "probed.io/ready", v1.ConditionFalse, "ProbeFailed", 30*time.Second)
-	if code := a.stop(syscall.SIGTERM, 30*time.Second); code != 0 {
-		t.Fatalf("probed exited %d after SIGTERM; stderr:\n%s", code, tail(a.stderr.String(), 20))
-	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -19,61 +20,38 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/probed/probed/internal/probedbin"
 )
 
-// probedBin is the probed binary TestMain builds (with -race when the tests
-// run with -race) for the long-running agent tests; checkBin is built
-// without the race detector for one-shot `probed check` runs, whose probes
-// have real 1 s timeouts that a race-instrumented binary on a loaded 2-core
-// machine can miss.
+// probedBin is the probed binary of the long-running agent tests (built
+// with -race when the tests run with -race); checkBin is built without the
+// race detector for one-shot `probed check` runs, whose probes have real 1 s
+// timeouts that a race-instrumented binary on a loaded 2-core machine can
+// miss. `make test` builds both once for every package (internal/probedbin);
+// run alone, TestMain builds them.
 var probedBin, checkBin string
 
-// TestMain builds cmd/probed once into a temporary directory (with -race
-// when the tests run with -race) and removes it after the tests.
+// TestMain gets the binaries (internal/probedbin) and runs the tests. Under
+// -short (`make test-short`, the quick loop) the whole package is skipped:
+// every test here starts real agents and waits for real timeouts, and the
+// build alone takes minutes; `make test` (CI) runs it.
 func TestMain(m *testing.M) { os.Exit(testMain(m)) }
 
 func testMain(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "probed-e2e-bin-")
+	flag.Parse()
+	if testing.Short() {
+		fmt.Fprintln(os.Stderr, "e2e: skipped with -short (the end-to-end tests run in make test)")
+		return 0
+	}
+	bins, err := probedbin.Build(raceEnabled)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
-	bin := filepath.Join(dir, "probed")
-	args := []string{"build", "-o", bin}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	args = append(args, "github.com/probed/probed/cmd/probed")
-	cmd := exec.Command(goTool(), args...)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: go %s: %v\n", strings.Join(args, " "), err)
-		return 1
-	}
-	probedBin, checkBin = bin, bin
-	if raceEnabled {
-		checkBin = filepath.Join(dir, "probed-check")
-		args := []string{"build", "-o", checkBin, "github.com/probed/probed/cmd/probed"}
-		cmd := exec.Command(goTool(), args...)
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			fmt.Fprintf(os.Stderr, "e2e: go %s: %v\n", strings.Join(args, " "), err)
-			return 1
-		}
-	}
+	defer bins.Close()
+	probedBin, checkBin = bins.Race, bins.NoRace
 	return m.Run()
-}
-
-// goTool is the go command: the one on PATH, else $GOROOT/bin/go.
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	if root := os.Getenv("GOROOT"); root != "" {
-		return filepath.Join(root, "bin", "go")
-	}
-	return "go"
 }
 
 // ---------------------------------------------------------------------------
@@ -111,8 +89,15 @@ type proc struct {
 // test's environment). t.Cleanup kills it if it still runs.
 func startProbed(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
+	return startBinary(t, probedBin, env, args...)
+}
+
+// startBinary is startProbed with another build of probed (checkBin: the
+// one without the race detector).
+func startBinary(t *testing.T, bin string, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, done: make(chan struct{})}
-	p.cmd = exec.Command(probedBin, args...)
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	if err := p.cmd.Start(); err != nil {

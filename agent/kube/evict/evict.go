@@ -18,6 +18,15 @@
 //     are retried MaxAttempts times, then a Warning EvictionFailed Event. A
 //     successful eviction is a Warning Evicted Event.
 //
+// Evictions act only in the namespaces the operator selects with a label
+// selector on the Namespace objects (--liveness-action-namespaces, default
+// DefaultNamespaceSelector, probed.io/liveness-actions=enabled): whoever may
+// annotate a pod could otherwise have it evicted (issue 17 §6). The labels
+// are read through an informer of the selected namespaces only (Run owns
+// it); a failure in any other namespace is one Warning Event that says why
+// nothing was done. The admission policy shipped in deploy/ refuses the
+// agent's evictions outside namespaces with the same label.
+//
 // Never evicted (the Event says why): DaemonSet pods (an ownerReference of
 // kind DaemonSet: the DaemonSet would recreate the pod on the same node),
 // static pods (annotation kubernetes.io/config.source other than "api", the
@@ -40,7 +49,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -55,6 +63,7 @@ import (
 	"k8s.io/utils/lru"
 
 	"github.com/probed/probed/agent/actuate"
+	"github.com/probed/probed/agent/kube/nsscope"
 	"github.com/probed/probed/runtime"
 )
 
@@ -98,6 +107,14 @@ const (
 	SystemCriticalPriority = 2_000_000_000
 )
 
+// LivenessActionsLabel and DefaultNamespaceSelector select the namespaces
+// where ActionEvict acts (package nsscope, docs/cluster.md "Liveness
+// actions"; the shipped admission policy checks the same label).
+const (
+	LivenessActionsLabel     = nsscope.LivenessActionsLabel
+	DefaultNamespaceSelector = nsscope.DefaultSelector
+)
+
 // Defaults of Options (docs/cluster.md "Liveness actions").
 const (
 	DefaultEvictionInterval  = 10 * time.Second
@@ -133,6 +150,11 @@ type Options struct {
 	RememberInstances int
 	// RequestTimeout bounds one eviction request.
 	RequestTimeout time.Duration
+	// NamespaceSelector is a label selector (labels.Parse syntax) on the
+	// Namespace objects: ActionEvict evicts only pods of the namespaces it
+	// selects. "": DefaultNamespaceSelector. Every namespace carries
+	// kubernetes.io/metadata.name, so that key alone selects them all.
+	NamespaceSelector string
 	// Log receives one line per decision (default slog.Default()).
 	Log *slog.Logger
 }
@@ -149,6 +171,10 @@ type Actuator struct {
 
 	mu   sync.Mutex
 	seen *lru.Cache // container ID -> struct{}
+
+	// scope: the namespaces NamespaceSelector selects (ActionEvict),
+	// watched while Run runs.
+	scope *nsscope.Scope
 
 	attempts map[*item]int // non-429 failures per item; the worker's only
 }
@@ -221,6 +247,11 @@ func New(opts Options) (*Actuator, error) {
 		// The queue is created here so failures before Run are kept; its
 		// goroutine is stopped by Run.
 		a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(a.retries, workqueue.TypedRateLimitingQueueConfig[*item]{Clock: opts.Clock})
+		var err error
+		if a.scope, err = nsscope.New(opts.Client, opts.NamespaceSelector); err != nil {
+			a.queue.ShutDown()
+			return nil, err
+		}
 	}
 	return a, nil
 }
@@ -245,10 +276,7 @@ func (a *Actuator) ContainerFailed(f actuate.Failure) {
 		return
 	}
 	ref := runtime.ContainerRef(f.Pod, f.Container)
-	reason, what := ReasonLivenessProbeFailed, "liveness"
-	if f.Probe == runtime.Startup {
-		reason, what = ReasonStartupProbeFailed, "startup"
-	}
+	reason, what := eventReason(f.Probe), f.Probe.Lower()
 	log := a.opts.Log.With("pod", f.Pod.Namespace+"/"+f.Pod.Name, "container", f.Container, "containerID", f.ContainerID, "probe", what)
 	if a.opts.Action == ActionEvent {
 		a.opts.Recorder.Eventf(ref, v1.EventTypeWarning, reason,
@@ -257,6 +285,12 @@ func (a *Actuator) ContainerFailed(f actuate.Failure) {
 		return
 	}
 	if why := Exemption(f.Pod); why != "" {
+		a.opts.Recorder.Eventf(ref, v1.EventTypeWarning, reason,
+			"Container %s failed %s probe; the pod is not evicted: %s", f.Container, what, why)
+		log.Info("liveness action: not evicted", "why", why)
+		return
+	}
+	if why, known := a.scope.Known(f.Pod.Namespace); why != "" && known {
 		a.opts.Recorder.Eventf(ref, v1.EventTypeWarning, reason,
 			"Container %s failed %s probe; the pod is not evicted: %s", f.Container, what, why)
 		log.Info("liveness action: not evicted", "why", why)
@@ -323,6 +357,7 @@ func (a *Actuator) Run(ctx context.Context) error {
 		return nil
 	}
 	var wg sync.WaitGroup
+	wg.Go(func() { _ = a.scope.Run(ctx) })
 	wg.Go(func() {
 		for a.processNext(ctx) {
 		}
@@ -350,13 +385,26 @@ func (a *Actuator) processNext(ctx context.Context) bool {
 func (a *Actuator) evict(ctx context.Context, it *item) {
 	log := a.opts.Log.With("pod", it.namespace+"/"+it.name, "container", it.container, "containerID", it.containerID)
 	rctx, cancel := context.WithTimeout(ctx, a.opts.RequestTimeout)
-	err := a.request(rctx, it)
-	cancel()
+	defer cancel()
+	// The namespace is checked again before each request: its label may
+	// have been removed since the failure was queued, or the namespaces
+	// were not listed yet then.
+	why, err := a.scope.Allows(rctx, it.namespace)
+	if why != "" {
+		a.finish(it)
+		log.Info("eviction not sent", "why", why)
+		a.opts.Recorder.Eventf(it.ref, v1.EventTypeWarning, eventReason(it.probe), "Container %s failed %s probe; the pod is not evicted: %s",
+			it.container, it.probe.Lower(), why)
+		return
+	}
+	if err == nil {
+		err = a.request(rctx, it)
+	}
 	switch {
 	case err == nil:
 		a.finish(it)
 		log.Info("evicted the pod")
-		a.opts.Recorder.Eventf(it.ref, v1.EventTypeWarning, ReasonEvicted, "Evicted the pod: container %s failed %s probe", it.container, strings.ToLower(it.probe.String()))
+		a.opts.Recorder.Eventf(it.ref, v1.EventTypeWarning, ReasonEvicted, "Evicted the pod: container %s failed %s probe", it.container, it.probe.Lower())
 	case apierrors.IsNotFound(err):
 		a.finish(it)
 		log.Info("eviction not needed: the pod is gone")
@@ -380,6 +428,14 @@ func (a *Actuator) evict(ctx context.Context, it *item) {
 		delay := a.retry(it, err)
 		log.Warn("eviction failed, will retry", "attempt", a.attempts[it], "of", a.opts.MaxAttempts, "in", delay, "error", err)
 	}
+}
+
+// eventReason is the Event reason of a failed probe of type t.
+func eventReason(t runtime.ProbeType) string {
+	if t == runtime.Startup {
+		return ReasonStartupProbeFailed
+	}
+	return ReasonLivenessProbeFailed
 }
 
 // request is client.PolicyV1().Evictions(ns).Evict with the pod's UID as a

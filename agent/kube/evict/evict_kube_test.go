@@ -43,20 +43,31 @@ func newEvictEnv(t *testing.T) *evictEnv {
 }
 
 // newEvictEnvAs runs the Actuator with the config identity returns for the
-// test's namespace.
+// test's namespace, which is labelled for evictions (the default
+// --liveness-action-namespaces).
 func newEvictEnvAs(t *testing.T, identity func(admin *rest.Config, ns string) *rest.Config) *evictEnv {
+	return newEvictEnvWith(t, identity, "", map[string]string{evict.LivenessActionsLabel: "enabled"})
+}
+
+// newEvictEnvWith is newEvictEnvAs with a namespace selector and the
+// labels of the test's namespace.
+func newEvictEnvWith(t *testing.T, identity func(admin *rest.Config, ns string) *rest.Config, selector string, nsLabels map[string]string) *evictEnv {
 	t.Helper()
 	cfg := kubetest.Config(t)
 	e := &evictEnv{admin: kubetest.ClientFor(t, cfg), requests: &kubetest.Requests{}, log: &syncBuffer{},
 		clock: testingclock.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
 	e.ns, e.node = kubetest.Namespace(t), kubetest.NodeName(t)
+	if nsLabels != nil {
+		kubetest.LabelNamespace(t, e.ns, nsLabels)
+	}
 	e.events = events.New(1000, slog.New(slog.DiscardHandler), nil)
 	act, err := evict.New(evict.Options{
-		Action:   evict.ActionEvict,
-		Client:   kubetest.ClientFor(t, e.requests.Wrap(identity(cfg, e.ns))),
-		Recorder: e.events,
-		Clock:    e.clock,
-		Log:      slog.New(slog.NewTextHandler(e.log, nil)),
+		Action:            evict.ActionEvict,
+		Client:            kubetest.ClientFor(t, e.requests.Wrap(identity(cfg, e.ns))),
+		Recorder:          e.events,
+		Clock:             e.clock,
+		NamespaceSelector: selector,
+		Log:               slog.New(slog.NewTextHandler(e.log, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -254,16 +265,16 @@ func TestEvictionRateBoundPerNode(t *testing.T) {
 	}
 }
 
-// Issue 10 §2.8: eviction needs pods/eviction create and nothing more: as
-// a ServiceAccount holding only that, the pod is evicted. Without it the
-// server refuses (403): retried MaxAttempts (5) times, then an
-// EvictionFailed Event.
+// Issue 10 §2.8: eviction needs pods/eviction create and, since issue 17
+// §6, reading the namespaces' labels: as the agent's identity with the RBAC
+// of deploy/kubernetes (clusterrole-eviction.yaml included), the pod is
+// evicted. Without pods/eviction the server refuses (403): retried
+// MaxAttempts (5) times, then an EvictionFailed Event.
 func TestEvictionWithTheAgentsRBAC(t *testing.T) {
-	evictOnly := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods/eviction"}, Verbs: []string{"create"}}}
+	readNamespaces := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}}}
 	t.Run("allowed", func(t *testing.T) {
 		e := newEvictEnvAs(t, func(admin *rest.Config, ns string) *rest.Config {
-			kubetest.GrantRole(t, ns, "probed", evictOnly)
-			return kubetest.ServiceAccountConfig(t, ns, "probed")
+			return kubetest.AgentConfigWithEviction(t)
 		})
 		p := e.pod(t, "web", nil)
 		e.fail(p, "containerd://app-1")
@@ -271,6 +282,7 @@ func TestEvictionWithTheAgentsRBAC(t *testing.T) {
 	})
 	t.Run("denied", func(t *testing.T) {
 		e := newEvictEnvAs(t, func(admin *rest.Config, ns string) *rest.Config {
+			kubetest.GrantClusterRole(t, ns, "probed", readNamespaces)
 			return kubetest.ServiceAccountConfig(t, ns, "probed")
 		})
 		p := e.pod(t, "web", nil)
@@ -294,4 +306,83 @@ func TestEvictionWithTheAgentsRBAC(t *testing.T) {
 			t.Error("evicted without the permission")
 		}
 	})
+}
+
+// Issue 17 §6: --liveness-action=evict acts only in the namespaces the
+// selector picks (default: labelled probed.io/liveness-actions=enabled).
+// A failure in another namespace sends no eviction request and records one
+// Event that says why nothing was done; labelling the namespace later
+// allows the next failed instance to be evicted; removing the label again
+// stops an eviction already queued (the worker checks before sending).
+func TestEvictOnlyInSelectedNamespaces(t *testing.T) {
+	const why = "is not selected by --liveness-action-namespaces=probed.io/liveness-actions=enabled (label the namespace to allow liveness actions)"
+	e := newEvictEnvWith(t, func(admin *rest.Config, _ string) *rest.Config { return admin }, "", nil)
+	p := e.pod(t, "web", nil)
+	e.fail(p, "containerd://app-1")
+	kubetest.Eventually(t, "the Event saying why the pod is not evicted", func() bool {
+		for _, ev := range e.events.List() {
+			if ev.Reason == evict.ReasonLivenessProbeFailed && ev.Message == "Container app failed liveness probe; the pod is not evicted: namespace "+e.ns+" "+why {
+				return true
+			}
+		}
+		return false
+	})
+	if n := e.requests.Count("/eviction"); n != 0 || e.terminating(t, "web") {
+		t.Fatalf("%d eviction requests in a namespace not selected", n)
+	}
+
+	kubetest.LabelNamespace(t, e.ns, map[string]string{evict.LivenessActionsLabel: "enabled"})
+	kubetest.Eventually(t, "the next instance evicted once the namespace is labelled", func() bool {
+		e.fail(p, fmt.Sprintf("containerd://app-%d", time.Now().UnixNano())) // the informer sees the label a moment later
+		return e.terminating(t, "web")
+	})
+	if n := e.evictions("web"); n != 1 {
+		t.Fatalf("%d eviction requests, want 1", n)
+	}
+}
+
+// Issue 17 §6: another selector (--liveness-action-namespaces=team=a) picks
+// other namespaces; a namespace whose label was removed after the failure
+// was queued is not evicted (the worker checks again).
+func TestEvictNamespaceSelectorAndLabelRemoved(t *testing.T) {
+	e := newEvictEnvWith(t, func(admin *rest.Config, _ string) *rest.Config { return admin }, "team=a", map[string]string{"team": "a"})
+	// The default label means nothing with another selector.
+	other := e.pod(t, "web", nil)
+	e.fail(other, "containerd://app-1")
+	kubetest.Eventually(t, "evicted under team=a", func() bool { return e.terminating(t, "web") })
+
+	// Hold the node's bucket empty so the next eviction waits in the queue.
+	var pods []*v1.Pod
+	for i := range 3 {
+		pods = append(pods, e.pod(t, fmt.Sprintf("db-%d", i), nil))
+	}
+	for _, p := range pods {
+		e.fail(p, "containerd://"+p.Name)
+	}
+	kubetest.Eventually(t, "two more evictions (the burst of 3 spent)", func() bool { return e.requests.Count("/eviction") == 3 })
+	kubetest.LabelNamespace(t, e.ns, map[string]string{"team": "b"})
+	// A failure of another pod is refused at once once the informer has
+	// seen the change.
+	marker := e.pod(t, "marker", nil)
+	kubetest.Eventually(t, "the label change seen", func() bool {
+		e.fail(marker, fmt.Sprintf("containerd://marker-%d", time.Now().UnixNano()))
+		for _, ev := range e.events.List() {
+			if ev.Pod == "marker" && strings.Contains(ev.Message, "the pod is not evicted") {
+				return true
+			}
+		}
+		return false
+	})
+	e.clock.Step(evict.DefaultEvictionInterval)
+	kubetest.Eventually(t, "the queued eviction dropped with an Event", func() bool {
+		for _, ev := range e.events.List() {
+			if ev.Pod == "db-2" && strings.Contains(ev.Message, "the pod is not evicted: namespace "+e.ns+" is not selected by --liveness-action-namespaces=team=a") {
+				return true
+			}
+		}
+		return false
+	})
+	if n := e.requests.Count("/eviction"); n != 3 || e.terminating(t, "db-2") {
+		t.Fatalf("%d eviction requests, want 3: the queued one was sent after the label was removed", n)
+	}
 }

@@ -127,6 +127,12 @@ type Options struct {
 	// when it rejects more (e.g. exec in cluster mode), so that a probe
 	// that never runs does not hold the verdict back.
 	Probes func(pod *v1.Pod) []customprobe.Probe
+	// Refusal, when set, says why a pod's condition must be False whatever
+	// its probes' results (cluster mode: agent/kube/limits, an annotation
+	// whose readiness or startup probes were refused, or a pod over the
+	// node's probe budget): the condition then carries that reason and
+	// message. The message must be short (it is written as it is).
+	Refusal func(pod *v1.Pod) (reason, message string, refused bool)
 	// ProberStart is when the prober manager started (W6c); zero: the
 	// clock's now when New is called.
 	ProberStart time.Time
@@ -445,7 +451,7 @@ func (w *Writer) plan(uid types.UID) (write, bool) {
 	if !ok || !HasGate(pod, w.opts.ConditionType) {
 		return write{}, false
 	}
-	v := Decide(pod, w.opts.Probes(pod), Results{Readiness: w.opts.Readiness, Startup: w.opts.Startup}, w.proberStart)
+	v := w.verdict(pod)
 	if !v.Known {
 		return write{}, false // keep the pod's condition (M8, M9 analogue)
 	}
@@ -458,6 +464,16 @@ func (w *Writer) plan(uid types.UID) (write, bool) {
 		baseResourceVersion: pod.ResourceVersion,
 		condition:           newCondition(w.opts.ConditionType, v, current, have, metav1.NewTime(w.clock.Now())),
 	}, true
+}
+
+// verdict is the pod's refusal (Options.Refusal), else Decide's verdict.
+func (w *Writer) verdict(pod *v1.Pod) Verdict {
+	if w.opts.Refusal != nil {
+		if reason, msg, refused := w.opts.Refusal(pod); refused {
+			return Verdict{Known: true, Status: v1.ConditionFalse, Reason: reason, Message: msg}
+		}
+	}
+	return Decide(pod, w.opts.Probes(pod), Results{Readiness: w.opts.Readiness, Startup: w.opts.Startup}, w.proberStart)
 }
 
 // current returns the pod's condition: the one last sent while the

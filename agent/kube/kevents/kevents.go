@@ -42,7 +42,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	v1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -54,6 +53,8 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/lru"
+
+	"github.com/probed/probed/runtime/bound"
 )
 
 // ReportingController is the reportingController of every event probed
@@ -62,8 +63,9 @@ const ReportingController = "probed.io/agent"
 
 // NoteLengthLimit is the API server's limit on an events.k8s.io/v1 note
 // (k8s.io/kubernetes pkg/apis/core/validation NoteLengthLimit): a longer
-// note is cut, so a long probe output never gets the event rejected.
-const NoteLengthLimit = 1024
+// note is cut (runtime/bound, keeping both ends), so a long probe output
+// never gets the event rejected.
+const NoteLengthLimit = bound.MessageBytes
 
 // Defaults of Options (documented in docs/cluster.md "Events").
 const (
@@ -232,7 +234,7 @@ func (r *Recorder) Eventf(object k8sruntime.Object, eventtype, reason, messageFm
 		r.opts.Log.Warn("events: event about an object that is not a pod or container reference, not sent", "object", fmt.Sprintf("%T", object), "reason", reason)
 		return
 	}
-	note := truncate(fmt.Sprintf(messageFmt, args...), NoteLengthLimit)
+	note := bound.Cut(fmt.Sprintf(messageFmt, args...), NoteLengthLimit)
 	if !r.admit(key) {
 		r.dropped.Add(1)
 		return
@@ -309,18 +311,6 @@ func ActionFor(reason, note string) string {
 		return ActionStartupProbe
 	}
 	return ActionProbing
-}
-
-// truncate cuts s to at most n bytes on a UTF-8 boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	s = s[:n]
-	for len(s) > 0 && !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s
 }
 
 // sink is tools/events' EventSink over the typed client, which sets

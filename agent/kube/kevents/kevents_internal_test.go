@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -93,17 +92,6 @@ func TestPerObjectBucketsAreBounded(t *testing.T) {
 	}
 	if n := r.objects.Len(); n != 10 {
 		t.Fatalf("%d buckets kept, want 10", n)
-	}
-}
-
-func TestTruncateKeepsUTF8(t *testing.T) {
-	s := strings.Repeat("é", 600) // 1,200 bytes
-	got := truncate(s, NoteLengthLimit)
-	if len(got) > NoteLengthLimit || !utf8.ValidString(got) || len(got) != 1024 {
-		t.Fatalf("truncate: %d bytes, valid %v", len(got), utf8.ValidString(got))
-	}
-	if truncate("short", NoteLengthLimit) != "short" {
-		t.Fatal("a short note was changed")
 	}
 }
 

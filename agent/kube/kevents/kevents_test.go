@@ -16,6 +16,7 @@ import (
 	"github.com/probed/probed/agent/kube/kevents"
 	"github.com/probed/probed/internal/kubetest"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/bound"
 )
 
 // IgnoreCurrent: goroutines started at package init by dependencies.
@@ -103,7 +104,7 @@ func TestK4_EventsOnThePodAndContainer(t *testing.T) {
 	want := []struct{ key, reason, note string }{
 		{"spec.containers{app} LivenessProbe", "Unhealthy", "Liveness probe failed: HTTP probe failed with statuscode: 500"},
 		{"spec.initContainers{sidecar} ReadinessProbe", "ProbeWarning", "Readiness probe warning: Probe terminated redirects, 100% done"},
-		{"spec.containers{app} StartupProbe", "Unhealthy", ("Startup probe failed: " + strings.Repeat("x", 3000))[:kevents.NoteLengthLimit]},
+		{"spec.containers{app} StartupProbe", "Unhealthy", bound.Cut("Startup probe failed: "+strings.Repeat("x", 3000), kevents.NoteLengthLimit)},
 		{" Probing", "FailedProbeAnnotation", `annotation probed.io/probes: container "db": no such container`},
 	}
 	for _, w := range want {

@@ -50,9 +50,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/workqueue"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/clock"
@@ -71,10 +68,6 @@ const (
 	ReasonStartupProbeFailed  = "StartupProbeFailed"
 	ReasonRestartFailed       = "RestartFailed"
 )
-
-// LivenessActionsLabel is the namespace label the default NamespacePolicy
-// reads: value "enabled" allows restarts in the namespace.
-const LivenessActionsLabel = "probed.io/liveness-actions"
 
 // LifecycleUserAgent is the User-Agent of an httpGet preStop hook that
 // sets none: the kubelet's ("kube-lifecycle/<major>.<minor>").
@@ -114,24 +107,6 @@ type Runtime interface {
 // Event). An error means it could not decide (the step is retried).
 type NamespacePolicy func(ctx context.Context, namespace string) (why string, err error)
 
-// LabelledNamespaces is the NamespacePolicy that allows the namespaces
-// labelled probed.io/liveness-actions=enabled, read with one GET of the
-// Namespace per decision (RBAC: namespaces get).
-func LabelledNamespaces(client kubernetes.Interface) NamespacePolicy {
-	return func(ctx context.Context, namespace string) (string, error) {
-		ns, err := client.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			return "namespace " + namespace + " does not exist", nil
-		case err != nil:
-			return "", fmt.Errorf("reading namespace %s: %w", namespace, err)
-		case ns.Labels[LivenessActionsLabel] != "enabled":
-			return fmt.Sprintf("namespace %s is not labelled %s=enabled (label it to allow restarts)", namespace, LivenessActionsLabel), nil
-		}
-		return "", nil
-	}
-}
-
 // Options configure an Actuator. Zero values take the defaults above.
 type Options struct {
 	// Runtime stops containers and runs exec hooks. Required.
@@ -139,8 +114,8 @@ type Options struct {
 	// Recorder receives the Events (the agent's events.Tee). Required.
 	Recorder runtime.Recorder
 	// Namespaces decides where restarts are allowed. Required (the agent
-	// passes the operator's namespace selection; LabelledNamespaces is
-	// the label rule alone).
+	// passes the operator's selection, nsscope.Scope.Allows of
+	// --liveness-action-namespaces).
 	Namespaces NamespacePolicy
 	// Probe returns the probe of the pod's container and type that failed
 	// (the probed.io/probes annotation's), for its

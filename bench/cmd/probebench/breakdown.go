@@ -37,7 +37,7 @@ var centres = []centre{
 	{"results managers", []string{"probed/manager/results.", "kubelet/prober/results."}},
 	{"tracing (off)", []string{"manager.(*manager).startSpan", "manager.(*manager).endSpan", "manager.(*probeSpan)", "go.opentelemetry.io/"}},
 	{"handler (instant exec)", []string{"probed/plugins/exec.", "kubelet/prober.(*prober).newExecInContainer", "pkg/probe/exec."}},
-	{"runtime.Run: retries, redaction, events", []string{"probed/runtime.(*Runtime).Run", "probed/runtime.redactReport", "probed/runtime.(*Runtime).recordEvent", "probed/runtime.ClassifyAttempt", "probed/runtime.NextLane"}},
+	{"runtime.Run: retries, redaction, events", []string{"probed/runtime.(*Runtime).Run", "probed/runtime.cleanReport", "probed/runtime.(*Runtime).recordEvent", "probed/runtime.ClassifyAttempt", "probed/runtime.NextLane"}},
 	{"worker state machine (doProbe, thresholds)", []string{"probed/manager.(*worker)", "probed/manager.findStatus", "kubelet/prober.(*worker).doProbe", "kubelet/prober.(*prober)", "kubelet/prober.(*manager)"}},
 	{"pool hand-off (dispatch, ants)", []string{"panjf2000/ants", "probed/runtime.(*Runtime).Submit", "probed/runtime.New.func", "probed/manager.(*manager).dispatch"}},
 	{"scheduler: feeders, Done, lane moves", []string{"scheduler.(*shard[", "scheduler.(*Scheduler[go.shape.*uint8]).Done", "scheduler.(*Scheduler[go.shape.*uint8]).SetLane"}},

@@ -16,8 +16,10 @@ import (
 	"strings"
 	"time"
 
+	probehttp "github.com/probed/probed/plugins/http"
 	"github.com/probed/probed/plugins/sdk"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/egress"
 )
 
 // Kind is the probe kind this plugin serves.
@@ -137,8 +139,11 @@ func newClient(timeout time.Duration) *http.Client {
 	return &http.Client{
 		Timeout: timeout,
 		Transport: &http.Transport{
-			Proxy:               nil,
-			DialContext:         (&net.Dialer{Timeout: timeout}).DialContext,
+			Proxy: nil,
+			// The request's context carries the agent's egress policy
+			// (cluster mode): sdk.Dialer connects only where it allows,
+			// redirects included.
+			DialContext:         sdk.Dialer(timeout).DialContext,
 			TLSClientConfig:     &tls.Config{InsecureSkipVerify: true},
 			TLSHandshakeTimeout: timeout,
 			DisableKeepAlives:   true,
@@ -201,7 +206,9 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 	if err != nil {
 		// The error is the Cause: the SDK makes an attempt the plugin
 		// could not make (its descriptors ran out) errored, not a Failure.
-		o := fail(0, "%v", err)
+		// Its text goes through the built-in http handler's rule, which
+		// withholds what the target sent under the egress policy.
+		o := fail(0, "%v", probehttp.WithholdError(ctx, req.URL, err))
 		o.Cause = err
 		return o, nil
 	}
@@ -226,7 +233,7 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 	if p.bodyRE != nil || p.jsonPath != nil {
 		body, err := io.ReadAll(io.LimitReader(resp.Body, MaxBodyBytes+1))
 		if err != nil {
-			return fail(code, "reading the body: %v", err), nil
+			return fail(code, "reading the body: %v", egress.WithholdError(ctx, err)), nil
 		}
 		truncated := len(body) > MaxBodyBytes
 		if truncated {
@@ -239,7 +246,7 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 			if truncated {
 				return fail(code, "json: the body is longer than %d bytes", MaxBodyBytes), nil
 			}
-			if msg := checkJSON(body, p.jsonPath, p.jsonWant); msg != "" {
+			if msg := checkJSON(ctx, body, p.jsonPath, p.jsonWant); msg != "" {
 				return fail(code, "json: %s", msg), nil
 			}
 		}
@@ -265,8 +272,9 @@ func fail(code int, format string, args ...any) runtime.Outcome {
 }
 
 // checkJSON returns "" when the field at path of the JSON document body
-// equals want, else what is wrong.
-func checkJSON(body []byte, path []string, want string) string {
+// equals want, else what is wrong; the value the target sent is withheld
+// under the egress policy of ctx (egress.Withhold).
+func checkJSON(ctx context.Context, body []byte, path []string, want string) string {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	var v any
@@ -299,7 +307,7 @@ func checkJSON(body []byte, path []string, want string) string {
 		if len(got) > 64 {
 			got = got[:64] + "..."
 		}
-		return fmt.Sprintf("field %s is %q, want %q", strings.Join(path, "."), got, want)
+		return fmt.Sprintf("field %s is %s, want %q", strings.Join(path, "."), egress.Withhold(ctx, strconv.Quote(got)), want)
 	}
 	return ""
 }

@@ -28,6 +28,10 @@ func main() {
 	sdk.Serve(sdk.Plugin{
 		Name:    "http-match",
 		Version: version,
+		// Every connection goes through sdk.Dialer, and the outputs
+		// withhold what the target sent under the agent's egress policy
+		// (runtime/egress; cluster mode).
+		EnforcesEgress: true,
 		Kinds: []sdk.Kind{{
 			Name:        Kind,
 			Description: "HTTP GET whose status, header, body or JSON field must match",

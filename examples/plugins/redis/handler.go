@@ -14,6 +14,7 @@ import (
 
 	"github.com/probed/probed/plugins/sdk"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/egress"
 )
 
 // Kind is the probe kind this plugin serves.
@@ -88,17 +89,32 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 		WriteBufferSize:          4096,
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	}
-	if p.tls {
-		opts.TLSConfig = &tls.Config{InsecureSkipVerify: true}
+	// Connections go through sdk.Dialer with the probe's egress policy
+	// (cluster mode), whatever context go-redis dials with; a custom
+	// dialer makes go-redis leave TLS to it.
+	policy := egress.FromContext(ctx)
+	opts.Dialer = func(dctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := sdk.Dialer(0).DialContext(egress.WithPolicy(dctx, policy), network, addr)
+		if err != nil || !p.tls {
+			return conn, err
+		}
+		tc := tls.Client(conn, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // as the kubelet's HTTPS and gRPC-TLS probes
+		if err := tc.HandshakeContext(dctx); err != nil {
+			_ = conn.Close()
+			return nil, err
+		}
+		return tc, nil
 	}
 	c := redis.NewClient(opts)
 	defer c.Close()
 	got, err := c.Ping(ctx).Result()
 	if err != nil {
-		return runtime.Outcome{Result: runtime.Failure, Output: "redis PING: " + redact(err.Error(), p.password)}, nil
+		// A server's error reply (NOAUTH, WRONGPASS ...) is the target's
+		// text: withheld under the egress policy, like the answer below.
+		return runtime.Outcome{Result: runtime.Failure, Output: "redis PING: " + redact(egress.WithholdError(ctx, err).Error(), p.password), Cause: err}, nil
 	}
 	if got != "PONG" {
-		return runtime.Outcome{Result: runtime.Failure, Output: fmt.Sprintf("redis PING answered %q, want PONG", shorten(got))}, nil
+		return runtime.Outcome{Result: runtime.Failure, Output: fmt.Sprintf("redis PING answered %s, want PONG", egress.Withhold(ctx, strconv.Quote(shorten(got))))}, nil
 	}
 	return runtime.Outcome{Result: runtime.Success, Output: "PONG"}, nil
 }

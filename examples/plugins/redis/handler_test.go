@@ -26,12 +26,18 @@ func spec(port int, params map[string]string) *runtime.Spec {
 
 func probe(t *testing.T, port int, params map[string]string) runtime.Outcome {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	return probeIn(t, ctx, port, params)
+}
+
+// probeIn prepares and runs one probe of 127.0.0.1:port with ctx.
+func probeIn(t *testing.T, ctx context.Context, port int, params map[string]string) runtime.Outcome {
+	t.Helper()
 	pr, err := Handler{}.Prepare(spec(port, params))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
 	out, err := pr.Probe(ctx, runtime.Target{PodIP: "127.0.0.1"})
 	if err != nil {
 		t.Fatalf("Probe returned an error: %v", err)

@@ -36,6 +36,10 @@ func main() {
 		Logger:  log,
 		Name:    "redis",
 		Version: version,
+		// Every connection goes through sdk.Dialer, and the outputs
+		// withhold what the target sent under the agent's egress policy
+		// (runtime/egress; cluster mode).
+		EnforcesEgress: true,
 		Kinds: []sdk.Kind{{
 			Name:        Kind,
 			Description: "Redis PING must answer PONG",

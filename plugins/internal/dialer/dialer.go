@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/probed/probed/runtime/egress"
 )
 
 // resolver resolves host names of probes (httpGet.host, tcpSocket.host);
@@ -26,12 +28,24 @@ var resolver atomic.Pointer[net.Resolver]
 
 // New returns a dialer for one probe attempt: timeout bounds the connect
 // (zero: only the context does, as for an attempt whose deadline runs on
-// an injected clock, runtime.OnInjectedClock), and every socket it opens
-// closes with SO_LINGER {on, 0}.
+// an injected clock, runtime.OnInjectedClock), every address it connects
+// to must be allowed by the egress policy of the dial's context
+// (egress.Control; a refused one fails the dial with `dial tcp IP:PORT:
+// refused by probed's egress policy (...)` before any packet is sent), and
+// every socket it opens closes with SO_LINGER {on, 0}.
 func New(timeout time.Duration) *net.Dialer {
 	// KeepAlive -1: a probe connection lives for one request; TCP
 	// keep-alive would cost three setsockopt calls per probe for nothing.
-	return &net.Dialer{Timeout: timeout, KeepAlive: -1, Control: lingerZero, Resolver: resolver.Load()}
+	return &net.Dialer{Timeout: timeout, KeepAlive: -1, ControlContext: control, Resolver: resolver.Load()}
+}
+
+// control is the dialers' ControlContext: the egress check, then
+// SO_LINGER {on, 0}.
+func control(ctx context.Context, network, address string, c syscall.RawConn) error {
+	if err := egress.Control(ctx, network, address, c); err != nil {
+		return err
+	}
+	return lingerZero(network, address, c)
 }
 
 // NoDNSForTests makes every name lookup of probe dialers fail at once

@@ -11,11 +11,16 @@
 //	panic   the handler panics
 //	file    Success when the file "file" holds "ok", else Failure
 //	print   writes to stdout and stderr, then Success
+//	dial    connects to "addr" through sdk.Dialer: Success, or Failure
+//	        with the dial error (the egress policy's refusal)
 //
 // Details echo what the plugin received. With the parameter "tracefile",
 // every call appends "<trace id> <span id> <trace flags>" of the incoming
 // trace context to that file. With $TESTPLUGIN_STDOUT set, the plugin
 // prints it to stdout before the handshake (a bug plugins must not have).
+// With $TESTPLUGIN_ENFORCES_EGRESS set it announces the egress level
+// (sdk.Plugin.EnforcesEgress); details["egress"] shows the policy the
+// request carried.
 package main
 
 import (
@@ -31,6 +36,7 @@ import (
 
 	"github.com/probed/probed/plugins/sdk"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/egress"
 )
 
 func init() {
@@ -48,6 +54,7 @@ func main() {
 	for _, k := range strings.Split(kinds, ",") {
 		p.Kinds = append(p.Kinds, sdk.Kind{Name: k, Handler: handler{}})
 	}
+	p.EnforcesEgress = os.Getenv("TESTPLUGIN_ENFORCES_EGRESS") != ""
 	if s := os.Getenv("TESTPLUGIN_MAX_CONCURRENCY"); s != "" {
 		p.MaxConcurrency, _ = strconv.Atoi(s)
 	}
@@ -114,6 +121,9 @@ func probe(ctx context.Context, spec *runtime.Spec, t runtime.Target) (runtime.O
 	for k, v := range prm {
 		d["param."+k] = v
 	}
+	if pol := egress.FromContext(ctx); pol != nil {
+		d["egress"] = fmt.Sprintf("pod_ips=%v allowed=%v", pol.PodIPs(), pol.Allowed())
+	}
 	ok := runtime.Outcome{Result: runtime.Success, Output: "ok", Details: d}
 	switch prm["mode"] {
 	case "", "ok":
@@ -148,6 +158,13 @@ func probe(ctx context.Context, spec *runtime.Spec, t runtime.Target) (runtime.O
 			return ok, nil
 		}
 		return runtime.Outcome{Result: runtime.Failure, Output: "file says no", Details: d}, nil
+	case "dial":
+		c, err := sdk.Dialer(0).DialContext(ctx, "tcp", prm["addr"])
+		if err != nil {
+			return runtime.Outcome{Result: runtime.Failure, Output: err.Error(), Details: d, Cause: err}, nil
+		}
+		_ = c.Close()
+		return ok, nil
 	case "print":
 		fmt.Println("printed to stdout after the handshake")
 		fmt.Fprintln(os.Stderr, "printed to stderr after the handshake")

@@ -188,7 +188,10 @@ type GetInfoResponse struct {
 	// plugin_version is the version of the plugin binary (semver advised).
 	PluginVersion string `protobuf:"bytes,2,opt,name=plugin_version,json=pluginVersion,proto3" json:"plugin_version,omitempty"`
 	// api_versions are the feature levels of probeplugin.v1 the plugin
-	// implements, e.g. "v1.0".
+	// implements: "v1.0", and "v1.1" when the plugin enforces
+	// ProbeRequest.egress on every connection its probes make (a host that
+	// restricts where probes connect, probed in cluster mode, runs the probes
+	// of a plugin without "v1.1" only when its operator trusts the plugin).
 	ApiVersions []string `protobuf:"bytes,3,rep,name=api_versions,json=apiVersions,proto3" json:"api_versions,omitempty"`
 	// kinds are the probe kinds the plugin serves.
 	Kinds []*KindInfo `protobuf:"bytes,4,rep,name=kinds,proto3" json:"kinds,omitempty"`
@@ -613,9 +616,17 @@ type ProbeRequest struct {
 	// attempt counts the tries within one run, from 1.
 	Attempt uint32 `protobuf:"varint,8,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// spec_id is the same for every request of a probe whose fields other
-	// than target.pod_ip, target.container_id, remaining and attempt are
-	// unchanged; a plugin may cache per spec_id what it prepares.
-	SpecId        string `protobuf:"bytes,9,opt,name=spec_id,json=specId,proto3" json:"spec_id,omitempty"`
+	// than target.pod_ip, target.container_id, remaining, attempt and egress
+	// are unchanged; a plugin may cache per spec_id what it prepares.
+	SpecId string `protobuf:"bytes,9,opt,name=spec_id,json=specId,proto3" json:"spec_id,omitempty"`
+	// egress (v1.1), when set, is where this attempt's connections may go:
+	// the host restricts probes (probed in cluster mode, where a tenant
+	// writes the probe and the agent has the node's network). A plugin that
+	// announces "v1.1" must connect only to addresses it allows, checked
+	// after name resolution and before connecting (plugins/sdk does this for
+	// handlers that dial through sdk.Dialer), and must put nothing the target
+	// sent but a status code in message and details. Unset: unrestricted.
+	Egress        *Egress `protobuf:"bytes,10,opt,name=egress,proto3" json:"egress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -713,6 +724,72 @@ func (x *ProbeRequest) GetSpecId() string {
 	return ""
 }
 
+func (x *ProbeRequest) GetEgress() *Egress {
+	if x != nil {
+		return x.Egress
+	}
+	return nil
+}
+
+// Egress is the egress policy of one probe attempt: a connection may go to
+// one of pod_ips or into one of allowed_cidrs, nothing else. An
+// IPv4-mapped IPv6 address counts as the IPv4 address it maps.
+type Egress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// pod_ips are all of the pod's IPs (status.podIPs: both families of a
+	// dual-stack pod).
+	PodIps []string `protobuf:"bytes,1,rep,name=pod_ips,json=podIps,proto3" json:"pod_ips,omitempty"`
+	// allowed_cidrs are the ranges the host's operator allows besides
+	// (--allow-probe-host), e.g. "10.0.0.0/8"; often none.
+	AllowedCidrs  []string `protobuf:"bytes,2,rep,name=allowed_cidrs,json=allowedCidrs,proto3" json:"allowed_cidrs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Egress) Reset() {
+	*x = Egress{}
+	mi := &file_probeplugin_v1_probeplugin_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Egress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Egress) ProtoMessage() {}
+
+func (x *Egress) ProtoReflect() protoreflect.Message {
+	mi := &file_probeplugin_v1_probeplugin_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Egress.ProtoReflect.Descriptor instead.
+func (*Egress) Descriptor() ([]byte, []int) {
+	return file_probeplugin_v1_probeplugin_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Egress) GetPodIps() []string {
+	if x != nil {
+		return x.PodIps
+	}
+	return nil
+}
+
+func (x *Egress) GetAllowedCidrs() []string {
+	if x != nil {
+		return x.AllowedCidrs
+	}
+	return nil
+}
+
 type ProbeResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Result Result                 `protobuf:"varint,1,opt,name=result,proto3,enum=probeplugin.v1.Result" json:"result,omitempty"`
@@ -735,7 +812,7 @@ type ProbeResponse struct {
 
 func (x *ProbeResponse) Reset() {
 	*x = ProbeResponse{}
-	mi := &file_probeplugin_v1_probeplugin_proto_msgTypes[8]
+	mi := &file_probeplugin_v1_probeplugin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -747,7 +824,7 @@ func (x *ProbeResponse) String() string {
 func (*ProbeResponse) ProtoMessage() {}
 
 func (x *ProbeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_probeplugin_v1_probeplugin_proto_msgTypes[8]
+	mi := &file_probeplugin_v1_probeplugin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -760,7 +837,7 @@ func (x *ProbeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeResponse.ProtoReflect.Descriptor instead.
 func (*ProbeResponse) Descriptor() ([]byte, []int) {
-	return file_probeplugin_v1_probeplugin_proto_rawDescGZIP(), []int{8}
+	return file_probeplugin_v1_probeplugin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ProbeResponse) GetResult() Result {
@@ -840,7 +917,7 @@ const file_probeplugin_v1_probeplugin_proto_rawDesc = "" +
 	"\rpod_namespace\x18\x04 \x01(\tR\fpodNamespace\x12\x19\n" +
 	"\bpod_name\x18\x05 \x01(\tR\apodName\x12%\n" +
 	"\x0econtainer_name\x18\x06 \x01(\tR\rcontainerName\x12!\n" +
-	"\fcontainer_id\x18\a \x01(\tR\vcontainerId\"\xc5\x03\n" +
+	"\fcontainer_id\x18\a \x01(\tR\vcontainerId\"\xf5\x03\n" +
 	"\fProbeRequest\x12\x19\n" +
 	"\bprobe_id\x18\x01 \x01(\tR\aprobeId\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x128\n" +
@@ -851,10 +928,15 @@ const file_probeplugin_v1_probeplugin_proto_rawDesc = "" +
 	"\tremaining\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\tremaining\x12@\n" +
 	"\x06params\x18\a \x03(\v2(.probeplugin.v1.ProbeRequest.ParamsEntryR\x06params\x12\x18\n" +
 	"\aattempt\x18\b \x01(\rR\aattempt\x12\x17\n" +
-	"\aspec_id\x18\t \x01(\tR\x06specId\x1a9\n" +
+	"\aspec_id\x18\t \x01(\tR\x06specId\x12.\n" +
+	"\x06egress\x18\n" +
+	" \x01(\v2\x16.probeplugin.v1.EgressR\x06egress\x1a9\n" +
 	"\vParamsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd0\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"F\n" +
+	"\x06Egress\x12\x17\n" +
+	"\apod_ips\x18\x01 \x03(\tR\x06podIps\x12#\n" +
+	"\rallowed_cidrs\x18\x02 \x03(\tR\fallowedCidrs\"\xd0\x02\n" +
 	"\rProbeResponse\x12.\n" +
 	"\x06result\x18\x01 \x01(\x0e2\x16.probeplugin.v1.ResultR\x06result\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12D\n" +
@@ -895,7 +977,7 @@ func file_probeplugin_v1_probeplugin_proto_rawDescGZIP() []byte {
 }
 
 var file_probeplugin_v1_probeplugin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_probeplugin_v1_probeplugin_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_probeplugin_v1_probeplugin_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_probeplugin_v1_probeplugin_proto_goTypes = []any{
 	(ProbeType)(0),              // 0: probeplugin.v1.ProbeType
 	(Result)(0),                 // 1: probeplugin.v1.Result
@@ -907,35 +989,37 @@ var file_probeplugin_v1_probeplugin_proto_goTypes = []any{
 	(*ConfigureResponse)(nil),   // 7: probeplugin.v1.ConfigureResponse
 	(*Target)(nil),              // 8: probeplugin.v1.Target
 	(*ProbeRequest)(nil),        // 9: probeplugin.v1.ProbeRequest
-	(*ProbeResponse)(nil),       // 10: probeplugin.v1.ProbeResponse
-	nil,                         // 11: probeplugin.v1.ConfigureRequest.ConfigEntry
-	nil,                         // 12: probeplugin.v1.ProbeRequest.ParamsEntry
-	nil,                         // 13: probeplugin.v1.ProbeResponse.DetailsEntry
-	(*durationpb.Duration)(nil), // 14: google.protobuf.Duration
+	(*Egress)(nil),              // 10: probeplugin.v1.Egress
+	(*ProbeResponse)(nil),       // 11: probeplugin.v1.ProbeResponse
+	nil,                         // 12: probeplugin.v1.ConfigureRequest.ConfigEntry
+	nil,                         // 13: probeplugin.v1.ProbeRequest.ParamsEntry
+	nil,                         // 14: probeplugin.v1.ProbeResponse.DetailsEntry
+	(*durationpb.Duration)(nil), // 15: google.protobuf.Duration
 }
 var file_probeplugin_v1_probeplugin_proto_depIdxs = []int32{
 	4,  // 0: probeplugin.v1.GetInfoResponse.kinds:type_name -> probeplugin.v1.KindInfo
 	5,  // 1: probeplugin.v1.KindInfo.params:type_name -> probeplugin.v1.ParamInfo
-	11, // 2: probeplugin.v1.ConfigureRequest.config:type_name -> probeplugin.v1.ConfigureRequest.ConfigEntry
+	12, // 2: probeplugin.v1.ConfigureRequest.config:type_name -> probeplugin.v1.ConfigureRequest.ConfigEntry
 	0,  // 3: probeplugin.v1.ProbeRequest.probe_type:type_name -> probeplugin.v1.ProbeType
 	8,  // 4: probeplugin.v1.ProbeRequest.target:type_name -> probeplugin.v1.Target
-	14, // 5: probeplugin.v1.ProbeRequest.timeout:type_name -> google.protobuf.Duration
-	14, // 6: probeplugin.v1.ProbeRequest.remaining:type_name -> google.protobuf.Duration
-	12, // 7: probeplugin.v1.ProbeRequest.params:type_name -> probeplugin.v1.ProbeRequest.ParamsEntry
-	1,  // 8: probeplugin.v1.ProbeResponse.result:type_name -> probeplugin.v1.Result
-	13, // 9: probeplugin.v1.ProbeResponse.details:type_name -> probeplugin.v1.ProbeResponse.DetailsEntry
-	14, // 10: probeplugin.v1.ProbeResponse.duration:type_name -> google.protobuf.Duration
-	2,  // 11: probeplugin.v1.ProbePlugin.GetInfo:input_type -> probeplugin.v1.GetInfoRequest
-	6,  // 12: probeplugin.v1.ProbePlugin.Configure:input_type -> probeplugin.v1.ConfigureRequest
-	9,  // 13: probeplugin.v1.ProbePlugin.Probe:input_type -> probeplugin.v1.ProbeRequest
-	3,  // 14: probeplugin.v1.ProbePlugin.GetInfo:output_type -> probeplugin.v1.GetInfoResponse
-	7,  // 15: probeplugin.v1.ProbePlugin.Configure:output_type -> probeplugin.v1.ConfigureResponse
-	10, // 16: probeplugin.v1.ProbePlugin.Probe:output_type -> probeplugin.v1.ProbeResponse
-	14, // [14:17] is the sub-list for method output_type
-	11, // [11:14] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	15, // 5: probeplugin.v1.ProbeRequest.timeout:type_name -> google.protobuf.Duration
+	15, // 6: probeplugin.v1.ProbeRequest.remaining:type_name -> google.protobuf.Duration
+	13, // 7: probeplugin.v1.ProbeRequest.params:type_name -> probeplugin.v1.ProbeRequest.ParamsEntry
+	10, // 8: probeplugin.v1.ProbeRequest.egress:type_name -> probeplugin.v1.Egress
+	1,  // 9: probeplugin.v1.ProbeResponse.result:type_name -> probeplugin.v1.Result
+	14, // 10: probeplugin.v1.ProbeResponse.details:type_name -> probeplugin.v1.ProbeResponse.DetailsEntry
+	15, // 11: probeplugin.v1.ProbeResponse.duration:type_name -> google.protobuf.Duration
+	2,  // 12: probeplugin.v1.ProbePlugin.GetInfo:input_type -> probeplugin.v1.GetInfoRequest
+	6,  // 13: probeplugin.v1.ProbePlugin.Configure:input_type -> probeplugin.v1.ConfigureRequest
+	9,  // 14: probeplugin.v1.ProbePlugin.Probe:input_type -> probeplugin.v1.ProbeRequest
+	3,  // 15: probeplugin.v1.ProbePlugin.GetInfo:output_type -> probeplugin.v1.GetInfoResponse
+	7,  // 16: probeplugin.v1.ProbePlugin.Configure:output_type -> probeplugin.v1.ConfigureResponse
+	11, // 17: probeplugin.v1.ProbePlugin.Probe:output_type -> probeplugin.v1.ProbeResponse
+	15, // [15:18] is the sub-list for method output_type
+	12, // [12:15] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_probeplugin_v1_probeplugin_proto_init() }
@@ -949,7 +1033,7 @@ func file_probeplugin_v1_probeplugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_probeplugin_v1_probeplugin_proto_rawDesc), len(file_probeplugin_v1_probeplugin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

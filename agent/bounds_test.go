@@ -1,0 +1,70 @@
+package agent_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/probed/probed/internal/nettest"
+)
+
+// Issue 17 §5, through the real agent: one pod whose annotation readiness
+// probe has a 250 KB path, every 100 ms, against a closed port (Go's error
+// quotes the URL: every failed run's message held the path). The agent
+// logs the failure once (a transition; runs are not logged one by one),
+// and every string it keeps or shows is cut: the log, the probe history,
+// the events, the status page and the pod's page stay a few KiB (they were
+// 250 KB per run, per record, per row before).
+func TestAgent_HostilePathIsBoundedEverywhere(t *testing.T) {
+	closedPort := nettest.ClosedPort(t)
+	path := "/" + strings.Repeat("a", 250_000)
+	probes := fmt.Sprintf(`[{"container":"app","type":"readiness","periodSeconds":1,"periodMilliseconds":-900,"httpGet":{"path":%q,"port":%d}}]`, path, closedPort)
+	ann, _ := json.Marshal(probes)
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "flood.yaml"), fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+  namespace: flood
+  annotations:
+    probed.io/probes: %s
+spec:
+  containers:
+  - name: app
+    image: app
+`, ann))
+	r := startAgent(t, dir, nil)
+	var hist struct {
+		Probes []struct {
+			Results []json.RawMessage `json:"results"`
+		} `json:"probes"`
+	}
+	r.eventually("the pod", func() bool { _, ok := r.pods()["flood/web"]; return ok })
+	r.eventually("20 failed runs in the history", func() bool {
+		r.get("/pods/flood/web/probes", &hist)
+		return len(hist.Probes) == 1 && len(hist.Probes[0].Results) == 10 && len(r.events()) > 0 && r.events()[0].Count >= 20
+	})
+	runs := r.events()[0].Count
+	sizes := map[string]int{}
+	for _, p := range []string{"/pods/flood/web/probes", "/events", "/", "/pod/flood/web"} {
+		sizes[p] = len(r.getPage(p))
+	}
+	r.stop()
+	logs := r.logs.String()
+	for p, limit := range map[string]int{"/pods/flood/web/probes": 11 * 2048, "/events": 4096, "/": 16 << 10, "/pod/flood/web": 40 << 10} {
+		if sizes[p] > limit {
+			t.Errorf("GET %s: %d bytes, want at most %d", p, sizes[p], limit)
+		}
+	}
+	if len(logs) > 16<<10 {
+		t.Errorf("%d bytes of log for %d failed runs, want at most 16 KiB", len(logs), runs)
+	}
+	if n := strings.Count(logs, `"msg":"probe failed"`); n != 1 {
+		t.Errorf("%d \"probe failed\" lines, want 1 (the transition):\n%.3000s", n, logs)
+	}
+	if strings.Contains(logs, `"msg":"event"`) {
+		t.Errorf("a failed run's event was logged:\n%.3000s", logs)
+	}
+}

@@ -1,0 +1,218 @@
+package limits
+
+import (
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/probed/probed/agent/pods"
+	"github.com/probed/probed/manager/customprobe"
+)
+
+// IgnoreCurrent: ants starts its package-level default pool at init.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreCurrent()) }
+
+func pod(uid, annotation string, containers ...string) *v1.Pod {
+	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: uid, UID: types.UID(uid)}}
+	if annotation != "" {
+		p.Annotations = map[string]string{customprobe.Annotation: annotation}
+	}
+	for _, c := range containers {
+		p.Spec.Containers = append(p.Spec.Containers, v1.Container{Name: c})
+	}
+	return p
+}
+
+func newRoom(maxRate float64, lim customprobe.Limits) (*Room, *record.FakeRecorder) {
+	rec := record.NewFakeRecorder(100)
+	return New(Options{Annotation: customprobe.Options{Limits: lim}, MaxRate: maxRate, MaxRateFlag: "--max-probe-rate",
+		Recorder: rec, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}), rec
+}
+
+func events(rec *record.FakeRecorder) []string {
+	var out []string
+	for {
+		select {
+		case e := <-rec.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+func periods(d time.Duration, n int) []time.Duration {
+	out := make([]time.Duration, n)
+	for i := range out {
+		out[i] = d
+	}
+	return out
+}
+
+// Issue 17 §2: the node's budget of annotation probe runs per second. Pods
+// are admitted in the order they come while they fit; one that does not
+// fit runs none of its probes, gets one Warning Event however often it is
+// asked about (the periodic pod sync asks every minute), and the gate's
+// condition says why; when an admitted pod leaves, the refused one fits at
+// its next AddPod and is told so.
+func TestBudgetAdmitsInOrderAndRefusesWhatDoesNotFit(t *testing.T) {
+	r, rec := newRoom(100, customprobe.Limits{})
+	a, b := pod("a", ""), pod("b", "")
+	if !r.Admit(a, periods(100*time.Millisecond, 6)) { // 60 runs/s
+		t.Fatal("a (60/s of 100/s) refused")
+	}
+	for i := 0; i < 3; i++ {
+		if r.Admit(b, periods(time.Second, 50)) { // 50 runs/s: 110 > 100
+			t.Fatal("b admitted past the budget")
+		}
+	}
+	evs := events(rec)
+	if len(evs) != 1 || !strings.Contains(evs[0], "Warning ProbeBudgetExceeded") || !strings.Contains(evs[0], "ask for 50 runs/s") ||
+		!strings.Contains(evs[0], "--max-probe-rate 100/s") || !strings.Contains(evs[0], "has 40/s left") {
+		t.Fatalf("events %q, want one ProbeBudgetExceeded saying 50 asked, 40 left", evs)
+	}
+	reason, msg, refused := r.Refusal(b)
+	if !refused || reason != ReasonProbeBudgetExceeded || !strings.Contains(msg, "none of them run") {
+		t.Fatalf("Refusal(b) = %q %q %v", reason, msg, refused)
+	}
+	if _, _, refused := r.Refusal(a); refused {
+		t.Fatal("the admitted pod is refused")
+	}
+	if used, budget := r.Used(); used != 60 || budget != 100 {
+		t.Fatalf("Used = %v of %v, want 60 of 100", used, budget)
+	}
+
+	r.PodRemoved(&pods.Pod{Pod: a})
+	if !r.Admit(b, periods(time.Second, 50)) {
+		t.Fatal("b refused after a left")
+	}
+	if evs := events(rec); len(evs) != 1 || !strings.Contains(evs[0], "Normal ProbesAdmitted") {
+		t.Fatalf("events %q, want one ProbesAdmitted", evs)
+	}
+	if _, _, refused := r.Refusal(b); refused {
+		t.Fatal("b still refused once admitted")
+	}
+	// Admitting it again (every AddPod) changes nothing.
+	if !r.Admit(b, periods(time.Second, 50)) || len(events(rec)) != 0 {
+		t.Fatal("a second Admit of an admitted pod refused it or made an event")
+	}
+	if used, _ := r.Used(); used != 50 {
+		t.Fatalf("Used = %v, want 50", used)
+	}
+}
+
+// A pod whose probes change (the reconciler adds it anew) keeps its place
+// and is charged its new rate; over the budget it loses it.
+func TestBudgetChargesAChangedPodItsNewRate(t *testing.T) {
+	r, _ := newRoom(10, customprobe.Limits{})
+	p := pod("p", "")
+	if !r.Admit(p, periods(time.Second, 8)) {
+		t.Fatal("refused")
+	}
+	if !r.Admit(p, periods(time.Second, 10)) {
+		t.Fatal("a pod within the budget on its own refused after a change")
+	}
+	if r.Admit(p, periods(time.Second, 11)) {
+		t.Fatal("admitted at 11 runs/s of 10")
+	}
+	if used, _ := r.Used(); used != 0 {
+		t.Fatalf("Used = %v after the refusal, want 0", used)
+	}
+}
+
+// Without a budget, or without probes, every pod is admitted.
+func TestNoBudgetAdmitsAll(t *testing.T) {
+	r, rec := newRoom(0, customprobe.Limits{})
+	if !r.Admit(pod("p", ""), periods(100*time.Millisecond, 1000)) {
+		t.Fatal("refused without a budget")
+	}
+	r, _ = newRoom(1, customprobe.Limits{})
+	if !r.Admit(pod("q", ""), nil) {
+		t.Fatal("a pod without probes refused")
+	}
+	if len(events(rec)) != 0 {
+		t.Fatal("events without refusals")
+	}
+}
+
+// Issue 17 §2: a refused element that is (or may be) a readiness or startup
+// probe makes the gate's condition False with the first error; a refused
+// liveness probe does not (the condition follows readiness and startup);
+// an annotation over --max-probes-per-pod is refused whole, and says so.
+func TestRefusalOfInvalidElements(t *testing.T) {
+	lim := customprobe.Limits{MaxProbes: 2, MaxProbesFlag: "--max-probes-per-pod", MinPeriod: time.Second, MinPeriodFlag: "--min-probe-period"}
+	r, _ := newRoom(0, lim)
+	cases := []struct {
+		name, annotation string
+		refused          bool
+		want             []string
+	}{
+		{"readiness under the shortest period",
+			`[{"container":"app","type":"readiness","periodSeconds":1,"periodMilliseconds":-500,"tcpSocket":{"port":80}}]`,
+			true, []string{"[0].periodMilliseconds", "--min-probe-period", "readiness cannot be checked"}},
+		{"liveness only", `[{"container":"app","type":"liveness","tcpSoket":{"port":80}},{"container":"app","type":"readiness","tcpSocket":{"port":80}}]`,
+			false, nil},
+		{"unknown type", `[{"container":"app","type":"readyness","tcpSocket":{"port":80}}]`, true, []string{"[0].type"}},
+		{"not a list", `{"container":"app"}`, true, []string{"must be a JSON list"}},
+		{"too many", `[{"container":"app","type":"readiness","tcpSocket":{"port":80}},{"container":"app","type":"liveness","tcpSocket":{"port":80}},{"container":"app","type":"startup","tcpSocket":{"port":80}}]`,
+			true, []string{"Too many: 3", "at most 2", "--max-probes-per-pod"}},
+		{"two errors", `[{"container":"nope","type":"readiness","tcpSocket":{"port":80}},{"container":"app","type":"startup","tcpSocket":{"port":0}}]`,
+			true, []string{`no container "nope"`, "and 1 more errors"}},
+		{"valid", `[{"container":"app","type":"readiness","tcpSocket":{"port":80}}]`, false, nil},
+	}
+	for _, c := range cases {
+		reason, msg, refused := r.Refusal(pod("p", c.annotation, "app"))
+		if refused != c.refused {
+			t.Errorf("%s: refused = %v (%q), want %v", c.name, refused, msg, c.refused)
+			continue
+		}
+		if refused && reason != ReasonInvalidProbeAnnotation {
+			t.Errorf("%s: reason %q", c.name, reason)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(msg, w) {
+				t.Errorf("%s: message %q lacks %q", c.name, msg, w)
+			}
+		}
+		if len(msg) > MaxMessage+len("; the pod's readiness cannot be checked") {
+			t.Errorf("%s: message of %d bytes", c.name, len(msg))
+		}
+	}
+}
+
+// A message is cut to MaxMessage bytes on a rune boundary.
+func TestRefusalMessageIsBounded(t *testing.T) {
+	r, _ := newRoom(0, customprobe.Limits{})
+	name := strings.Repeat("é", 400)
+	_, msg, refused := r.Refusal(pod("p", `[{"container":"`+name+`","type":"readiness","tcpSocket":{"port":80}}]`, "app"))
+	if !refused || len(msg) > MaxMessage+len("; the pod's readiness cannot be checked") || !strings.Contains(msg, "…") {
+		t.Fatalf("refused %v, message of %d bytes: %q", refused, len(msg), msg)
+	}
+	if !strings.HasPrefix(strings.TrimSuffix(msg, "; the pod's readiness cannot be checked"), customprobe.Annotation) {
+		t.Fatalf("message %q", msg)
+	}
+}
+
+// PodAdded reports every error of the annotation in one Event naming the
+// fields; a valid annotation makes none.
+func TestPodAddedReportsTheFields(t *testing.T) {
+	r, rec := newRoom(0, customprobe.Limits{})
+	r.PodAdded(&pods.Pod{Pod: pod("p", `[{"container":"app","type":"readiness","tcpSocket":{"prot":80}},{"container":"app","type":"liveness","tcpSocket":{"port":80}}]`, "app")})
+	evs := events(rec)
+	if len(evs) != 1 || !strings.Contains(evs[0], "Warning InvalidProbeAnnotation") || !strings.Contains(evs[0], `[0].tcpSocket`) ||
+		!strings.Contains(evs[0], "its other probes run") {
+		t.Fatalf("events %q", evs)
+	}
+	r.PodAdded(&pods.Pod{Pod: pod("q", `[{"container":"app","type":"liveness","tcpSocket":{"port":80}}]`, "app")})
+	if evs := events(rec); len(evs) != 0 {
+		t.Fatalf("events %q for a valid annotation", evs)
+	}
+}
