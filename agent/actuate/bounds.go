@@ -39,6 +39,13 @@ func (s *Instances) First(f Failure) bool {
 	return true
 }
 
+// Len is how many instances are remembered (at most n of NewInstances).
+func (s *Instances) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seen.Len()
+}
+
 // NodeBucket is a node's token bucket for an actuator's requests, as a
 // client-go workqueue rate limiter on an injected clock (workqueue's own
 // BucketRateLimiter reads the wall clock): When reserves a token and

@@ -60,7 +60,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/lru"
 
 	"github.com/probed/probed/agent/actuate"
 	"github.com/probed/probed/agent/kube/nsscope"
@@ -169,8 +168,7 @@ type Actuator struct {
 	retries workqueue.TypedRateLimiter[*item] // per-pod backoff, max'ed with the node's bucket
 	node    *actuate.NodeBucket[*item]
 
-	mu   sync.Mutex
-	seen *lru.Cache // container ID -> struct{}
+	seen *actuate.Instances // the container instances acted on
 
 	// scope: the namespaces NamespaceSelector selects (ActionEvict),
 	// watched while Run runs.
@@ -236,7 +234,7 @@ func New(opts Options) (*Actuator, error) {
 	a := &Actuator{
 		opts:     opts,
 		node:     actuate.NewNodeBucket[*item](opts.EvictionInterval, opts.EvictionBurst, opts.Clock),
-		seen:     lru.New(opts.RememberInstances),
+		seen:     actuate.NewInstances(opts.RememberInstances),
 		attempts: map[*item]int{},
 	}
 	if opts.Action == ActionEvict {
@@ -262,17 +260,7 @@ func (a *Actuator) ContainerFailed(f actuate.Failure) {
 	if f.Pod == nil {
 		return
 	}
-	instance := f.ContainerID
-	if instance == "" { // a running container has an ID; be safe without one
-		instance = string(f.Pod.UID) + "/" + f.Container
-	}
-	a.mu.Lock()
-	_, done := a.seen.Get(instance)
-	if !done {
-		a.seen.Add(instance, struct{}{})
-	}
-	a.mu.Unlock()
-	if done {
+	if !a.seen.First(f) {
 		return
 	}
 	ref := runtime.ContainerRef(f.Pod, f.Container)
