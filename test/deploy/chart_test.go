@@ -142,7 +142,7 @@ func TestChartNonDefaultValues(t *testing.T) {
 	c := spec.Containers[0]
 	args := strings.Join(c.Args, " ")
 	for _, a := range []string{"--status-qps=20", "--status-burst=40", "--allow-probe-host=10.0.0.0/8,fd00::/64", "--plugin-config=/etc/probed/plugins.yaml", "--history=20",
-		"--liveness-action-namespaces=probed.io/liveness-actions=enabled"} {
+		"--liveness-action-namespaces=example.com/evictable=yes"} {
 		if !strings.Contains(args, a) {
 			t.Errorf("args %q lack %q", args, a)
 		}
