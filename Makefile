@@ -82,7 +82,7 @@ generate:
 # the 40k and 100k probes/s instant runs of both implementations and
 # prints their breakdown by cost centre (about 4 minutes; profiles and
 # JSON lines in bench/out/profile/).
-.PHONY: bench bench-full bench-subsec bench-density bench-profile bench-build
+.PHONY: bench bench-full bench-subsec bench-density bench-profile bench-build bench-cri
 
 bench-build:
 	cd bench && $(GO) build -o ../bin/probebench ./cmd/probebench
@@ -101,6 +101,12 @@ bench-subsec: bench-build
 
 bench-density: bench-build
 	cd bench && ../bin/probebench suite -suite density -out out -doc ../docs/benchmarks.md
+
+# Exec probes through a real containerd (issue 19; docs/benchmarks.md "Exec
+# probes through the container runtime"): needs PROBED_TEST_CRI_ENDPOINT from
+# test/cri/env.sh start; about 2.5 minutes.
+bench-cri:
+	cd bench && $(GO) test -run '^$$' -bench ExecProbes -benchtime 1x -timeout 30m ./cri
 
 PROFILE_DIR    ?= bench/out/profile
 PROFILE_PODS   ?= 20000 50000

@@ -247,7 +247,10 @@ func New(opts Options) (*Agent, error) {
 	}
 	undo = append(undo, a.rt.Close)
 	var runner manager.ExecRunner = probeexec.DisabledRunner{}
-	if opts.AllowHostExec {
+	switch {
+	case opts.Cluster != nil:
+		runner = a.cluster.execRunner()
+	case opts.AllowHostExec:
 		runner = &probeexec.LocalRunner{}
 	}
 	if err := manager.RegisterBuiltins(a.rt, runner); err != nil {
@@ -568,7 +571,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.opts.Cluster != nil {
 		a.log.Info("probed running in cluster mode", "node", a.opts.Cluster.NodeName, "readinessGate", a.opts.Cluster.ReadinessGate,
 			"allowProbeHost", a.egress.Allowed(),
-			"livenessAction", a.opts.Cluster.LivenessAction, "listen", a.ln.Addr().String())
+			"livenessAction", a.opts.Cluster.LivenessAction, "containerRuntime", a.opts.Cluster.ContainerRuntimeEndpoint, "listen", a.ln.Addr().String())
 	} else {
 		a.log.Info("probed running", "manifests", a.opts.ManifestDir, "listen", a.ln.Addr().String(),
 			"allowHostExec", a.opts.AllowHostExec, "stateDir", a.opts.StateDir)
@@ -598,6 +601,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if perr := a.plugins.Close(shutdownCtx); perr != nil && closeErr == nil {
 		closeErr = perr
+	}
+	if a.cluster != nil {
+		// After the drain and the services: exec probes and restarts use it.
+		if cerr := a.cluster.closeRuntime(); cerr != nil && closeErr == nil {
+			closeErr = cerr
+		}
 	}
 	if a.store != nil {
 		a.saveState(true)

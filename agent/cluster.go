@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -12,25 +13,32 @@ import (
 
 	"github.com/probed/probed/agent/actuate"
 	"github.com/probed/probed/agent/events"
+	"github.com/probed/probed/agent/kube/cri"
 	"github.com/probed/probed/agent/kube/evict"
 	"github.com/probed/probed/agent/kube/gate"
 	"github.com/probed/probed/agent/kube/kevents"
 	"github.com/probed/probed/agent/kube/limits"
+	"github.com/probed/probed/agent/kube/nsscope"
 	"github.com/probed/probed/agent/kube/podsource"
+	"github.com/probed/probed/agent/kube/restart"
 	"github.com/probed/probed/agent/verdicts"
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/manager/customprobe"
+	probeexec "github.com/probed/probed/plugins/exec"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/egress"
 )
 
 // Cluster mode's defaults (docs/cluster.md).
 const (
 	// DefaultReadinessGate is the pod condition probed owns by default.
 	DefaultReadinessGate = string(gate.DefaultConditionType)
-	// LivenessActionEvent and LivenessActionEvict are the values of
-	// --liveness-action.
-	LivenessActionEvent = string(evict.ActionEvent)
-	LivenessActionEvict = string(evict.ActionEvict)
+	// LivenessActionEvent, LivenessActionEvict and LivenessActionRestart
+	// are the values of --liveness-action; restart needs the container
+	// runtime (ClusterOptions.ContainerRuntimeEndpoint).
+	LivenessActionEvent   = string(evict.ActionEvent)
+	LivenessActionEvict   = string(evict.ActionEvict)
+	LivenessActionRestart = "restart"
 	// DefaultStatusQPS and DefaultStatusBurst size the condition writer's
 	// bucket (patches per second, all pods together).
 	DefaultStatusQPS   = gate.DefaultQPS
@@ -53,8 +61,8 @@ const (
 const ReasonInvalidProbeAnnotation = limits.ReasonInvalidProbeAnnotation
 
 // ExecUnavailable is why an exec probe of the probed.io/probes annotation is
-// rejected in cluster mode.
-const ExecUnavailable = "exec probes need the container runtime, which the kubelet owns in cluster mode; use httpGet, tcpSocket, grpc or a plugin"
+// rejected in cluster mode without the container runtime.
+const ExecUnavailable = "exec probes need the container runtime, which the kubelet owns in cluster mode (probed reaches it with --container-runtime-endpoint); use httpGet, tcpSocket, grpc or a plugin"
 
 // ClusterOptions select cluster mode: pods from the API server.
 type ClusterOptions struct {
@@ -66,8 +74,8 @@ type ClusterOptions struct {
 	// ReadinessGate is the pod condition probed owns; default
 	// DefaultReadinessGate.
 	ReadinessGate string
-	// LivenessAction is LivenessActionEvent (default) or
-	// LivenessActionEvict.
+	// LivenessAction is LivenessActionEvent (default),
+	// LivenessActionEvict or LivenessActionRestart.
 	LivenessAction string
 	// StatusQPS and StatusBurst size the condition writer's bucket;
 	// defaults DefaultStatusQPS, DefaultStatusBurst.
@@ -86,9 +94,16 @@ type ClusterOptions struct {
 	// connect").
 	AllowProbeHost []netip.Prefix
 	// LivenessActionNamespaces is a label selector on namespaces: with
-	// LivenessActionEvict, pods are evicted only in the namespaces it
-	// selects; default DefaultLivenessActionNamespaces.
+	// LivenessActionEvict or LivenessActionRestart, the action is taken
+	// only in the namespaces it selects (agent/kube/nsscope); default
+	// DefaultLivenessActionNamespaces.
 	LivenessActionNamespaces string
+	// ContainerRuntimeEndpoint, when set, is the node's container runtime
+	// (the kubelet's --container-runtime-endpoint,
+	// unix:///run/containerd/containerd.sock): annotation exec probes run
+	// in their container through CRI ExecSync, and LivenessActionRestart
+	// stops containers through it (agent/kube/cri, agent/kube/restart).
+	ContainerRuntimeEndpoint string
 }
 
 // clusterParts are the rooms of cluster mode.
@@ -99,11 +114,21 @@ type clusterParts struct {
 	statuses *podsource.Statuses
 	gate     *gate.Writer
 	limits   *limits.Room
-	actuator *evict.Actuator
+	actuator actuator
+	cri      *cri.Client // with ContainerRuntimeEndpoint
+}
+
+// actuator is the liveness actuator of cluster mode (evict's or
+// restart's), with the goroutines Run owns.
+type actuator interface {
+	actuate.Actuator
+	Run(ctx context.Context) error
 }
 
 // stop ends the goroutines the event sink and the actuator start in their
-// New, for an agent that New fails to finish (Run never starts them).
+// New, for an agent that New fails to finish (Run never starts them), and
+// closes the connection to the container runtime (New's undo, and the
+// end of Run).
 func (p *clusterParts) stop(context.Context) error {
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -113,7 +138,17 @@ func (p *clusterParts) stop(context.Context) error {
 	if p.actuator != nil {
 		_ = p.actuator.Run(done)
 	}
-	return nil
+	return p.closeRuntime()
+}
+
+// closeRuntime closes the container runtime's connection, once.
+func (p *clusterParts) closeRuntime() error {
+	if p.cri == nil {
+		return nil
+	}
+	c := p.cri
+	p.cri = nil
+	return c.Close()
 }
 
 // connectCluster builds the API client and the event sink: every event
@@ -142,7 +177,24 @@ func (a *Agent) connectCluster() error {
 	}
 	a.cluster = &clusterParts{client: client, events: kev}
 	a.recorder = events.Tee(a.events, kev)
+	if c.ContainerRuntimeEndpoint != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), cri.DefaultRequestTimeout)
+		defer cancel()
+		if a.cluster.cri, err = cri.Connect(ctx, cri.Options{Endpoint: c.ContainerRuntimeEndpoint, Registerer: a.reg, Log: a.log}); err != nil {
+			_ = a.cluster.stop(context.Background())
+			return fmt.Errorf("cluster mode: %w", err)
+		}
+	}
 	return nil
+}
+
+// execRunner is the exec probes' runner in cluster mode: the container
+// runtime's, or none (the annotation refuses exec then, ExecUnavailable).
+func (p *clusterParts) execRunner() probeexec.Runner {
+	if p.cri == nil {
+		return probeexec.DisabledRunner{}
+	}
+	return p.cri.Runner()
 }
 
 // clusterMode builds the rooms of cluster mode: the node's pods from one
@@ -152,18 +204,18 @@ func (a *Agent) connectCluster() error {
 // manager runs only the probed.io/probes annotation's.
 func (a *Agent) clusterMode() (*mode, error) {
 	c, parts := a.opts.Cluster, a.cluster
-	action, err := evict.ParseAction(c.LivenessAction)
-	if err != nil {
-		return nil, err
-	}
+	var err error
 	if parts.source, err = podsource.New(podsource.Options{Client: parts.client, NodeName: c.NodeName, Logger: a.log}); err != nil {
 		return nil, err
 	}
 	parts.statuses = podsource.NewStatuses()
-	annotation := customprobe.Options{ExecUnavailable: ExecUnavailable, Egress: a.egress, Limits: customprobe.Limits{
+	annotation := customprobe.Options{Egress: a.egress, Limits: customprobe.Limits{
 		MaxProbes: c.MaxProbesPerPod, MaxProbesFlag: "--max-probes-per-pod",
 		MinPeriod: c.MinProbePeriod, MinPeriodFlag: "--min-probe-period",
 	}}
+	if parts.cri == nil {
+		annotation.ExecUnavailable = ExecUnavailable
+	}
 	parts.limits = limits.New(limits.Options{Annotation: annotation, MaxRate: c.MaxProbeRate, MaxRateFlag: "--max-probe-rate",
 		Recorder: a.recorder, Logger: a.log})
 	parts.gate, err = gate.New(gate.Options{
@@ -189,8 +241,7 @@ func (a *Agent) clusterMode() (*mode, error) {
 	if err != nil {
 		return nil, err
 	}
-	if parts.actuator, err = evict.New(evict.Options{Action: action, Client: parts.client, Recorder: a.recorder, Log: a.log,
-		NamespaceSelector: c.LivenessActionNamespaces}); err != nil {
+	if parts.actuator, err = a.livenessActuator(); err != nil {
 		return nil, err
 	}
 	return &mode{
@@ -218,4 +269,93 @@ func (a *Agent) clusterMode() (*mode, error) {
 			{name: "event sink", run: parts.events.Run},
 		},
 	}, nil
+}
+
+// livenessActuator builds the actuator of --liveness-action: event or
+// evict (agent/kube/evict), or restart (agent/kube/restart, through the
+// container runtime).
+func (a *Agent) livenessActuator() (actuator, error) {
+	c, parts := a.opts.Cluster, a.cluster
+	if c.LivenessAction != LivenessActionRestart {
+		action, err := evict.ParseAction(c.LivenessAction)
+		if err != nil {
+			return nil, fmt.Errorf("--liveness-action %q: want event, evict or restart", c.LivenessAction)
+		}
+		act, err := evict.New(evict.Options{Action: action, Client: parts.client, Recorder: a.recorder, Log: a.log,
+			NamespaceSelector: c.LivenessActionNamespaces})
+		if err != nil {
+			return nil, err // not a typed nil in the interface: stop would run it
+		}
+		return act, nil
+	}
+	if parts.cri == nil {
+		return nil, fmt.Errorf("--liveness-action=restart needs the container runtime: --container-runtime-endpoint")
+	}
+	scope, err := nsscope.New(parts.client, c.LivenessActionNamespaces)
+	if err != nil {
+		return nil, err
+	}
+	act, err := restart.New(restart.Options{
+		Runtime:    parts.cri,
+		Recorder:   a.recorder,
+		Namespaces: scope.Allows,
+		// A preStop httpGet hook is the tenant's too: it connects under
+		// the pod's egress policy, as its probes do.
+		HookContext: func(ctx context.Context, pod *v1.Pod) context.Context {
+			if a.egress == nil {
+				return ctx
+			}
+			return egress.WithPolicy(ctx, a.egress.Policy(podAddrs(pod)...))
+		},
+		// The annotation probe that failed, for its
+		// terminationGracePeriodSeconds (K3).
+		Probe: func(pod *v1.Pod, container string, t runtime.ProbeType) *v1.Probe {
+			probes, _ := parts.limits.Parse(pod)
+			for i := range probes {
+				if probes[i].Container == container && probes[i].Type == t {
+					return &probes[i].Probe
+				}
+			}
+			return nil
+		},
+		Log: a.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return scopedActuator{act, scope}, nil
+}
+
+// scopedActuator is the restart actuator with the namespace scope it reads,
+// both run by Run.
+type scopedActuator struct {
+	*restart.Actuator
+	scope *nsscope.Scope
+}
+
+func (s scopedActuator) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = s.scope.Run(ctx) })
+	err := s.Actuator.Run(ctx)
+	wg.Wait()
+	return err
+}
+
+// podAddrs are the pod's IPs (status.podIP and status.podIPs) as addresses.
+func podAddrs(pod *v1.Pod) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range append([]string{pod.Status.PodIP}, podIPStrings(pod.Status.PodIPs)...) {
+		if ip, err := netip.ParseAddr(s); err == nil {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+func podIPStrings(ips []v1.PodIP) []string {
+	out := make([]string, len(ips))
+	for i, ip := range ips {
+		out[i] = ip.IP
+	}
+	return out
 }

@@ -28,7 +28,7 @@ var kubernetesFiles embed.FS
 
 // Kubernetes is deploy/kubernetes: the plain manifests, file names at its root
 // (namespace.yaml, serviceaccount.yaml, clusterrole.yaml,
-// clusterrolebinding.yaml, admissionpolicy.yaml, clusterrole-eviction.yaml,
+// clusterrolebinding.yaml, admissionpolicy.yaml, clusterrole-eviction.yaml, clusterrole-restart.yaml,
 // daemonset.yaml).
 var Kubernetes fs.FS = mustSub(kubernetesFiles, "kubernetes")
 
@@ -46,6 +46,11 @@ const PolicyFile = "admissionpolicy.yaml"
 // EvictionFile holds the ClusterRole and ClusterRoleBinding that allow
 // pods/eviction create, applied only when eviction is enabled.
 const EvictionFile = "clusterrole-eviction.yaml"
+
+// RestartFile holds the ClusterRole and ClusterRoleBinding that allow
+// namespaces get, list and watch (the label that allows restarts), applied only with
+// --liveness-action=restart.
+const RestartFile = "clusterrole-restart.yaml"
 
 func mustSub(f fs.FS, dir string) fs.FS {
 	sub, err := fs.Sub(f, dir)

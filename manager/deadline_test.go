@@ -28,6 +28,14 @@ func newHangingTarget(t *testing.T) *hangingTarget {
 	stop := make(chan struct{})
 	s := httptest.NewServer(nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
 		h.requests.Add(1)
+		// The server sees a request end only when it notices that the
+		// prober closed the connection, a moment after the prober did:
+		// give an earlier request up to a second of real time to be seen
+		// ending before this one counts as overlapping it. A real overlap
+		// (a run while the first hangs until its fake deadline) lasts.
+		for wait := time.Now().Add(time.Second); h.inFlight.Load() > 0 && time.Now().Before(wait); {
+			time.Sleep(time.Millisecond)
+		}
 		n := h.inFlight.Add(1)
 		defer h.inFlight.Add(-1)
 		for m := h.maxInFlight.Load(); n > m && !h.maxInFlight.CompareAndSwap(m, n); m = h.maxInFlight.Load() {

@@ -34,6 +34,9 @@ type kubeFlags struct {
 	maxProbeRate    float64
 
 	livenessActionNamespaces string
+
+	// The container runtime (issue 19).
+	criEndpoint string
 }
 
 func (k *kubeFlags) add(cmd *cobra.Command) {
@@ -41,7 +44,7 @@ func (k *kubeFlags) add(cmd *cobra.Command) {
 	f.StringVar(&k.kubeconfig, "kubeconfig", "", "cluster mode: kubeconfig file of the API server to watch this node's pods through")
 	f.BoolVar(&k.inCluster, "in-cluster", false, "cluster mode: reach the API server with the pod's service account (probed as a DaemonSet)")
 	f.StringVar(&k.readinessGate, "readiness-gate", agent.DefaultReadinessGate, "cluster mode: the pod condition probed owns, for pods that list it in spec.readinessGates")
-	f.StringVar(&k.livenessAction, "liveness-action", agent.LivenessActionEvent, "cluster mode: what a liveness or startup failure does: event (an Event; the kubelet's restart is not probed's to do) or evict (one Eviction per container instance, honouring PodDisruptionBudgets)")
+	f.StringVar(&k.livenessAction, "liveness-action", agent.LivenessActionEvent, "cluster mode: what a liveness or startup failure does: event (an Event), evict (one Eviction per container instance, honouring PodDisruptionBudgets) or restart (the container is stopped as by the kubelet's liveness kill, preStop hook first; needs --container-runtime-endpoint)")
 	f.Float64Var(&k.statusQPS, "status-qps", agent.DefaultStatusQPS, "cluster mode: condition patches per second, all pods together")
 	f.IntVar(&k.statusBurst, "status-burst", agent.DefaultStatusBurst, "cluster mode: condition patches allowed in a burst above --status-qps")
 
@@ -52,14 +55,16 @@ func (k *kubeFlags) add(cmd *cobra.Command) {
 	f.StringSliceVar(&k.allowProbeHost, "allow-probe-host", nil, "cluster mode: CIDRs probes may connect to besides their pod's IPs (httpGet.host, tcpSocket.host, plugins' targets); none by default: a probe connects only to its pod's IP")
 
 	f.StringVar(&k.livenessActionNamespaces, "liveness-action-namespaces", agent.DefaultLivenessActionNamespaces,
-		"cluster mode, --liveness-action=evict: a label selector on namespaces; pods are evicted only in the namespaces it selects (kubernetes.io/metadata.name selects all), elsewhere a failure is an Event saying why")
+		"cluster mode, --liveness-action=evict or restart: a label selector on namespaces; the action is taken only in the namespaces it selects (kubernetes.io/metadata.name selects all), elsewhere a failure is an Event saying why")
+
+	f.StringVar(&k.criEndpoint, "container-runtime-endpoint", "", "cluster mode: the node's container runtime (CRI), as the kubelet's flag: unix:///run/containerd/containerd.sock; annotation exec probes then run in their container, and --liveness-action=restart is possible. Off by default: the socket is root on the node (docs/cluster.md)")
 }
 
 // cluster returns the cluster-mode options, or nil without --kubeconfig and
 // --in-cluster (manifest mode). Manifest-mode flags are refused with them.
 func (k *kubeFlags) cluster(cmd *cobra.Command, node string) (*agent.ClusterOptions, error) {
 	if k.kubeconfig == "" && !k.inCluster {
-		for _, name := range []string{"readiness-gate", "liveness-action", "status-qps", "status-burst", "allow-probe-host", "max-probes-per-pod", "min-probe-period", "max-probe-rate", "liveness-action-namespaces"} {
+		for _, name := range []string{"readiness-gate", "liveness-action", "status-qps", "status-burst", "allow-probe-host", "max-probes-per-pod", "min-probe-period", "max-probe-rate", "liveness-action-namespaces", "container-runtime-endpoint"} {
 			if cmd.Flags().Changed(name) {
 				return nil, fmt.Errorf("--%s needs cluster mode (--kubeconfig or --in-cluster)", name)
 			}
@@ -111,5 +116,7 @@ func (k *kubeFlags) cluster(cmd *cobra.Command, node string) (*agent.ClusterOpti
 		MaxProbeRate:    k.maxProbeRate,
 
 		LivenessActionNamespaces: k.livenessActionNamespaces,
+
+		ContainerRuntimeEndpoint: k.criEndpoint,
 	}, nil
 }

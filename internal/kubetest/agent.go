@@ -31,7 +31,7 @@ import (
 // package tests of what RBAC allows (AgentConfigForNode adds the rest).
 func AgentConfig(t testing.TB) *rest.Config {
 	t.Helper()
-	return agentConfig(t, false, "")
+	return agentConfig(t, "")
 }
 
 // AgentConfigWithEviction is AgentConfig plus
@@ -39,7 +39,7 @@ func AgentConfig(t testing.TB) *rest.Config {
 // --liveness-action=evict needs.
 func AgentConfigWithEviction(t testing.TB) *rest.Config {
 	t.Helper()
-	return agentConfig(t, true, "")
+	return agentConfig(t, "", deploy.EvictionFile)
 }
 
 // AgentConfigForNode is the agent of node as the DaemonSet runs it: the RBAC
@@ -51,7 +51,7 @@ func AgentConfigWithEviction(t testing.TB) *rest.Config {
 // under it, which proves the agent never needs more than the policy allows.
 func AgentConfigForNode(t testing.TB, node string) *rest.Config {
 	t.Helper()
-	return agentConfig(t, false, node)
+	return agentConfig(t, node)
 }
 
 // AgentConfigForNodeWithEviction is AgentConfigForNode plus
@@ -59,19 +59,24 @@ func AgentConfigForNode(t testing.TB, node string) *rest.Config {
 // labelled probed.io/liveness-actions=enabled.
 func AgentConfigForNodeWithEviction(t testing.TB, node string) *rest.Config {
 	t.Helper()
-	return agentConfig(t, true, node)
+	return agentConfig(t, node, deploy.EvictionFile)
 }
 
-// agentConfig binds the RBAC of deploy/kubernetes (with the eviction role
-// when eviction) to a fresh ServiceAccount; with a node, its token is bound
-// to a pod on node and the admission policy is installed for it.
-func agentConfig(t testing.TB, eviction bool, node string) *rest.Config {
+// AgentConfigWithRestart is AgentConfig plus
+// deploy/kubernetes/clusterrole-restart.yaml, what
+// --liveness-action=restart needs.
+func AgentConfigWithRestart(t testing.TB) *rest.Config {
+	t.Helper()
+	return agentConfig(t, "", deploy.RestartFile)
+}
+
+// agentConfig binds the RBAC of deploy/kubernetes (plus the extra role
+// files) to a fresh ServiceAccount; with a node, its token is bound to a pod
+// on node and the admission policy is installed for it.
+func agentConfig(t testing.TB, node string, extra ...string) *rest.Config {
 	c := Client(t)
 	ns := Namespace(t)
-	files := []string{"clusterrole.yaml", "clusterrolebinding.yaml"}
-	if eviction {
-		files = append(files, deploy.EvictionFile)
-	}
+	files := append([]string{"clusterrole.yaml", "clusterrolebinding.yaml"}, extra...)
 	saName := ""
 	var check []authorizationv1.ResourceAttributes
 	for _, file := range files {

@@ -85,6 +85,7 @@ func TestEX1_Verdicts(t *testing.T) {
 		{name: "generic error is unknown and errored", out: []byte("partial"), err: errors.New("runtime down"), result: runtime.Unknown, output: "", exitCode: -1, errored: true},
 		{name: "exit 1 is failure with output", out: []byte("bad"), err: exitErr(1), result: runtime.Failure, output: "bad", exitCode: 1},
 		{name: "timeout error is failure with its text", err: &exec.TimeoutError{Cmd: []string{"sh", "-c", "sleep 5"}, Timeout: time.Second}, result: runtime.Failure, output: `command "sh -c sleep 5" timed out`, exitCode: -1},
+		{name: "a runtime's timeout text is the output as it is", err: &exec.TimeoutError{Cmd: []string{"sh", "-c", "sleep 5"}, Timeout: time.Second, Message: `command timed out: "sh -c sleep 5" timed out after 1s`}, result: runtime.Failure, output: `command timed out: "sh -c sleep 5" timed out after 1s`, exitCode: -1},
 		{name: "wrapped deadline is a timeout", err: fmt.Errorf("rpc: %w", context.DeadlineExceeded), result: runtime.Failure, output: `command "sh -c sleep 5" timed out`, exitCode: -1},
 		{name: "cancelled is errored", err: context.Canceled, result: runtime.Unknown, exitCode: -1, errored: true},
 	}

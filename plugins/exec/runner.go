@@ -73,12 +73,21 @@ type TimeoutError struct {
 	Cmd []string
 	// Timeout is the probe timeout that expired.
 	Timeout time.Duration
+	// Message, when set, is the text of the runtime that timed the command
+	// out, which Error returns as it is: the CRI runner's is the kubelet's
+	// own (k8s.io/cri-client ExecSync: `command timed out: "<cmd>" timed
+	// out after 1s`).
+	Message string
 }
 
-// Error returns `command "<cmd joined by spaces>" timed out`, the text the
-// kubelet's CRI client builds on DeadlineExceeded (Go %q quoting, so a '"'
-// inside the command appears as `\"`).
+// Error returns Message, or `command "<cmd joined by spaces>" timed out`
+// (Go %q quoting, so a '"' inside the command appears as `\"`): LocalRunner's
+// text, which the kubelet's CRI client once returned (pkg/kubelet/cri/remote,
+// before k8s.io/cri-client).
 func (e *TimeoutError) Error() string {
+	if e.Message != "" {
+		return e.Message
+	}
 	return fmt.Sprintf("command %q timed out", strings.Join(e.Cmd, " "))
 }
 

@@ -142,7 +142,7 @@ func TestChartNonDefaultValues(t *testing.T) {
 	c := spec.Containers[0]
 	args := strings.Join(c.Args, " ")
 	for _, a := range []string{"--status-qps=20", "--status-burst=40", "--allow-probe-host=10.0.0.0/8,fd00::/64", "--plugin-config=/etc/probed/plugins.yaml", "--history=20",
-		"--liveness-action-namespaces=probed.io/liveness-actions=enabled"} {
+		"--liveness-action-namespaces=example.com/evictable=yes"} {
 		if !strings.Contains(args, a) {
 			t.Errorf("args %q lack %q", args, a)
 		}
@@ -184,13 +184,21 @@ func TestChartNonDefaultValues(t *testing.T) {
 }
 
 // TestChartSchemaRejectsBadValues: values.schema.json refuses a liveness
-// action probed does not have and a port out of range, naming the value.
+// action probed does not have, restart without the container runtime and a
+// port out of range, naming the value.
 func TestChartSchemaRejectsBadValues(t *testing.T) {
-	for _, set := range []string{"livenessAction=restart", "listen.port=70000", "readinessGate=not a condition",
-		"livenessActionNamespaces=no-value", "livenessActionNamespaces=a=b'||true", "allowProbeHost={10.0.0.1}"} {
+	for set, names := range map[string]string{
+		"livenessAction=kill":                 "livenessAction",
+		"livenessAction=restart":              "cri/enabled",
+		"listen.port=70000":                   "listen",
+		"readinessGate=not a condition":       "readinessGate",
+		"livenessActionNamespaces=no-value":   "livenessActionNamespaces",
+		"livenessActionNamespaces=a=b'||true": "livenessActionNamespaces",
+		"allowProbeHost={10.0.0.1}":           "allowProbeHost",
+	} {
 		_, err := helmRun(t, "template", "x", chartDir, "--set", set)
-		if err == nil || !strings.Contains(err.Error(), strings.Split(strings.Split(set, "=")[0], ".")[0]) {
-			t.Errorf("--set %s: %v, want a schema error naming the value", set, err)
+		if err == nil || !strings.Contains(err.Error(), names) {
+			t.Errorf("--set %s: %v, want a schema error naming %s", set, err, names)
 		}
 	}
 }

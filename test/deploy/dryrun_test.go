@@ -29,7 +29,7 @@ var dryRun = metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValid
 func TestManifestsAcceptedByTheAPIServer(t *testing.T) {
 	c := kubetest.Client(t)
 	var objects []runtime.Object
-	for _, f := range append(deploy.Base, deploy.EvictionFile) {
+	for _, f := range append(deploy.Base, deploy.EvictionFile, deploy.RestartFile) {
 		objects = append(objects, plain(t, f)...)
 	}
 	dryRunInstall(t, c, objects)
@@ -37,12 +37,14 @@ func TestManifestsAcceptedByTheAPIServer(t *testing.T) {
 
 // TestChartAcceptedByTheAPIServer: the same for the chart's output, with the
 // default values and with non-default ones (eviction, plugin image and
-// config, namespace object, no priority class, OTLP).
+// config, namespace object, no priority class, OTLP; the container runtime
+// and restarts).
 func TestChartAcceptedByTheAPIServer(t *testing.T) {
 	c := kubetest.Client(t)
 	ns := kubetest.Namespace(t)
 	dryRunInstall(t, c, render(t, "probed", ns))
 	dryRunInstall(t, c, render(t, "edge", ns, "-f", valuesFile(t, nonDefault)))
+	dryRunInstall(t, c, render(t, "cri", ns, "--set", "cri.enabled=true", "--set", "livenessAction=restart"))
 }
 
 // dryRunInstall dry-runs every object: namespaced ones into a namespace made

@@ -39,6 +39,7 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 	want := []string{
 		"admissionpolicy.yaml:ValidatingAdmissionPolicy", "admissionpolicy.yaml:ValidatingAdmissionPolicyBinding",
 		"clusterrole-eviction.yaml:ClusterRole", "clusterrole-eviction.yaml:ClusterRoleBinding",
+		"clusterrole-restart.yaml:ClusterRole", "clusterrole-restart.yaml:ClusterRoleBinding",
 		"clusterrole.yaml:ClusterRole", "clusterrolebinding.yaml:ClusterRoleBinding",
 		"daemonset.yaml:DaemonSet", "namespace.yaml:Namespace", "serviceaccount.yaml:ServiceAccount",
 	}

@@ -86,8 +86,9 @@ func TestAgentRoleAllowsWhatTheAgentDoes(t *testing.T) {
 // TestAgentRoleRefusesTheRest (issue 10 §8): the same identity is refused
 // (403) everything outside the role: changing a pod's spec or metadata,
 // deleting a pod, reading secrets, listing nodes, a core/v1 Event (the role
-// grants events.k8s.io only), and evicting a pod without
-// clusterrole-eviction.yaml.
+// grants events.k8s.io only), evicting a pod without
+// clusterrole-eviction.yaml, and reading a namespace without
+// clusterrole-restart.yaml.
 func TestAgentRoleRefusesTheRest(t *testing.T) {
 	admin := kubetest.Client(t)
 	agent := kubetest.ClientFor(t, kubetest.AgentConfig(t))
@@ -139,6 +140,10 @@ func TestAgentRoleRefusesTheRest(t *testing.T) {
 			return err
 		},
 		"evict a pod": func() error { return evict(ctx, agent, ns, "web") },
+		"read a namespace": func() error {
+			_, err := agent.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+			return err
+		},
 	} {
 		if err := call(); !apierrors.IsForbidden(err) {
 			t.Errorf("%s: %v, want 403 Forbidden", what, err)
@@ -168,4 +173,29 @@ func TestEvictionRoleAllowsEviction(t *testing.T) {
 
 func evict(ctx context.Context, c kubernetes.Interface, ns, name string) error {
 	return c.PolicyV1().Evictions(ns).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
+}
+
+// TestRestartRoleReadsNamespaces: with clusterrole-restart.yaml bound too
+// (--liveness-action=restart), the agent reads and watches namespaces (the
+// label that allows restarts, agent/kube/nsscope), and nothing more than
+// before: no eviction, no namespace write.
+func TestRestartRoleReadsNamespaces(t *testing.T) {
+	admin := kubetest.Client(t)
+	agent := kubetest.ClientFor(t, kubetest.AgentConfigWithRestart(t))
+	ns := kubetest.Namespace(t)
+	ctx := kubetest.Context(t)
+	if _, err := agent.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err != nil {
+		t.Fatalf("get a namespace with the restart role: %v", err)
+	}
+	if _, err := agent.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: "probed.io/liveness-actions=enabled"}); err != nil {
+		t.Fatalf("list the selected namespaces with the restart role: %v", err)
+	}
+	kubetest.CreatePod(t, admin, kubetest.NewPod(ns, "web", kubetest.NodeName(t), "app"))
+	if err := evict(ctx, agent, ns, "web"); !apierrors.IsForbidden(err) {
+		t.Errorf("evict: %v, want 403", err)
+	}
+	patch := []byte(`{"metadata":{"labels":{"probed.io/liveness-actions":"enabled"}}}`)
+	if _, err := agent.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, patch, metav1.PatchOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("label a namespace: %v, want 403", err)
+	}
 }

@@ -228,8 +228,11 @@ func TestLowFileLimitNoFalseRestarts(t *testing.T) {
 
 	listen := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	base := "http://" + listen
+	// The pools' shares off: every pod is in one namespace, whose share (a
+	// quarter of the pool) would keep the probes in flight below what
+	// exhausts the descriptors, and this test is about exhausting them.
 	p := startProbedWithFileLimit(t, nofile, "run", "--manifests", dir, "--listen", listen,
-		"--rescan-interval", "10m", "--log-format", "json")
+		"--rescan-interval", "10m", "--log-format", "json", "--pod-pool-share", "0", "--namespace-pool-share", "0")
 	waitAPI(t, p, base, true)
 	eventually(t, p, 30*time.Second, "every liveness probe has run", func() (bool, string) {
 		body, err := apiGet(base, "/metrics/probes")

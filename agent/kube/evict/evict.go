@@ -52,22 +52,17 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/time/rate"
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/lru"
 
 	"github.com/probed/probed/agent/actuate"
+	"github.com/probed/probed/agent/kube/nsscope"
 	"github.com/probed/probed/runtime"
 )
 
@@ -111,12 +106,12 @@ const (
 	SystemCriticalPriority = 2_000_000_000
 )
 
-// DefaultNamespaceSelector selects the namespaces where ActionEvict acts:
-// those labelled LivenessActionsLabel=enabled (docs/cluster.md "Liveness
+// LivenessActionsLabel and DefaultNamespaceSelector select the namespaces
+// where ActionEvict acts (package nsscope, docs/cluster.md "Liveness
 // actions"; the shipped admission policy checks the same label).
 const (
-	LivenessActionsLabel     = "probed.io/liveness-actions"
-	DefaultNamespaceSelector = LivenessActionsLabel + "=enabled"
+	LivenessActionsLabel     = nsscope.LivenessActionsLabel
+	DefaultNamespaceSelector = nsscope.DefaultSelector
 )
 
 // Defaults of Options (docs/cluster.md "Liveness actions").
@@ -171,17 +166,13 @@ type Actuator struct {
 	opts    Options
 	queue   workqueue.TypedRateLimitingInterface[*item]
 	retries workqueue.TypedRateLimiter[*item] // per-pod backoff, max'ed with the node's bucket
-	node    *nodeLimiter
+	node    *actuate.NodeBucket[*item]
 
-	mu   sync.Mutex
-	seen *lru.Cache // container ID -> struct{}
+	seen *actuate.Instances // the container instances acted on
 
-	// The selected namespaces (ActionEvict): an informer of the Namespace
-	// objects NamespaceSelector selects, started by Run.
-	selector   labels.Selector
-	informers  informers.SharedInformerFactory
-	namespaces corelisters.NamespaceLister
-	nsSynced   cache.InformerSynced
+	// scope: the namespaces NamespaceSelector selects (ActionEvict),
+	// watched while Run runs.
+	scope *nsscope.Scope
 
 	attempts map[*item]int // non-429 failures per item; the worker's only
 }
@@ -242,8 +233,8 @@ func New(opts Options) (*Actuator, error) {
 	}
 	a := &Actuator{
 		opts:     opts,
-		node:     newNodeLimiter(opts.EvictionInterval, opts.EvictionBurst, opts.Clock),
-		seen:     lru.New(opts.RememberInstances),
+		node:     actuate.NewNodeBucket[*item](opts.EvictionInterval, opts.EvictionBurst, opts.Clock),
+		seen:     actuate.NewInstances(opts.RememberInstances),
 		attempts: map[*item]int{},
 	}
 	if opts.Action == ActionEvict {
@@ -254,56 +245,13 @@ func New(opts Options) (*Actuator, error) {
 		// The queue is created here so failures before Run are kept; its
 		// goroutine is stopped by Run.
 		a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(a.retries, workqueue.TypedRateLimitingQueueConfig[*item]{Clock: opts.Clock})
-		if err := a.watchNamespaces(); err != nil {
+		var err error
+		if a.scope, err = nsscope.New(opts.Client, opts.NamespaceSelector); err != nil {
 			a.queue.ShutDown()
 			return nil, err
 		}
 	}
 	return a, nil
-}
-
-// watchNamespaces sets up the informer of the selected namespaces (no
-// goroutine until Run). Only their names and labels are kept.
-func (a *Actuator) watchNamespaces() error {
-	sel := a.opts.NamespaceSelector
-	if sel == "" {
-		sel = DefaultNamespaceSelector
-	}
-	selector, err := labels.Parse(sel)
-	if err != nil {
-		return fmt.Errorf("--liveness-action-namespaces %q: %w", sel, err)
-	}
-	if selector.Empty() {
-		return fmt.Errorf("--liveness-action-namespaces %q: selects every namespace without saying so; to allow evictions everywhere, select kubernetes.io/metadata.name", sel)
-	}
-	a.selector = selector
-	a.informers = informers.NewSharedInformerFactoryWithOptions(a.opts.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.LabelSelector = selector.String()
-	}))
-	inf := a.informers.Core().V1().Namespaces()
-	if err := inf.Informer().SetTransform(func(obj any) (any, error) {
-		if ns, ok := obj.(*v1.Namespace); ok {
-			return &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns.Name, Labels: ns.Labels, ResourceVersion: ns.ResourceVersion}}, nil
-		}
-		return obj, nil
-	}); err != nil {
-		return err
-	}
-	a.namespaces, a.nsSynced = inf.Lister(), inf.Informer().HasSynced
-	return nil
-}
-
-// outOfScope says why pods of namespace may not be evicted (the namespace
-// is not selected), or "" when they may; known is false while the
-// namespaces have not been listed yet.
-func (a *Actuator) outOfScope(namespace string) (why string, known bool) {
-	if !a.nsSynced() {
-		return "", false
-	}
-	if ns, err := a.namespaces.Get(namespace); err == nil && a.selector.Matches(labels.Set(ns.Labels)) {
-		return "", true
-	}
-	return fmt.Sprintf("namespace %s is not selected by --liveness-action-namespaces=%s (label the namespace to allow evictions)", namespace, a.selector), true
 }
 
 // ContainerFailed acts on a liveness or startup Failure of a running
@@ -312,17 +260,7 @@ func (a *Actuator) ContainerFailed(f actuate.Failure) {
 	if f.Pod == nil {
 		return
 	}
-	instance := f.ContainerID
-	if instance == "" { // a running container has an ID; be safe without one
-		instance = string(f.Pod.UID) + "/" + f.Container
-	}
-	a.mu.Lock()
-	_, done := a.seen.Get(instance)
-	if !done {
-		a.seen.Add(instance, struct{}{})
-	}
-	a.mu.Unlock()
-	if done {
+	if !a.seen.First(f) {
 		return
 	}
 	ref := runtime.ContainerRef(f.Pod, f.Container)
@@ -340,7 +278,7 @@ func (a *Actuator) ContainerFailed(f actuate.Failure) {
 		log.Info("liveness action: not evicted", "why", why)
 		return
 	}
-	if why, known := a.outOfScope(f.Pod.Namespace); why != "" && known {
+	if why, known := a.scope.Known(f.Pod.Namespace); why != "" && known {
 		a.opts.Recorder.Eventf(ref, v1.EventTypeWarning, reason,
 			"Container %s failed %s probe; the pod is not evicted: %s", f.Container, what, why)
 		log.Info("liveness action: not evicted", "why", why)
@@ -406,8 +344,8 @@ func (a *Actuator) Run(ctx context.Context) error {
 		<-ctx.Done()
 		return nil
 	}
-	a.informers.Start(ctx.Done())
 	var wg sync.WaitGroup
+	wg.Go(func() { _ = a.scope.Run(ctx) })
 	wg.Go(func() {
 		for a.processNext(ctx) {
 		}
@@ -415,7 +353,6 @@ func (a *Actuator) Run(ctx context.Context) error {
 	<-ctx.Done()
 	a.queue.ShutDown()
 	wg.Wait()
-	a.informers.Shutdown()
 	return nil
 }
 
@@ -440,7 +377,7 @@ func (a *Actuator) evict(ctx context.Context, it *item) {
 	// The namespace is checked again before each request: its label may
 	// have been removed since the failure was queued, or the namespaces
 	// were not listed yet then.
-	why, err := a.scopeAt(rctx, it.namespace)
+	why, err := a.scope.Allows(rctx, it.namespace)
 	if why != "" {
 		a.finish(it)
 		log.Info("eviction not sent", "why", why)
@@ -479,17 +416,6 @@ func (a *Actuator) evict(ctx context.Context, it *item) {
 		delay := a.retry(it, err)
 		log.Warn("eviction failed, will retry", "attempt", a.attempts[it], "of", a.opts.MaxAttempts, "in", delay, "error", err)
 	}
-}
-
-// scopeAt waits (within ctx) until the namespaces are listed and returns
-// outOfScope's verdict; the error says why they could not be read.
-func (a *Actuator) scopeAt(ctx context.Context, namespace string) (string, error) {
-	if !cache.WaitForCacheSync(ctx.Done(), a.nsSynced) {
-		return "", fmt.Errorf("the namespaces selected by --liveness-action-namespaces=%s could not be listed within %s "+
-			"(may the agent list and watch namespaces? deploy/kubernetes/clusterrole-eviction.yaml)", a.selector, a.opts.RequestTimeout)
-	}
-	why, _ := a.outOfScope(namespace)
-	return why, nil
 }
 
 // eventReason is the Event reason of a failed probe of type t.
@@ -537,26 +463,3 @@ func (a *Actuator) finish(it *item) {
 	a.retries.Forget(it)
 	delete(a.attempts, it)
 }
-
-// nodeLimiter is the node's token bucket as a workqueue rate limiter on the
-// injected clock (workqueue's BucketRateLimiter reads the wall clock): When
-// reserves a token and returns how long to wait for it.
-type nodeLimiter struct {
-	clock   clock.PassiveClock
-	mu      sync.Mutex
-	limiter *rate.Limiter
-}
-
-func newNodeLimiter(interval time.Duration, burst int, clk clock.PassiveClock) *nodeLimiter {
-	return &nodeLimiter{clock: clk, limiter: rate.NewLimiter(rate.Every(interval), burst)}
-}
-
-func (n *nodeLimiter) When(*item) time.Duration {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	now := n.clock.Now()
-	return n.limiter.ReserveN(now, 1).DelayFrom(now)
-}
-
-func (n *nodeLimiter) Forget(*item)          {}
-func (n *nodeLimiter) NumRequeues(*item) int { return 0 }

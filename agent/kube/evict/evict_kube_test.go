@@ -315,7 +315,7 @@ func TestEvictionWithTheAgentsRBAC(t *testing.T) {
 // allows the next failed instance to be evicted; removing the label again
 // stops an eviction already queued (the worker checks before sending).
 func TestEvictOnlyInSelectedNamespaces(t *testing.T) {
-	const why = "is not selected by --liveness-action-namespaces=probed.io/liveness-actions=enabled (label the namespace to allow evictions)"
+	const why = "is not selected by --liveness-action-namespaces=probed.io/liveness-actions=enabled (label the namespace to allow liveness actions)"
 	e := newEvictEnvWith(t, func(admin *rest.Config, _ string) *rest.Config { return admin }, "", nil)
 	p := e.pod(t, "web", nil)
 	e.fail(p, "containerd://app-1")
@@ -332,10 +332,19 @@ func TestEvictOnlyInSelectedNamespaces(t *testing.T) {
 	}
 
 	kubetest.LabelNamespace(t, e.ns, map[string]string{evict.LivenessActionsLabel: "enabled"})
-	kubetest.Eventually(t, "the next instance evicted once the namespace is labelled", func() bool {
-		e.fail(p, fmt.Sprintf("containerd://app-%d", time.Now().UnixNano())) // the informer sees the label a moment later
-		return e.terminating(t, "web")
-	})
+	// The informer sees the label a moment later: fail a new instance
+	// until one is evicted, giving each time to be (a refused instance is
+	// refused at once, with its Event, and never requested later).
+	deadline := time.Now().Add(kubetest.Timeout)
+	for i := 2; !e.terminating(t, "web"); i++ {
+		if time.Now().After(deadline) {
+			t.Fatal("the pod was not evicted once its namespace was labelled")
+		}
+		e.fail(p, fmt.Sprintf("containerd://app-%d", i))
+		for wait := time.Now().Add(2 * time.Second); time.Now().Before(wait) && !e.terminating(t, "web"); {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	if n := e.evictions("web"); n != 1 {
 		t.Fatalf("%d eviction requests, want 1", n)
 	}

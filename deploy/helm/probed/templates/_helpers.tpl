@@ -30,3 +30,7 @@ app.kubernetes.io/component: agent
 {{- define "probed.evict" -}}
 {{- if eq .Values.livenessAction "evict" -}}true{{- end -}}
 {{- end -}}
+
+{{- define "probed.restart" -}}
+{{- if eq .Values.livenessAction "restart" -}}true{{- end -}}
+{{- end -}}

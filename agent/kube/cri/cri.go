@@ -1,0 +1,242 @@
+// Package cri is probed's one door to the node's container runtime, through
+// the Container Runtime Interface the kubelet uses (k8s.io/cri-client,
+// k8s.io/cri-api v1), in cluster mode with --container-runtime-endpoint
+// (docs/cluster.md "The container runtime").
+//
+// A Client is connected once, at start: the runtime's Version names it
+// (containerd, cri-o, ...) and a pod's containerStatuses[].containerID
+// ("containerd://<id>") maps to a CRI container ID only when its type is
+// that name (ContainerID); anything else is an error naming what was found,
+// never a guess. probed makes exactly four CRI calls, each counted in
+// probed_cri_calls_total{method, code}:
+//
+//   - Version, once at start;
+//   - ExecSync, for exec probes (Runner, one more exec.Runner beside
+//     LocalRunner) and exec preStop hooks (agent/kube/restart);
+//   - ContainerStatus, before a liveness restart: only a running
+//     container is stopped;
+//   - StopContainer, the liveness restart itself.
+//
+// probed never creates, starts or removes containers or sandboxes, pulls
+// images, or opens streaming sessions; the kubelet restarts a container
+// probed stopped, under the pod's restartPolicy.
+package cri
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	internalapi "k8s.io/cri-api/pkg/apis"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	remote "k8s.io/cri-client/pkg"
+	"k8s.io/cri-client/pkg/util"
+	"k8s.io/klog/v2"
+	utilexec "k8s.io/utils/exec"
+
+	"github.com/probed/probed/manager/results"
+)
+
+// DefaultRequestTimeout bounds one CRI call beyond the time the call itself
+// asks for (an exec's timeout, a stop's grace period): 2 minutes, the
+// kubelet's --runtime-request-timeout default.
+const DefaultRequestTimeout = 2 * time.Minute
+
+// CRI methods probed calls: the values of probed_cri_calls_total's method
+// label.
+const (
+	MethodVersion         = "Version"
+	MethodExecSync        = "ExecSync"
+	MethodContainerStatus = "ContainerStatus"
+	MethodStopContainer   = "StopContainer"
+)
+
+// Options configure Connect.
+type Options struct {
+	// Endpoint is the runtime's socket as the kubelet's
+	// --container-runtime-endpoint takes it:
+	// unix:///run/containerd/containerd.sock, unix:///var/run/crio/crio.sock.
+	// Required.
+	Endpoint string
+	// RequestTimeout bounds each call besides its own time (see
+	// DefaultRequestTimeout, the default) and the connection at start.
+	RequestTimeout time.Duration
+	// Registerer receives probed_cri_calls_total (nil: not registered).
+	Registerer prometheus.Registerer
+	// Log receives the runtime's identity at start (default
+	// slog.Default()).
+	Log *slog.Logger
+}
+
+// Client is a connection to the node's container runtime. Its methods are
+// safe for concurrent use.
+type Client struct {
+	rs       internalapi.RuntimeService
+	endpoint string
+	timeout  time.Duration
+	version  *runtimeapi.VersionResponse
+	calls    *prometheus.CounterVec
+	log      *slog.Logger
+}
+
+// Connect dials opts.Endpoint and asks the runtime's Version, which names
+// it. Errors: no endpoint, an endpoint that is not a unix socket URL, a
+// runtime that does not answer within RequestTimeout or does not speak CRI
+// v1, a registration error of the metric.
+func Connect(ctx context.Context, opts Options) (*Client, error) {
+	if opts.Endpoint == "" {
+		return nil, errors.New("cri: no container runtime endpoint")
+	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = DefaultRequestTimeout
+	}
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	c := &Client{
+		endpoint: opts.Endpoint,
+		timeout:  opts.RequestTimeout,
+		log:      opts.Log,
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "probed_cri_calls_total",
+			Help: "Calls probed made to the container runtime (CRI), by method and gRPC status code.",
+		}, []string{"method", "code"}),
+	}
+	ctx = quiet(ctx)
+	// One plain connection first: cri-client's Build leaves its gRPC
+	// connection (and its goroutines) behind when the runtime does not
+	// answer, and nothing listening is the common mistake (a wrong path,
+	// the socket not mounted).
+	addr, dial, err := util.GetAddressAndDialer(opts.Endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("--container-runtime-endpoint %s: %w", opts.Endpoint, err)
+	}
+	dctx, cancel := context.WithTimeout(ctx, opts.RequestTimeout)
+	conn, err := dial(dctx, addr)
+	cancel()
+	if err != nil {
+		c.count(MethodVersion, status.Error(codes.Unavailable, err.Error()))
+		return nil, fmt.Errorf("--container-runtime-endpoint %s: %w", opts.Endpoint, err)
+	}
+	_ = conn.Close()
+	// No tracer provider: probed's spans are its probes', the CRI calls
+	// are counted instead.
+	rs, err := remote.NewRemoteRuntimeServiceBuilder().WithEndpoint(opts.Endpoint).
+		WithConnectionTimeout(opts.RequestTimeout).WithTracerProvider(nil).Build(ctx)
+	c.count(MethodVersion, err) // Build asks the runtime's Version
+	if err != nil {
+		return nil, fmt.Errorf("--container-runtime-endpoint %s: %w", opts.Endpoint, err)
+	}
+	c.rs = rs
+	v, err := rs.Version(ctx, "")
+	c.count(MethodVersion, err)
+	if err != nil {
+		_ = rs.Close(ctx)
+		return nil, fmt.Errorf("--container-runtime-endpoint %s: Version: %w", opts.Endpoint, err)
+	}
+	c.version = v
+	if opts.Registerer != nil {
+		if err := opts.Registerer.Register(c.calls); err != nil {
+			_ = rs.Close(ctx)
+			return nil, err
+		}
+	}
+	c.log.Info("container runtime", "endpoint", opts.Endpoint, "runtime", v.RuntimeName, "version", v.RuntimeVersion,
+		"criVersion", v.RuntimeApiVersion)
+	return c, nil
+}
+
+// Close ends the connection.
+func (c *Client) Close() error { return c.rs.Close(quiet(context.Background())) }
+
+// RuntimeName is the runtime's name as its Version reports it
+// ("containerd"): the type of the container IDs it serves.
+func (c *Client) RuntimeName() string { return c.version.RuntimeName }
+
+// RuntimeVersion is the runtime's own version ("1.6.20~ds1").
+func (c *Client) RuntimeVersion() string { return c.version.RuntimeVersion }
+
+// Endpoint is the endpoint the client is connected to.
+func (c *Client) Endpoint() string { return c.endpoint }
+
+// RequestTimeout is the bound of one call beyond its own time.
+func (c *Client) RequestTimeout() time.Duration { return c.timeout }
+
+// ContainerID maps a container ID of a pod's status ("containerd://<id>",
+// the kubelet's form) to the runtime's ID ("<id>"). It refuses an ID
+// without a type or an ID, and an ID of another runtime (docker://, cri-o://
+// on a containerd node): probed never guesses which runtime runs a
+// container.
+func (c *Client) ContainerID(statusID string) (string, error) {
+	id := results.ParseContainerID(statusID)
+	switch {
+	case statusID == "":
+		return "", errors.New("the container has no ID (not running)")
+	case id.Type == "" || id.ID == "":
+		return "", fmt.Errorf("container ID %q is not of the form <runtime>://<id>", statusID)
+	case id.Type != c.version.RuntimeName:
+		return "", fmt.Errorf("container ID %q is of runtime %q, but this node's runtime is %q (--container-runtime-endpoint %s)",
+			statusID, id.Type, c.version.RuntimeName, c.endpoint)
+	}
+	return id.ID, nil
+}
+
+// ExecSync runs cmd in container id (a CRI ID) and returns its stdout and
+// stderr. timeout is the runtime's own limit for the command, in whole
+// seconds (cri-client truncates; 0: none); the call is bounded by ctx and by
+// RequestTimeout + timeout. A non-zero exit is a k8s.io/utils/exec
+// CodeExitError; a gRPC DeadlineExceeded is cri-client's
+// ErrCommandTimedOut, whatever timed out (the runtime's limit or the
+// call's own bound).
+func (c *Client) ExecSync(ctx context.Context, id string, cmd []string, timeout time.Duration) (stdout, stderr []byte, err error) {
+	stdout, stderr, err = c.rs.ExecSync(quiet(ctx), id, cmd, timeout)
+	c.count(MethodExecSync, err)
+	return stdout, stderr, err
+}
+
+// ContainerStatus returns the runtime's status of container id.
+func (c *Client) ContainerStatus(ctx context.Context, id string) (*runtimeapi.ContainerStatus, error) {
+	resp, err := c.rs.ContainerStatus(quiet(ctx), id, false)
+	c.count(MethodContainerStatus, err)
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetStatus(), nil
+}
+
+// StopContainer stops container id: its stop signal, then SIGKILL after
+// gracePeriod seconds (the runtime's StopContainer timeout). The call is
+// bounded by ctx and by RequestTimeout + gracePeriod.
+func (c *Client) StopContainer(ctx context.Context, id string, gracePeriod int64) error {
+	err := c.rs.StopContainer(quiet(ctx), id, gracePeriod)
+	c.count(MethodStopContainer, err)
+	return err
+}
+
+// count adds one call of method with err's gRPC code: OK for nil and for a
+// command's non-zero exit (the call succeeded), DeadlineExceeded for
+// cri-client's ErrCommandTimedOut, else the code of the gRPC status err
+// wraps (Unknown for an error without one).
+func (c *Client) count(method string, err error) {
+	code := codes.OK
+	var exit utilexec.ExitError
+	switch {
+	case err == nil, errors.As(err, &exit):
+	case errors.Is(err, remote.ErrCommandTimedOut):
+		code = codes.DeadlineExceeded
+	default:
+		code = status.Code(err)
+	}
+	c.calls.WithLabelValues(method, code.String()).Inc()
+}
+
+// quiet hands cri-client a logger that drops its lines: it logs every
+// failed call at error level through klog, probed reports them itself
+// (events, its own log, the metric).
+func quiet(ctx context.Context) context.Context { return klog.NewContext(ctx, logr.Discard()) }
