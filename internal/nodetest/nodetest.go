@@ -49,12 +49,22 @@ type Node struct {
 	KubeletPID    int
 	KubeletPort   int // the kubelet's API on 127.0.0.1 (HTTPS; the admin token is authorized)
 	ContainerdPID int
+	// APIServerPID and EtcdPID are the node's own control plane
+	// (DIR/kube/pids).
+	APIServerPID, EtcdPID int
 }
 
 // Load returns the node, or skips the test when PROBED_TEST_NODE is unset.
 // It points PROBED_TEST_KUBECONFIG at the node's API server for the rest of
 // the test (t.Setenv: the test must not be parallel), so kubetest's helpers
 // (Client, Namespace, AgentConfigForNode, …) work on the node's cluster.
+//
+// The node is the test's alone: Load fails when pods run on it already (a
+// test or benchmark that did not clean up), and when the test ends it
+// deletes every pod bound to the node since and waits until the kubelet has
+// removed them — the test's own and those it made through others (the
+// agent's pod of kubetest.AgentConfigForNode, whose image the node cannot
+// pull), so that no sandbox of one test costs the next one CPU or a port.
 func Load(t testing.TB) *Node {
 	t.Helper()
 	dir := os.Getenv(EnvNode)
@@ -68,10 +78,27 @@ func Load(t testing.TB) *Node {
 	if err := syscall.Kill(n.KubeletPID, 0); err != nil {
 		t.Fatalf("%s=%s: the kubelet (PID %d) is not running: %v", EnvNode, dir, n.KubeletPID, err)
 	}
-	if tt, ok := t.(interface{ Setenv(string, string) }); ok {
-		tt.Setenv(kubetest.EnvKubeconfig, n.Kubeconfig)
+	t.Setenv(kubetest.EnvKubeconfig, n.Kubeconfig)
+	c := kubetest.Client(t)
+	if left := n.pods(t, c); len(left) > 0 {
+		t.Fatalf("node %s runs %d pods already (%s/%s, ...): a test needs the node to itself", n.Name, len(left), left[0].Namespace, left[0].Name)
 	}
+	t.Cleanup(func() {
+		for _, pod := range n.pods(t, c) {
+			deletePod(t, c, &pod)
+		}
+	})
 	return n
+}
+
+// pods lists the pods bound to the node.
+func (n *Node) pods(t testing.TB, c kubernetes.Interface) []v1.Pod {
+	t.Helper()
+	list, err := c.CoreV1().Pods("").List(kubetest.Context(t), metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name})
+	if err != nil {
+		t.Fatalf("list the pods of node %s: %v", n.Name, err)
+	}
+	return list.Items
 }
 
 // read parses DIR/node.env (KEY=VALUE lines).
@@ -115,6 +142,18 @@ func read(dir string) (*Node, error) {
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "kube", "pids")); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if name, pid, ok := strings.Cut(line, " "); ok {
+				switch name {
+				case "kube-apiserver":
+					n.APIServerPID, _ = strconv.Atoi(pid)
+				case "etcd":
+					n.EtcdPID, _ = strconv.Atoi(pid)
+				}
+			}
+		}
 	}
 	if n.Name == "" || n.IP == "" || n.Kubeconfig == "" || n.CRIEndpoint == "" || n.Image == "" {
 		return nil, fmt.Errorf("node.env is incomplete: %+v", *n)
@@ -202,18 +241,8 @@ func (n *Node) StateDir(t testing.TB) string {
 	return dir
 }
 
-// CreatePod creates pod on the node and, when the test ends, deletes it and
-// waits until the kubelet has stopped its containers and removed it (its
-// ports are then free for the next test): the kubelet, not the test, ends a
-// pod here.
-func CreatePod(t testing.TB, c kubernetes.Interface, pod *v1.Pod) *v1.Pod {
-	t.Helper()
-	created := kubetest.CreatePod(t, c, pod)
-	t.Cleanup(func() { deletePod(t, c, created) })
-	return created
-}
-
-// deletePod deletes pod (UID precondition) and waits up to 60 s until it is gone.
+// deletePod deletes pod (UID precondition) and waits up to 60 s until it
+// is gone; a pod already gone is fine.
 func deletePod(t testing.TB, c kubernetes.Interface, pod *v1.Pod) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()

@@ -168,7 +168,7 @@ func TestNodeKubeletReadyFollowsProbedGate(t *testing.T) {
 	pod.Annotations = map[string]string{"probed.io/probes": "[" + httpProbe("app", "readiness", "ready", port, 1) + "]"}
 	pod.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: gate}}
 	h := watchPod(t, admin, ns, "web")
-	nodetest.CreatePod(t, admin, pod)
+	kubetest.CreatePod(t, admin, pod)
 
 	waitPod(t, a, admin, ns, "web", 60*time.Second, "Ready", readyIs(true))
 	if err := probetarget.SetStatus(tg.Base(n), "ready", 503); err != nil {
@@ -254,7 +254,7 @@ func TestNodeLivenessRestartByKubelet(t *testing.T) {
 	pod := n.TargetPod(ns, "web", tg)
 	pod.Annotations = map[string]string{"probed.io/probes": "[" + httpProbe("app", "liveness", "live", port, threshold) + "]"}
 	h := watchPod(t, admin, ns, "web")
-	nodetest.CreatePod(t, admin, pod)
+	kubetest.CreatePod(t, admin, pod)
 
 	first := waitPod(t, a, admin, ns, "web", 60*time.Second, "container running", func(p *v1.Pod) (bool, string) {
 		cs := appStatus(p)
@@ -338,7 +338,7 @@ func TestNodeExecProbeInKubeletsContainer(t *testing.T) {
 	pod := n.TargetPod(ns, "web", tg)
 	pod.Annotations = map[string]string{"probed.io/probes": `[{"container":"app","type":"readiness","periodSeconds":1,"exec":{"command":["cat","` + file + `"]}}]`}
 	pod.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: gate}}
-	nodetest.CreatePod(t, admin, pod)
+	kubetest.CreatePod(t, admin, pod)
 
 	waitPod(t, a, admin, ns, "web", 60*time.Second, "Ready", readyIs(true))
 	if err := probetarget.SetReadyFile(tg.Base(n), false); err != nil {
@@ -373,7 +373,7 @@ func TestNodeProbedRestartNeverFlipsReady(t *testing.T) {
 	pod.Annotations = map[string]string{"probed.io/probes": "[" + httpProbe("app", "readiness", "ready", port, 1) + "]"}
 	pod.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: gate}}
 	h := watchPod(t, admin, ns, "web")
-	nodetest.CreatePod(t, admin, pod)
+	kubetest.CreatePod(t, admin, pod)
 	ready := waitPod(t, a, admin, ns, "web", 60*time.Second, "Ready", readyIs(true))
 	from := h.len()
 	since := gateCondition(ready, gate).LastTransitionTime
@@ -433,7 +433,7 @@ func TestNodeSpecAndAnnotationProbesTogether(t *testing.T) {
 	pod.Annotations = map[string]string{"probed.io/probes": "[" + httpProbe("side", "readiness", "probed-ready", side.HTTP, 1) + "," +
 		httpProbe("side", "liveness", "probed-live", side.HTTP, 1) + "]"}
 	pod.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: gate}}
-	nodetest.CreatePod(t, admin, pod)
+	kubetest.CreatePod(t, admin, pod)
 	waitPod(t, a, admin, ns, "web", 60*time.Second, "Ready", readyIs(true))
 
 	// Who probes what, over 10 s: each stream at its period, from its

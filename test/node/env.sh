@@ -22,12 +22,13 @@
 # its root directory. `start` records each before the kubelet runs (DIR/host-state) and `stop`
 # puts each back. So one node runs on a machine at a time (/run/probed-node names it).
 #
-# What the kubelet needs here (test/node/README.md has the reasons): failCgroupV1: false and the
+# What the kubelet needs here (docs/cluster.md "Running the node tests"): failCgroupV1: false and the
 # cgroupfs driver (cgroups are hybrid v1), containerd's restrict_oom_score_adj (test/cri/env.sh), a
-# loopback CNI conflist (otherwise the node stays NotReady, "cni plugin not initialized"), no
+# loopback CNI conflist and Debian's loopback plugin (otherwise the node stays NotReady, "cni
+# plugin not initialized"), no
 # --node-ip (a loopback node IP is refused: the node's address is the machine's own, and so is every
 # pod's), volumePluginDir and podLogsDir under DIR, image garbage collection off (the images cannot
-# be pulled again). Requires root and what test/cri/env.sh requires.
+# be pulled again). Requires root, containernetworking-plugins and what test/cri/env.sh requires.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -45,6 +46,7 @@ SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
 # find them.
 HOST_PATHS=(/var/lib/kubelet /var/log/containers /var/log/pods)
 CGROUP_ROOT=probed-node
+LOOPBACK=/usr/lib/cni/loopback # the CNI loopback plugin (Debian's containernetworking-plugins)
 
 die() { echo "node/env.sh: $*" >&2; exit 1; }
 say() { echo "node/env.sh: $*" >&2; }
@@ -216,6 +218,7 @@ start_failed() {
 
 cmd_start() {
   [ "$(id -u)" = 0 ] || die "the kubelet needs root"
+  [ -x "$LOOPBACK" ] || die "$LOOPBACK not found (Debian: apt-get install -y containernetworking-plugins)"
   DIR="$1"
   mkdir -p "$DIR"
   DIR="$(cd "$DIR" && pwd)"
@@ -241,7 +244,11 @@ cmd_start() {
   "$ROOT/test/cri/env.sh" start "$DIR/cri" > "$DIR/cri.env"
   "$ROOT/test/cri/env.sh" image "$DIR/cri" "$TARGET_IMAGE" '["/bin/probe-target"]' "$BIN/probe-target" >&2
   # The node is Ready only once the runtime reports its network ready: a loopback conflist is
-  # enough for hostNetwork pods (no plugin binary runs for them).
+  # enough for hostNetwork pods (no plugin binary runs for them). A pod without hostNetwork (the
+  # agent's pod of the tests' pod-bound token) gets a network namespace with loopback alone; the
+  # plugin must be there, or its sandbox can be neither set up nor torn down, and the pod is never
+  # removed.
+  ln -s "$LOOPBACK" "$DIR/cri/cni/bin/loopback"
   printf '{"cniVersion":"1.0.0","name":"probed-node","plugins":[{"type":"loopback"}]}\n' > "$DIR/cri/cni/net.d/10-loopback.conflist"
   record_host
   local d
