@@ -8,14 +8,13 @@
 // the targets; for exec probes, the runc execs in flight.
 //
 //	eval "$(test/node/env.sh start /tmp/probed-node)"
-//	cd bench && go test -run '^$' -bench NodeDensity -benchtime 1x -timeout 3h ./node
-//	cd bench && go run ./cmd/probebench node-report -in out/node.jsonl -doc ../docs/benchmarks.md
+//	make bench-node   # the benchmark, then probebench node-report into docs/benchmarks.md
 //
 // Settings (environment): PROBED_BENCH_NODE_PODS, the pod counts of the
 // HTTP/TCP runs (default "10,25,50,100,200"); PROBED_BENCH_NODE_EXEC_PODS,
 // those of the exec runs (default "10,25,50"); PROBED_BENCH_NODE_WINDOW
 // (default 60s); PROBED_BENCH_NODE_OUT, the JSON lines
-// (default out/node.jsonl). It skips without PROBED_TEST_NODE.
+// (default out/node.jsonl, emptied first). It skips without PROBED_TEST_NODE.
 // docs/benchmarks.md "The real node" has the figures.
 package node
 
@@ -73,6 +72,9 @@ func BenchmarkNodeDensity(b *testing.B) {
 		out = filepath.Join("..", "out", "node.jsonl")
 	}
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(out, nil, 0o644); err != nil { // one run of the suite per file
 		b.Fatal(err)
 	}
 	e := &env{n: n, bin: probedBinary(b), window: window, out: out, admin: kubetest.Client(b)}

@@ -136,8 +136,8 @@ func readyIs(want bool) func(*v1.Pod) (bool, string) {
 	}
 }
 
-// nodeAgent starts probed for the node n (the agent's identity as the
-// DaemonSet has it unless cfg... see startClusterAgent) with args.
+// nodeAgent starts probed out of cluster for node n, under the agent's
+// identity as the DaemonSet has it (startClusterAgent), with args.
 func nodeAgent(t *testing.T, n *nodetest.Node, args ...string) *clusterAgent {
 	t.Helper()
 	return startClusterAgent(t, n.Name, nil, args...)
