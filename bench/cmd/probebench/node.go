@@ -2,8 +2,6 @@ package main
 
 import (
 	"flag"
-	"os"
-	"path/filepath"
 
 	"github.com/probed/probed/bench/internal/nodebench"
 )
@@ -25,30 +23,7 @@ func nodeReportMain(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(*outDir, 0o755); err != nil {
-		return err
-	}
-	png := filepath.Join(*outDir, nodeSection+".png")
-	if err := nodebench.Plot(results, png); err != nil {
-		return err
-	}
-	img := nodeSection + ".png"
-	if *doc != "" {
-		img = "benchmarks-" + nodeSection + ".png"
-		b, err := os.ReadFile(png)
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(filepath.Dir(*doc), img), b, 0o644); err != nil {
-			return err
-		}
-	}
-	md := nodebench.Render(results, nodebench.Header(*cmdline, machine(), results), img)
-	if err := os.WriteFile(filepath.Join(*outDir, nodeSection+".md"), []byte(md), 0o644); err != nil {
-		return err
-	}
-	if *doc == "" {
-		return nil
-	}
-	return rewriteSection(*doc, nodeSection, md)
+	return publish(nodeSection, *outDir, *doc,
+		func(path string) error { return nodebench.Plot(results, path) },
+		func(img string) string { return nodebench.Render(results, nodebench.Header(*cmdline, machine(), results), img) })
 }
