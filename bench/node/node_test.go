@@ -361,20 +361,20 @@ func (e *env) measure(b *testing.B, ns, kind, side string, targets []nodetest.Ta
 	}
 	time.Sleep(settle)
 
-	counter := e.runCounter(b, ns, kind, side, a)
+	counter := e.proberCounter(b, ns, side, a)
 	rec := lateness.New(2*len(targets), time.Second)
 	for _, tg := range targets { // empty the targets' streams: the window starts now
 		if _, err := probetarget.GetStats(tg.Base(e.n), true); err != nil {
 			b.Fatal(err)
 		}
 	}
-	runs0 := counter()
+	counts0 := counter()
 	cpu0, t0 := node.Sample(), time.Now()
 	rec.StartWindow(int(e.window/period) * 3)
 	stopSampler := sampleExecs(e.n.Dir + "/cri/runc")
 	time.Sleep(e.window)
 	cpu1, t1 := node.Sample(), time.Now()
-	runs1 := counter()
+	counts := counter().sub(counts0)
 	r.ExecsInFlightMax = stopSampler()
 	r.WindowSeconds = t1.Sub(t0).Seconds()
 	r.CPU = nodebench.Seconds(cpu1.Sub(cpu0))
@@ -399,11 +399,9 @@ func (e *env) measure(b *testing.B, ns, kind, side string, targets []nodetest.Ta
 			}
 		}
 	}
-	switch {
-	case kind == nodebench.KindExec && side != nodebench.SideNone:
-		r.Runs, r.ExecCalls = runs1.runs-runs0.runs, runs1.calls-runs0.calls
-	default:
-		r.Runs = arrivals
+	r.Runs, r.Failed = arrivals, counts.failed
+	if kind == nodebench.KindExec {
+		r.Runs, r.ExecCalls = counts.runs, counts.calls
 	}
 	if kind == nodebench.KindHTTP && side != nodebench.SideNone {
 		st := rec.Stats(period, nil)
@@ -434,49 +432,72 @@ func (e *env) measure(b *testing.B, ns, kind, side string, targets []nodetest.Ta
 	return r
 }
 
-// execCounts is what the exec side's prober reports: the probe runs of
-// ns's pods (prober_probe_total, summed over types and results) and the
-// ExecSync calls it made (the kubelet's
+// proberCounts is what the prober of a run reports about ns's pods: its
+// probe runs and those that were not a success (prober_probe_total, summed
+// over types; every target is healthy, so each of those is a false
+// verdict), and the ExecSync calls it made (the kubelet's
 // kubelet_runtime_operations_total{operation_type="exec_sync"}, probed's
 // probed_cri_calls_total{method="ExecSync"}).
-type execCounts struct{ runs, calls int64 }
+type proberCounts struct{ runs, failed, calls int64 }
 
-// runCounter returns a function that reads execCounts from the kubelet's
-// or probed's metrics; zero for the other runs.
-func (e *env) runCounter(b *testing.B, ns, kind, side string, a *agentProc) func() execCounts {
-	if kind != nodebench.KindExec || side == nodebench.SideNone {
-		return func() execCounts { return execCounts{} }
+func (c proberCounts) sub(o proberCounts) proberCounts {
+	return proberCounts{c.runs - o.runs, c.failed - o.failed, c.calls - o.calls}
+}
+
+// proberCounter returns a function that reads proberCounts from the
+// kubelet's or probed's metrics; zero without probes.
+func (e *env) proberCounter(b *testing.B, ns, side string, a *agentProc) func() proberCounts {
+	if side == nodebench.SideNone {
+		return func() proberCounts { return proberCounts{} }
 	}
 	base, token, client := "", "", http.DefaultClient
-	callsFamily, callsLabel, callsValue := "probed_cri_calls_total", "method", "ExecSync"
+	calls := map[string]string{"method": "ExecSync"}
+	callsFamily := "probed_cri_calls_total"
 	if side == nodebench.SideKubelet {
 		cfg := kubetest.Config(b)
 		base, token = fmt.Sprintf("https://127.0.0.1:%d", e.n.KubeletPort), cfg.BearerToken
 		// The kubelet's serving certificate is self-signed (no CA to check it by).
 		client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-		callsFamily, callsLabel, callsValue = "kubelet_runtime_operations_total", "operation_type", "exec_sync"
+		callsFamily, calls = "kubelet_runtime_operations_total", map[string]string{"operation_type": "exec_sync"}
 	} else {
 		base = a.base
 	}
-	read := func(path, family, label, value string) int64 {
+	read := func(path string, sums ...func(body []byte) (int64, error)) []int64 {
 		body, err := get(client, base+path, token)
 		if err != nil {
 			b.Fatal(err)
 		}
-		n, err := counterSum(body, family, label, value)
-		if err != nil {
-			b.Fatal(err)
+		out := make([]int64, len(sums))
+		for i, sum := range sums {
+			if out[i], err = sum(body); err != nil {
+				b.Fatal(err)
+			}
 		}
-		return n
+		return out
 	}
-	return func() execCounts {
-		return execCounts{runs: read("/metrics/probes", "prober_probe_total", "namespace", ns),
-			calls: read("/metrics", callsFamily, callsLabel, callsValue)}
+	inNS := func(l map[string]string) bool { return l["namespace"] == ns }
+	return func() proberCounts {
+		probes := read("/metrics/probes",
+			func(body []byte) (int64, error) { return counterSum(body, "prober_probe_total", inNS) },
+			func(body []byte) (int64, error) {
+				return counterSum(body, "prober_probe_total", func(l map[string]string) bool { return inNS(l) && l["result"] != "successful" })
+			})
+		c := read("/metrics", func(body []byte) (int64, error) {
+			return counterSum(body, callsFamily, func(l map[string]string) bool {
+				for k, v := range calls {
+					if l[k] != v {
+						return false
+					}
+				}
+				return true
+			})
+		})
+		return proberCounts{runs: probes[0], failed: probes[1], calls: c[0]}
 	}
 }
 
-// counterSum sums the counter family's series whose label has value.
-func counterSum(body []byte, family, label, value string) (int64, error) {
+// counterSum sums the counter family's series whose labels match.
+func counterSum(body []byte, family string, match func(labels map[string]string) bool) (int64, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
 	if err != nil {
@@ -485,10 +506,12 @@ func counterSum(body []byte, family, label, value string) (int64, error) {
 	var n float64
 	if f := fams[family]; f != nil {
 		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
 			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					n += m.GetCounter().GetValue()
-				}
+				labels[l.GetName()] = l.GetValue()
+			}
+			if match(labels) {
+				n += m.GetCounter().GetValue()
 			}
 		}
 	}

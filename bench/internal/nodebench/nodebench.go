@@ -71,7 +71,11 @@ type Result struct {
 	WindowSeconds float64   `json:"window_seconds"`
 	// Runs is the probes run in the window (the targets' count of
 	// arrivals for HTTP and TCP, prober_probe_total of the prober for exec).
-	Runs       int64      `json:"runs"`
+	Runs int64 `json:"runs"`
+	// Failed is the runs the prober counted as failed or unknown
+	// (prober_probe_total of the pods' namespace): every target is healthy,
+	// so each is a false verdict.
+	Failed     int64      `json:"failed"`
 	RunsPerSec float64    `json:"runs_per_sec"`
 	Expected   float64    `json:"expected_per_sec"` // pods × probes per pod / period
 	CPU        CPUSeconds `json:"cpu"`

@@ -35,8 +35,8 @@ func Render(results []Result, header, img string) string {
 	fmt.Fprintf(&b, "Load average (1 min) at the end of the windows: %.1f–%.1f.\n\n", lo, hi)
 
 	b.WriteString("**HTTP readiness + TCP liveness probes**, period 1 s (2 runs a pod a second):\n\n")
-	b.WriteString("| pods | side | ready | runs/s (expected) | node CPU, cores | kubelet | containerd + shims | pods' processes | probed | node ms / run | probing ms / run | lateness p50 / p99 / max ms | missed | API server + etcd, cores |\n")
-	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| pods | side | ready | runs/s (expected) | false failures | node CPU, cores | kubelet | containerd + shims | pods' processes | probed | node ms / run | probing ms / run | lateness p50 / p99 / max ms | missed | API server + etcd, cores |\n")
+	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range sorted(results, KindHTTP) {
 		w := r.WindowSeconds
 		lat, missed := "—", "—"
@@ -44,22 +44,22 @@ func Render(results []Result, header, img string) string {
 			lat = fmt.Sprintf("%.1f / %.1f / %.1f", r.Lateness.LatenessP50Ms, r.Lateness.LatenessP99Ms, r.Lateness.LatenessMaxMs)
 			missed = fmt.Sprint(r.Lateness.Missed)
 		}
-		fmt.Fprintf(&b, "| %d | %s | %d | %s | %.3f | %.3f | %.3f | %.3f | %s | %s | %s | %s | %s | %.3f |\n",
-			r.Pods, r.Side, r.Ready, rate(r), r.CPU.Node/w, r.CPU.Kubelet/w, (r.CPU.Containerd+r.CPU.Shims)/w, r.CPU.Pods/w,
+		fmt.Fprintf(&b, "| %d | %s | %d | %s | %s | %.3f | %.3f | %.3f | %.3f | %s | %s | %s | %s | %s | %.3f |\n",
+			r.Pods, r.Side, r.Ready, rate(r), failed(r), r.CPU.Node/w, r.CPU.Kubelet/w, (r.CPU.Containerd+r.CPU.Shims)/w, r.CPU.Pods/w,
 			probedCores(r), perRun(r.NodeMsPerRun, r), perRun(r.ProbingMsPerRun, r), lat, missed, r.CPU.Control/w)
 	}
 
 	b.WriteString("\n**Exec readiness probes** (`true` in the container, through CRI `ExecSync`: a `runc exec` each), period 1 s (1 run a pod a second):\n\n")
-	b.WriteString("| pods | side | ready | runs/s (expected) | ExecSync calls/s | node CPU, cores | kubelet | containerd | shims + runc | probed | node ms / run | probing ms / run | execs in flight, most seen (lane) |\n")
-	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| pods | side | ready | runs/s (expected) | false failures | ExecSync calls/s | node CPU, cores | kubelet | containerd | shims + runc | probed | node ms / run | probing ms / run | execs in flight, most seen (lane) |\n")
+	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range sorted(results, KindExec) {
 		w := r.WindowSeconds
 		lane := "unbounded"
 		if r.ExecLane > 0 {
 			lane = fmt.Sprint(r.ExecLane)
 		}
-		fmt.Fprintf(&b, "| %d | %s | %d | %s | %.1f | %.3f | %.3f | %.3f | %.3f | %s | %s | %s | %d (%s) |\n",
-			r.Pods, r.Side, r.Ready, rate(r), float64(r.ExecCalls)/w, r.CPU.Node/w, r.CPU.Kubelet/w, r.CPU.Containerd/w, r.CPU.Shims/w,
+		fmt.Fprintf(&b, "| %d | %s | %d | %s | %s | %.1f | %.3f | %.3f | %.3f | %.3f | %s | %s | %s | %d (%s) |\n",
+			r.Pods, r.Side, r.Ready, rate(r), failed(r), float64(r.ExecCalls)/w, r.CPU.Node/w, r.CPU.Kubelet/w, r.CPU.Containerd/w, r.CPU.Shims/w,
 			probedCores(r), perRun(r.NodeMsPerRun, r), perRun(r.ProbingMsPerRun, r), r.ExecsInFlightMax, lane)
 	}
 	b.WriteString("\n#### Targets\n\n")
@@ -75,6 +75,13 @@ func rate(r Result) string {
 		return "—"
 	}
 	return fmt.Sprintf("%.1f (%.0f)", r.RunsPerSec, r.Expected)
+}
+
+func failed(r Result) string {
+	if r.Side == SideNone {
+		return "—"
+	}
+	return fmt.Sprint(r.Failed)
 }
 
 func probedCores(r Result) string {
@@ -144,9 +151,10 @@ func find(results []Result, kind, side string, pods int) (Result, bool) {
 }
 
 // keepsUp: the side ran what it should (every pod ready, at least
-// keepUpShare of the expected runs, HTTP/TCP lateness p99 under a period).
+// keepUpShare of the expected runs, no false failure, HTTP/TCP lateness p99
+// under a period).
 func keepsUp(r Result) bool {
-	if r.Ready < r.Pods || r.RunsPerSec < keepUpShare*r.Expected {
+	if r.Ready < r.Pods || r.RunsPerSec < keepUpShare*r.Expected || r.Failed > 0 {
 		return false
 	}
 	return r.Lateness == nil || r.Lateness.LatenessP99Ms < float64(r.PeriodSeconds)*1000
@@ -214,7 +222,7 @@ func Targets(results []Result) []string {
 			case first == 0 && last > 0:
 				out = append(out, fmt.Sprintf("%s, %s: keeps up at every pod count measured (up to %d)", kind, side, last))
 			case first > 0:
-				out = append(out, fmt.Sprintf("%s, %s: keeps up to %d pods; stops keeping up at %d (fewer than %.0f%% of the expected runs, pods not ready, or lateness p99 over a period)",
+				out = append(out, fmt.Sprintf("%s, %s: keeps up to %d pods; stops keeping up at %d (fewer than %.0f%% of the expected runs, false failures, pods not ready, or lateness p99 over a period)",
 					kind, side, last, first, keepUpShare*100))
 			}
 		}
