@@ -129,6 +129,15 @@ type Rejection struct {
 	// Error is the message (file, document, pod, container, field),
 	// passed through runtime/redact and cut to bound.MessageBytes.
 	Error string `json:"error"`
+	// Field is the path of the offending field in the document
+	// (manifest.Error.Field, e.g.
+	// spec.containers[0].livenessProbe.httpGet.port); "" when the error
+	// concerns a whole document or file.
+	Field string `json:"field,omitempty"`
+	// Detail is what is wrong, without the file, document, pod, container
+	// and field the message starts with (manifest.Error.Detail): the part
+	// of Error a user acts on beside Field. Redacted and cut as Error.
+	Detail string `json:"detail,omitempty"`
 	// Since is when this document was first seen with this error (UTC,
 	// whole seconds).
 	Since time.Time `json:"since"`
@@ -470,8 +479,28 @@ func (s *Source) keepStale(path string, fresh []*Pod, errs []*manifest.Error, st
 // staleCopy returns p marked stale by e (Rejection filled in by finish).
 func staleCopy(p *Pod, e *manifest.Error) *Pod {
 	c := *p
-	c.Stale = &Rejection{File: e.File, Document: e.Doc, Line: e.Line, Pod: p.Pod.Namespace + "/" + p.Pod.Name, Error: e.Error(), Stale: true}
+	r := rejectionOf(e)
+	r.Pod, r.Stale = p.Pod.Namespace+"/"+p.Pod.Name, true
+	c.Stale = &r
 	return &c
+}
+
+// rejectionOf is the Rejection of e, its texts as they are (finish dates
+// it and redacts and cuts them: cleaned).
+func rejectionOf(e *manifest.Error) Rejection {
+	detail := e.Detail
+	if detail == "" && e.Err != nil {
+		detail = e.Err.Error()
+	}
+	return Rejection{File: e.File, Document: e.Doc, Line: e.Line, Pod: e.Pod, Error: e.Error(), Field: e.Field, Detail: detail}
+}
+
+// cleaned returns r with its texts redacted (runtime/redact) and cut to
+// bound.MessageBytes, as GET /manifests serves them.
+func (r Rejection) cleaned() Rejection {
+	clean := func(s string) string { return bound.Cut(redact.Text(s), bound.MessageBytes) }
+	r.Error, r.Field, r.Detail = clean(r.Error), clean(r.Field), clean(r.Detail)
+	return r
 }
 
 // asManifestError returns err as a *manifest.Error of path (the whole file
@@ -503,7 +532,8 @@ func (s *Source) finish(snap *Snapshot, rejected []*manifest.Error, staleBy map[
 			t = now
 		}
 		since[key] = t
-		r := Rejection{File: e.File, Document: e.Doc, Line: e.Line, Pod: e.Pod, Error: bound.Cut(redact.Text(msg), bound.MessageBytes), Since: t}
+		r := rejectionOf(e).cleaned()
+		r.Since = t
 		if p, ok := staleBy[e]; ok {
 			r.Stale = true
 			if r.Pod == "" && p != nil {
@@ -528,8 +558,8 @@ func (s *Source) finish(snap *Snapshot, rejected []*manifest.Error, staleBy map[
 		if p.Stale != nil {
 			st := *p.Stale
 			key := st.File + "#" + strconv.Itoa(st.Document) + "\x00" + st.Error
+			st = st.cleaned()
 			st.Since = since[key]
-			st.Error = bound.Cut(redact.Text(st.Error), bound.MessageBytes)
 			p.Stale = &st
 			s.stale[p.Pod.UID] = st
 		}
