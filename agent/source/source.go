@@ -322,11 +322,20 @@ func (s *Source) paths() ([]string, error) {
 		}
 		return []string{s.opts.Path}, nil
 	}
-	dirents, err := os.ReadDir(s.opts.Path)
+	paths, err := ManifestFiles(s.opts.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	return paths, err
+}
+
+// ManifestFiles lists the manifest files of a directory as the agent reads
+// them: the entries at its top level that are not directories and are named
+// as manifests (IsManifest), in lexical order. `probed check -f DIR` reads
+// the same list.
+func ManifestFiles(dir string) ([]string, error) {
+	dirents, err := os.ReadDir(dir)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil
-		}
 		return nil, err
 	}
 	var paths []string
@@ -334,10 +343,42 @@ func (s *Source) paths() ([]string, error) {
 		if d.IsDir() || !IsManifest(d.Name()) {
 			continue
 		}
-		paths = append(paths, filepath.Join(s.opts.Path, d.Name()))
+		paths = append(paths, filepath.Join(dir, d.Name()))
 	}
 	sort.Strings(paths)
 	return paths, nil
+}
+
+// Conflicts holds the rule that a pod is defined once among the manifests
+// read together: a second definition of a namespace/name, or of a
+// metadata.uid, is rejected and the first one (in file order) kept, the
+// error naming both files. Scan applies it to a directory; `probed check`
+// to what it reads, so that it probes what the agent would. The zero
+// value is not ready: use NewConflicts.
+type Conflicts struct {
+	byName map[string]*Pod
+	byUID  map[types.UID]*Pod
+}
+
+// NewConflicts returns an empty Conflicts.
+func NewConflicts() *Conflicts {
+	return &Conflicts{byName: map[string]*Pod{}, byUID: map[types.UID]*Pod{}}
+}
+
+// Admit records p, or returns the error that rejects it (file, document,
+// pod and, for a UID, the field), leaving the first definition recorded.
+func (c *Conflicts) Admit(p *Pod) *manifest.Error {
+	name := p.Pod.Namespace + "/" + p.Pod.Name
+	if first, dup := c.byName[name]; dup {
+		return &manifest.Error{File: p.Source, Doc: p.Doc, Pod: name,
+			Detail: fmt.Sprintf("already defined in %s (document %d); this definition is ignored", first.Source, first.Doc)}
+	}
+	if other, dup := c.byUID[p.Pod.UID]; dup {
+		return &manifest.Error{File: p.Source, Doc: p.Doc, Pod: name,
+			Field: "metadata.uid", Detail: fmt.Sprintf("%q is already used by pod %s/%s in %s; this definition is ignored", p.Pod.UID, other.Pod.Namespace, other.Pod.Name, other.Source)}
+	}
+	c.byName[name], c.byUID[p.Pod.UID] = p, p
+	return nil
 }
 
 // Scan reads the directory once. Unchanged files are not decoded again.
@@ -383,7 +424,7 @@ func (s *Source) Scan() Snapshot {
 		return snap
 	}
 	seen := map[string]bool{}
-	byName := map[string]*Pod{} // namespace/name → first definition
+	conflicts := NewConflicts()
 	staleBy := map[*manifest.Error]*Pod{}
 	delivered := map[string][]*Pod{}
 	for _, path := range paths {
@@ -413,25 +454,17 @@ func (s *Source) Scan() Snapshot {
 				skipped = append(skipped, SkippedDocument{File: path, Document: sk.Doc, Kind: sk.Kind, Reason: sk.Reason})
 			}
 			for i := range res.Entries {
-				fresh = append(fresh, newPod(&res.Entries[i]))
+				fresh = append(fresh, NewPod(&res.Entries[i]))
 			}
 		}
 		pods := append([]*Pod{}, fresh...)
 		pods = append(pods, s.keepStale(path, fresh, errs, staleBy)...)
 		rejected = append(rejected, errs...)
 		for _, p := range pods {
-			name := p.Pod.Namespace + "/" + p.Pod.Name
-			if first, dup := byName[name]; dup {
-				rejected = append(rejected, &manifest.Error{File: p.Source, Doc: p.Doc, Pod: name,
-					Detail: fmt.Sprintf("already defined in %s (document %d); this definition is ignored", first.Source, first.Doc)})
+			if err := conflicts.Admit(p); err != nil {
+				rejected = append(rejected, err)
 				continue
 			}
-			if other, dup := snap.Pods[p.Pod.UID]; dup {
-				rejected = append(rejected, &manifest.Error{File: p.Source, Doc: p.Doc, Pod: name,
-					Field: "metadata.uid", Detail: fmt.Sprintf("%q is already used by pod %s/%s in %s; this definition is ignored", p.Pod.UID, other.Pod.Namespace, other.Pod.Name, other.Source)})
-				continue
-			}
-			byName[name] = p
 			snap.Pods[p.Pod.UID] = p
 			delivered[path] = append(delivered[path], p)
 		}
@@ -629,7 +662,10 @@ func (s *Source) logNew(snap Snapshot) {
 	s.reported = current
 }
 
-func newPod(e *manifest.Entry) *Pod {
+// NewPod is the Pod of a decoded manifest entry: a copy of its pod with
+// the spec and status hashes and, when the manifest gives none, the UID a
+// hash of the pod's metadata and spec (as a static pod's).
+func NewPod(e *manifest.Entry) *Pod {
 	pod := e.Pod.DeepCopy()
 	p := &Pod{Pod: pod, Source: e.Source, Doc: e.Doc, Warnings: e.Warnings}
 	p.SpecHash = hashOf(struct {
