@@ -205,6 +205,8 @@ type Source struct {
 	reported map[string]bool
 	report   Report
 	stale    map[types.UID]Rejection // the stale pods of the last scan
+	// waiting: the last scan found no pod, and said so (logNew).
+	waiting bool
 
 	synced atomic.Bool // the first scan was delivered (Run)
 }
@@ -660,6 +662,19 @@ func (s *Source) logNew(snap Snapshot) {
 		}
 	}
 	s.reported = current
+	// A scan without a pod says so once, and where it waits: `probed run`
+	// on an empty directory is otherwise silent.
+	if empty := len(snap.Pods) == 0; empty && !s.waiting {
+		what := "the manifest directory"
+		if s.file {
+			what = "the manifest file"
+		}
+		s.log.Info("no pod to probe: waiting for manifests in "+what+" (*.yaml, *.yml, *.json; read as they appear)",
+			"path", s.opts.Path, "files", snap.Files, "rejected", len(snap.Errors))
+		s.waiting = true
+	} else if !empty {
+		s.waiting = false
+	}
 }
 
 // NewPod is the Pod of a decoded manifest entry: a copy of its pod with
