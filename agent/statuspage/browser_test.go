@@ -246,14 +246,16 @@ func writeManifests(t *testing.T, dir string, manifests map[string]string) {
 // New and before Run: the manifests are read at Run.
 func runAgent(t *testing.T, dir, listen string, prepare func(addr string)) string {
 	t.Helper()
+	free := "127.0.0.1:0"
+	if listen == "" {
+		listen = free
+	}
 	opts := agent.Options{ManifestDir: dir, Listen: listen, AllowHostExec: true, PoolSize: 8, ExecPoolSize: 2,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	a, err := agent.New(opts)
-	if listen == "" || err != nil {
-		if listen != "" {
-			t.Logf("listening on %s: %v; on a free port instead", listen, err)
-		}
-		opts.Listen = "127.0.0.1:0"
+	if err != nil && listen != free {
+		t.Logf("listening on %s: %v; on a free port instead", listen, err)
+		opts.Listen = free
 		a, err = agent.New(opts)
 	}
 	if err != nil {
