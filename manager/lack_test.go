@@ -1,11 +1,9 @@
 package manager
 
 import (
-	"bytes"
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,23 +14,10 @@ import (
 	"github.com/probed/probed/runtime"
 )
 
-// syncBuffer is a log sink the pool's goroutines may write to.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) lines(substr string) []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+// linesWith are the lines of logs that hold substr.
+func linesWith(logs *lockedBuffer, substr string) []string {
 	var out []string
-	for _, l := range strings.Split(b.buf.String(), "\n") {
+	for _, l := range strings.Split(logs.String(), "\n") {
 		if strings.Contains(l, substr) {
 			out = append(out, l)
 		}
@@ -52,7 +37,7 @@ func (b *syncBuffer) lines(substr string) []string {
 // healthy ones log nothing. The memory of a pod goes with its workers: the
 // same UID added again is logged again.
 func TestStatusLackingLoggedOncePerPod(t *testing.T) {
-	var logs syncBuffer
+	var logs lockedBuffer
 	env := newTestEnv(t, func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
 	started := metav1.NewTime(fakeNow.Add(-time.Minute))
 	running := v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: started}}
@@ -94,7 +79,7 @@ func TestStatusLackingLoggedOncePerPod(t *testing.T) {
 	for range 5 {
 		env.step(time.Second)
 	}
-	if got := logs.lines("pod=test/late "); len(got) != 0 {
+	if got := linesWith(&logs, "pod=test/late "); len(got) != 0 {
 		t.Errorf("late: lines %q, want none", got)
 	}
 	want := map[string]string{
@@ -105,7 +90,7 @@ func TestStatusLackingLoggedOncePerPod(t *testing.T) {
 		"no-started": "probe not run: the container's status has no Started, which UpdatePodStatus fills",
 	}
 	for uid := range pods {
-		got := logs.lines("pod=test/" + uid + " ")
+		got := linesWith(&logs, "pod=test/"+uid+" ")
 		if w, ok := want[uid]; ok {
 			if len(got) != 1 || !strings.Contains(got[0], "level=WARN") || !strings.Contains(got[0], w) || !strings.Contains(got[0], "logged once per pod") {
 				t.Errorf("%s: lines %q, want one WARN %q", uid, got, w)
@@ -129,7 +114,7 @@ func TestStatusLackingLoggedOncePerPod(t *testing.T) {
 	env.m.AddPod(t.Context(), two("no-id"))
 	env.step(time.Second)
 	env.step(time.Second)
-	if got := logs.lines("pod=test/no-id "); len(got) != 2 {
+	if got := linesWith(&logs, "pod=test/no-id "); len(got) != 2 {
 		t.Errorf("added again: %d lines, want 2:\n%s", len(got), strings.Join(got, "\n"))
 	}
 }

@@ -158,11 +158,7 @@ func podOf(p *v1.Pod, probes []history.Probe) Pod {
 		Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), PodIP: p.Status.PodIP,
 		Phase: string(p.Status.Phase), Status: StatusOf(p), Probes: []Probe{},
 	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == v1.PodReady {
-			out.Ready = c.Status == v1.ConditionTrue
-		}
-	}
+	out.Ready = podReady(p)
 	if p.Status.StartTime != nil {
 		t := p.Status.StartTime.UTC()
 		out.StartTime = &t
