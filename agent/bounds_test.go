@@ -49,7 +49,7 @@ spec:
 	runs := r.events()[0].Count
 	sizes := map[string]int{}
 	for _, p := range []string{"/pods/flood/web/probes", "/events", "/", "/pod/flood/web"} {
-		sizes[p] = len(r.getPage(p))
+		sizes[p] = len(r.text(p)) // as served, line-break hints included
 	}
 	r.stop()
 	logs := r.logs.String()

@@ -103,7 +103,11 @@ type RunRecord struct {
 type Options struct {
 	// Status is required.
 	Status StatusProvider
-	// Liveness, Readiness and Startup results managers; nil: a new one each.
+	// Liveness, Readiness and Startup results managers; nil: a new one
+	// each, whose updates nobody else can read: the manager discards them
+	// until Close (a results manager's Set blocks while its Updates are
+	// not drained, R4). Give the ones whose updates you read, and read
+	// them until Close returns.
 	Liveness, Readiness, Startup results.Manager
 	// Clock drives all timing (scheduling, initial delays, restart windows,
 	// and the default runtime's attempt deadlines: a probe's timeoutSeconds
@@ -209,6 +213,19 @@ type manager struct {
 
 	mu      sync.RWMutex
 	workers workerSet
+
+	// lacking are the pods whose status lacked what a probe needs to run
+	// (status.go, noteLack), logged once each; an entry goes with the
+	// pod's last worker. Touched only by runs that cannot probe, never on
+	// a healthy run's way.
+	lackMu  sync.Mutex
+	lacking map[types.UID]struct{}
+
+	// own are the results managers New made for nil options; discard
+	// drains their updates until shutdown closes stopDiscard.
+	own         []results.Manager
+	stopDiscard chan struct{}
+	discarding  sync.WaitGroup
 }
 
 // New returns a Manager. It fails when Options.Status is nil or the
@@ -241,10 +258,12 @@ func New(opts Options) (Manager, error) {
 		realClock:      runtime.IsRealClock(opts.Clock),
 		unsetTP:        defaultGlobal,
 		workers:        newWorkerSet(),
+		lacking:        map[types.UID]struct{}{},
 	}
 	for i, rm := range []results.Manager{opts.Liveness, opts.Readiness, opts.Startup} {
 		if rm == nil {
 			rm = results.NewManager()
+			m.own = append(m.own, rm)
 		}
 		m.results[i] = rm
 	}
@@ -294,7 +313,37 @@ func New(opts Options) (Manager, error) {
 		}
 		return nil, fmt.Errorf("manager: %w", err)
 	}
+	m.discard()
 	return m, nil
+}
+
+// discard drains the updates of the results managers New made itself (nil
+// Options.Liveness, Readiness, Startup), which no caller can read, so that
+// their Set never blocks a run (R4); one goroutine for them all, stopped
+// by shutdown once the runs have ended.
+func (m *manager) discard() {
+	m.stopDiscard = make(chan struct{})
+	if len(m.own) == 0 {
+		return
+	}
+	var own [3]<-chan results.Update // nil: never ready
+	for i, rm := range m.own {
+		own[i] = rm.Updates()
+	}
+	stop := m.stopDiscard
+	m.discarding.Add(1)
+	go func() {
+		defer m.discarding.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-own[0]:
+			case <-own[1]:
+			case <-own[2]:
+			}
+		}
+	}()
 }
 
 // tracerOf returns the manager's tracer, or nil for the no-op provider
@@ -502,6 +551,9 @@ func (m *manager) removeWorker(key probeKey) {
 		m.metrics.deleteSeries(w)
 	}
 	m.workers.remove(key)
+	if _, left := m.workers.pods[key.podUID]; !left {
+		m.forgetLack(key.podUID)
+	}
 	m.mu.Unlock()
 }
 
@@ -561,6 +613,8 @@ func (m *manager) shutdown(ctx context.Context, drain bool) error {
 			err = fmt.Errorf("manager: probes still running: %w", ctx.Err())
 		}
 	}
+	close(m.stopDiscard)
+	m.discarding.Wait()
 	if m.ownRT {
 		if rerr := m.rt.Close(ctx); rerr != nil && err == nil {
 			err = rerr

@@ -46,7 +46,7 @@ func newRuntimeMetrics(reg prometheus.Registerer, m *manager) (*runtimeMetrics, 
 		}, []string{"handler", "probe_type", "result"}),
 		errored: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "probed_probes_errored_total",
-			Help: "Errored probe runs (not counted toward thresholds, spec P5) by handler kind, probe type and reason: the errno when the prober itself ran out of a local resource (EMFILE, ENFILE, ENOBUFS, ENOMEM, EADDRNOTAVAIL, EAGAIN), else handler_error.",
+			Help: "Errored probe runs (discarded, as the kubelet discards them: not counted toward thresholds) by handler kind, probe type and reason: the errno when the prober itself ran out of a local resource (EMFILE, ENFILE, ENOBUFS, ENOMEM, EADDRNOTAVAIL, EAGAIN), else handler_error.",
 		}, []string{"handler", "probe_type", "reason"}),
 		gauges:   &statsCollector{m: m},
 		counters: map[countersKey]*probeCounters{},
@@ -143,7 +143,7 @@ var (
 	descReady      = prometheus.NewDesc("probed_scheduler_backlog", "Due probe runs waiting for a pool slot (the bounded backlog), by lane.", []string{"lane"}, nil)
 	descRunning    = prometheus.NewDesc("probed_scheduler_running", "Probe runs dispatched and not finished.", nil, nil)
 	descDispatched = prometheus.NewDesc("probed_scheduler_dispatched_total", "Probe runs handed to the pool.", nil, nil)
-	descSkipped    = prometheus.NewDesc("probed_scheduler_skipped_runs_total", "Due runs dropped because the previous run of the same probe was still queued or running (BR-10).", nil, nil)
+	descSkipped    = prometheus.NewDesc("probed_scheduler_skipped_runs_total", "Due runs dropped because the previous run of the same probe was still queued or running: the next run starts when it ends.", nil, nil)
 	descTriggered  = prometheus.NewDesc("probed_scheduler_triggers_total", "Manual triggers (readiness after UpdatePodStatus, stops).", nil, nil)
 	descPoolBusy   = prometheus.NewDesc("probed_pool_busy", "Pool slots running a probe, by lane.", []string{"lane"}, nil)
 	descPoolCap    = prometheus.NewDesc("probed_pool_capacity", "Pool size, by lane.", []string{"lane"}, nil)

@@ -35,9 +35,12 @@ type worker struct {
 
 	restartableInit bool // W7
 	lane            uint8
-	onHold          bool  // W13
-	lastResult      int8  // W10: a results.Result; zero value Success (W12)
-	resultRun       int32 // W10
+	onHold          bool // W13
+	// lackSeen: a run found the status lacking what the probe needs
+	// (lack.go); the second such run logs it.
+	lackSeen   bool
+	lastResult int8  // W10: a results.Result; zero value Success (W12)
+	resultRun  int32 // W10
 
 	stopped atomic.Bool // W14: stop was signalled
 	ran     atomic.Bool // the scheduler has dispatched the worker at least once
@@ -180,6 +183,7 @@ func (w *worker) doProbe(ctx context.Context) bool {
 	status, ok := m.status.GetPodStatus(w.rs.Pod.UID)
 	if !ok {
 		m.log.Debug("No status for pod", "pod", klogPod(w.rs.Pod))
+		m.noteLack(w, "the status provider has no status for the pod (GetPodStatus returned false)")
 		return true
 	}
 	// W5.2
@@ -190,9 +194,16 @@ func (w *worker) doProbe(ctx context.Context) bool {
 	// W5.3
 	c, ok := findStatus(status.ContainerStatuses, w.rs.Container.Name)
 	if !ok || c.ContainerID == "" {
+		regular := c
 		c, ok = findStatus(status.InitContainerStatuses, w.rs.Container.Name)
 		if !ok || c.ContainerID == "" {
 			m.log.Debug("Probe target container not found", "pod", klogPod(w.rs.Pod), "containerName", w.rs.Container.Name)
+			if regular != nil {
+				c = regular
+			}
+			if lack := lackOfContainer(&status, c); lack != "" {
+				m.noteLack(w, lack)
+			}
 			return true
 		}
 	}
@@ -223,6 +234,9 @@ func (w *worker) doProbe(ctx context.Context) bool {
 	// W5.6, W8: not running.
 	if c.State.Running == nil {
 		m.log.Debug("Non-running container probed", "pod", klogPod(w.rs.Pod), "containerName", w.rs.Container.Name)
+		if lack := lackOfContainer(&status, c); lack != "" {
+			m.noteLack(w, lack)
+		}
 		if !w.containerID().IsEmpty() {
 			w.resultsManager().Set(w.containerID(), results.Failure, w.rs.Pod)
 		}
@@ -258,6 +272,9 @@ func (w *worker) doProbe(ctx context.Context) bool {
 	// W5.9: startup gating.
 	started := c.Started != nil && *c.Started
 	if started == (w.rs.ProbeType == runtime.Startup) {
+		if c.Started == nil {
+			m.noteLack(w, lackStarted)
+		}
 		return true
 	}
 	// W5.10: run the probe; an errored probe is discarded.

@@ -41,9 +41,10 @@ type Pod struct {
 	PodIP     string `json:"podIP,omitempty"`
 	// Phase is status.phase (Pending, Running, Succeeded, Failed).
 	Phase string `json:"phase"`
-	// Status is kubectl's STATUS column: the phase, a container's waiting
-	// or terminated reason (CrashLoopBackOff, Error, ExitCode:N), or
-	// NotReady for a running pod whose Ready condition is not true.
+	// Status is kubectl's STATUS column (StatusOf): the phase, a
+	// container's waiting or terminated reason (CrashLoopBackOff, Error,
+	// ExitCode:N), Terminating; a running pod that is not ready is
+	// Running, as kubectl shows it (READY says so).
 	Status string `json:"status"`
 	// Ready is the pod's Ready condition.
 	Ready bool `json:"ready"`
