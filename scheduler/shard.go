@@ -322,6 +322,45 @@ func (sh *shard[T]) trigger(id ID) {
 	sh.pushReady(i)
 }
 
+// setPeriod is SetPeriod: ticks is the new period and phase the key's
+// stable phase in ticks, added to the first run when the period grows.
+func (sh *shard[T]) setPeriod(id ID, ticks, phase int64) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := sh.lookup(id)
+	if i == nilIdx {
+		return
+	}
+	e := &sh.entries[i]
+	old := int64(e.period)
+	ticks = min(ticks, math.MaxUint32)
+	if e.flags&fRemoved != 0 || ticks == old {
+		return
+	}
+	e.period = uint32(ticks)
+	if e.flags&fArmed == 0 {
+		return
+	}
+	// The entry is armed one old period after the due tick of its last
+	// run (fire, trigger and Done all arm it so): that tick anchors the
+	// new grid.
+	next := e.deadline - old + ticks
+	if ticks > old {
+		next += phase
+	}
+	sh.unlinkWheel(i)
+	e.deadline = next
+	if next <= sh.cur {
+		// Due already: a slot of the new grid passed while the run was in
+		// flight (BR-10: a follow-up when it ends), or a run is queued now;
+		// fire re-arms the entry on the grid after the current tick.
+		sh.fire(i)
+	} else {
+		sh.linkWheel(i)
+	}
+	sh.s.kickIfBefore(e.deadline)
+}
+
 func (sh *shard[T]) setLane(id ID, lane uint8) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
