@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/probed/probed/manager/results"
 	"github.com/probed/probed/runtime"
 )
@@ -274,5 +273,3 @@ func equalDurations(a, b []time.Duration) bool {
 	}
 	return true
 }
-
-
