@@ -66,9 +66,7 @@ type Agent struct {
 	opts    Options
 	log     *slog.Logger
 	events  *events.Recorder
-	// transitions is the health-event log (GET /events?type=transition).
-	transitions *events.Transitions
-	hist        *history.History
+	hist    *history.History
 	runs    *runlog.Log // the log lines of probe runs
 	rt      *runtime.Runtime
 	mgr     manager.Manager
@@ -78,6 +76,8 @@ type Agent struct {
 	// recorder receives every event: the local ring and log, and in
 	// cluster mode the API server too.
 	recorder runtime.Recorder
+	// transitions is the health-event log (GET /events?type=transition).
+	transitions *events.Transitions
 	// egress is where probes may connect: cluster mode's rule (the pod's
 	// IPs and --allow-probe-host), nil in manifest mode (unrestricted, as
 	// the kubelet). The runtime and the annotation's validation share it.
