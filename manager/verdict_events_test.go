@@ -73,7 +73,7 @@ func TestEvents_AnnotationThresholdTexts(t *testing.T) {
 		"Warning Unhealthy Readiness probe failed (1/3, threshold not reached): fake",
 		"Warning Unhealthy Readiness probe failed (2/3, threshold not reached): fake",
 		"Warning Unhealthy Readiness probe failed (3/3): container marked not ready: fake",
-		"Warning Unhealthy Readiness probe failed (4/3): container not ready: fake",
+		"Warning Unhealthy Readiness probe failed (threshold 3 reached): container not ready: fake",
 		"Normal ProbeSucceeded Readiness probe succeeded after 4 failures: container marked ready",
 	)
 }

@@ -78,8 +78,10 @@ type Verdict struct {
 //     not reached): <output>`, at the threshold `<Type> probe failed (3/3):
 //     container marked not ready: <output>` (what the verdict changes:
 //     readiness marks the container not ready, liveness and startup lead to
-//     Options.FailureConsequence), past it `(4/3): container not ready:
-//     <output>`; under EventsTransitions only the one that changed the
+//     Options.FailureConsequence), past it `(threshold 3 reached):
+//     container not ready: <output>` (one text for every further failure,
+//     so that they fold into one event with a count, as the kubelet's
+//     repeats do); under EventsTransitions only the one that changed the
 //     verdict;
 //   - a spec probe's failure under EventsTransitions: the kubelet's
 //     `<Type> probe failed: <output>` (K4), for the run that changed the
@@ -122,7 +124,10 @@ func (r *Runtime) RecordVerdict(p *Prepared, rep Report, v Verdict) {
 		case v.Changed:
 			r.recorder.Eventf(ref, v1.EventTypeWarning, ReasonUnhealthy, "%s probe failed (%d/%d): %s: %s", typ, v.Count, v.Threshold, r.consequence(spec.ProbeType, false), out.Output)
 		default:
-			r.recorder.Eventf(ref, v1.EventTypeWarning, ReasonUnhealthy, "%s probe failed (%d/%d): %s: %s", typ, v.Count, v.Threshold, standing(spec.ProbeType), out.Output)
+			// No count past the threshold: the repeats of a failing probe
+			// are one text, folded into one event with a count (the
+			// event ring, client-go's EventSeries), as the kubelet's are.
+			r.recorder.Eventf(ref, v1.EventTypeWarning, ReasonUnhealthy, "%s probe failed (threshold %d reached): %s: %s", typ, v.Threshold, standing(spec.ProbeType), out.Output)
 		}
 		return
 	}
