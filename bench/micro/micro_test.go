@@ -363,6 +363,27 @@ func (f *fixture) runUntil(want int64) {
 	}
 }
 
+// stepIdle steps the fake clock by one period plus a tick and waits until
+// the scheduler has processed it and no run is queued or in flight.
+func (f *fixture) stepIdle(tb testing.TB) {
+	f.clk.Step(time.Second + tick)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st, _ := manager.StatsOf(f.mgr)
+		backlog := 0
+		for _, n := range st.Backlog {
+			backlog += n
+		}
+		if st.Running == 0 && backlog == 0 && !st.WheelAdvanced.Before(st.Now.Add(-tick)) {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("the manager did not settle: %+v", st)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
 // BenchmarkManagerMemoryPerProbe reports the heap a registered probe adds
 // (AddPod, no run yet: "registered") and after its first run ("after first
 // run": the kubelet-compatible metric series and the results entry exist
@@ -452,8 +473,11 @@ func BenchmarkManagerRunStatePeriods(b *testing.B) {
 			for _, p := range f.pods {
 				f.mgr.AddPod(context.Background(), p)
 			}
-			f.runUntil(2 * pods) // first runs: series and results created, states settled
-			f.runUntil(f.obs.n.Load() + 2*pods)
+			// First runs (series and results created), then the switch
+			// to the healthy period and its grow phase (up to a period).
+			for i := 0; i < 4; i++ {
+				f.stepIdle(b)
+			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			cpu0 := processCPU()
