@@ -119,7 +119,7 @@ func TestAgent_Issue22_FastUntilReadyWithBodyCheck(t *testing.T) {
 	}
 	const fail = `HTTP probe failed: expect.jsonPath {.status} is not "up"`
 	for _, want := range []string{
-		"Unhealthy: Readiness probe failed (1/2, threshold not reached): " + fail,
+		"ProbeFailureBelowThreshold: Readiness probe failed (1/2, threshold not reached): " + fail,
 		"Unhealthy: Readiness probe failed (2/2): container marked not ready: " + fail,
 		"Unhealthy: Readiness probe failed (threshold 2 reached): container not ready: " + fail,
 		"ProbeSucceeded: Readiness probe succeeded after ",

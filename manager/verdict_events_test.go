@@ -70,8 +70,8 @@ func TestEvents_AnnotationThresholdTexts(t *testing.T) {
 	e.expectCached(runtime.Readiness, results.Success)
 	wantLines(t, log.get(),
 		"Normal ProbeSucceeded Readiness probe succeeded: container marked ready",
-		"Warning Unhealthy Readiness probe failed (1/3, threshold not reached): fake",
-		"Warning Unhealthy Readiness probe failed (2/3, threshold not reached): fake",
+		"Warning ProbeFailureBelowThreshold Readiness probe failed (1/3, threshold not reached): fake",
+		"Warning ProbeFailureBelowThreshold Readiness probe failed (2/3, threshold not reached): fake",
 		"Warning Unhealthy Readiness probe failed (3/3): container marked not ready: fake",
 		"Warning Unhealthy Readiness probe failed (threshold 3 reached): container not ready: fake",
 		"Normal ProbeSucceeded Readiness probe succeeded after 4 failures: container marked ready",
@@ -92,7 +92,7 @@ func TestEvents_AnnotationLivenessAndErrored(t *testing.T) {
 	e.expectCached(runtime.Liveness, results.Failure)
 	wantLines(t, log.get(),
 		"Warning Unhealthy Liveness probe errored and resulted in unknown state: fake handler error",
-		"Warning Unhealthy Liveness probe failed (1/2, threshold not reached): fake",
+		"Warning ProbeFailureBelowThreshold Liveness probe failed (1/2, threshold not reached): fake",
 		"Warning Unhealthy Liveness probe failed (2/2): container will be restarted: fake",
 	)
 }

@@ -6,10 +6,23 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// ReasonProbeSucceeded is the reason of the Normal event of a probe whose
-// verdict turned Success (annotation probes, and every probe under
-// EventsTransitions): the kubelet has no such event.
-const ReasonProbeSucceeded = "ProbeSucceeded"
+// Reasons of the events of annotation probes beside the kubelet's
+// Unhealthy and ProbeWarning (RecordVerdict).
+const (
+	// ReasonProbeSucceeded is the reason of the Normal event of a probe
+	// whose verdict turned Success (annotation probes, and every probe
+	// under EventsTransitions): the kubelet has no such event.
+	ReasonProbeSucceeded = "ProbeSucceeded"
+	// ReasonBelowThreshold is the reason of an annotation probe's failure
+	// that did not reach its failureThreshold: nothing changed. A reason of
+	// its own, as upstream's proposals for kubernetes/kubernetes#115823
+	// have it, because events.k8s.io folds the Events of one object,
+	// reason and action into one series whatever their notes: under
+	// Unhealthy, the failure that reached the threshold would be counted
+	// into the series of the first tolerated one and never shown, and
+	// alerts on Unhealthy keep meaning "the verdict is Failure".
+	ReasonBelowThreshold = "ProbeFailureBelowThreshold"
+)
 
 // EventMode selects which probe runs record an event (Options.Events).
 type EventMode uint8
@@ -74,8 +87,9 @@ type Verdict struct {
 //     previous run was not errored;
 //   - a warning (a redirect not followed, H6): the kubelet's ProbeWarning
 //     `<Type> probe warning: <output>`, not under EventsTransitions;
-//   - an annotation probe's failure: `<Type> probe failed (2/3, threshold
-//     not reached): <output>`, at the threshold `<Type> probe failed (3/3):
+//   - an annotation probe's failure: below its threshold a Warning
+//     ProbeFailureBelowThreshold `<Type> probe failed (2/3, threshold not
+//     reached): <output>`, at the threshold an Unhealthy `<Type> probe failed (3/3):
 //     container marked not ready: <output>` (what the verdict changes:
 //     readiness marks the container not ready, liveness and startup lead to
 //     Options.FailureConsequence), past it `(threshold 3 reached):
@@ -120,7 +134,7 @@ func (r *Runtime) RecordVerdict(p *Prepared, rep Report, v Verdict) {
 		}
 		switch {
 		case v.Count < v.Threshold:
-			r.recorder.Eventf(ref, v1.EventTypeWarning, ReasonUnhealthy, "%s probe failed (%d/%d, threshold not reached): %s", typ, v.Count, v.Threshold, out.Output)
+			r.recorder.Eventf(ref, v1.EventTypeWarning, ReasonBelowThreshold, "%s probe failed (%d/%d, threshold not reached): %s", typ, v.Count, v.Threshold, out.Output)
 		case v.Changed:
 			r.recorder.Eventf(ref, v1.EventTypeWarning, ReasonUnhealthy, "%s probe failed (%d/%d): %s: %s", typ, v.Count, v.Threshold, r.consequence(spec.ProbeType, false), out.Output)
 		default:

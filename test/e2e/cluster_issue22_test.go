@@ -121,3 +121,28 @@ func TestClusterIssue22_FastUntilReadyExpectAndTransitions(t *testing.T) {
 		t.Fatalf("probed exited %d after SIGTERM; stderr:\n%s", code, tail(a.stderr.String(), 20))
 	}
 }
+
+// Issue 22 §3 with the kubelet's event mode in cluster mode: the failures
+// below the threshold and the one that reached it are separate
+// events.k8s.io Events (their reasons differ: the API server folds the
+// Events of one reason and action into one series, whatever the note),
+// so the verdict's Event is seen with its own note.
+func TestClusterIssue22_ThresholdEventsStayApart(t *testing.T) {
+	admin := kubetest.Client(t)
+	ns, node := kubetest.Namespace(t), kubetest.NodeName(t)
+	port := serveHTTP(t, "127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	a := startClusterAgent(t, node, nil)
+	pod := kubetest.NewPod(ns, "down", node, "app")
+	pod.Annotations = map[string]string{"probed.io/probes": fmt.Sprintf(
+		`[{"container":"app","type":"readiness","periodSeconds":1,"failureThreshold":3,"httpGet":{"path":"/","port":%d}}]`, port)}
+	kubetest.CreatePod(t, admin, pod)
+	kubetest.SetPodRunning(t, admin, ns, "down", true)
+	const out = "HTTP probe failed with statuscode: 503"
+	below := waitEvent(t, a, admin, ns, "down", "ProbeFailureBelowThreshold", "Readiness probe failed (1/3, threshold not reached): "+out)
+	reached := waitEvent(t, a, admin, ns, "down", "Unhealthy", "Readiness probe failed (3/3): container marked not ready: "+out)
+	if below.Action != "ReadinessProbe" || reached.Action != "ReadinessProbe" {
+		t.Fatalf("actions %q and %q, want ReadinessProbe", below.Action, reached.Action)
+	}
+}
