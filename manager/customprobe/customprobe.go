@@ -15,11 +15,16 @@
 //	  "periodMilliseconds": -800,    // optional, -999..999, added to periodSeconds (here: 200 ms)
 //	  "timeoutMilliseconds": 0,      // optional, -999..999, added to timeoutSeconds
 //	  "initialDelayMilliseconds": 0, // optional, -999..999, added to initialDelaySeconds
+//	  "unhealthyPeriodSeconds": 0,   // optional, with unhealthyPeriodMilliseconds: the period while
+//	  "unhealthyPeriodMilliseconds": 250, // the verdict is not Success (no default; >= 100 ms)
+//	  "transitionPeriodSeconds": 1,  // optional, with transitionPeriodMilliseconds: the period while
+//	                                 // results count toward a threshold that would change the verdict
 //	  "successThreshold": 1,         // optional, default 1; must be 1 for liveness and startup
 //	  "failureThreshold": 3,         // optional, default 3
 //	  "terminationGracePeriodSeconds": 30, // optional, seconds, > 0; not on readiness
 //	  // exactly one handler:
-//	  "httpGet": {"path": "/ready", "port": 8080},  // v1.HTTPGetAction
+//	  "httpGet": {"path": "/ready", "port": 8080,   // v1.HTTPGetAction, and optionally
+//	    "expect": {"status": [200], "bodyRegex": "ok"}}, // checks on the answer (runtime/expect)
 //	  "tcpSocket": {"port": "redis"},               // v1.TCPSocketAction
 //	  "grpc": {"port": 9090, "service": "health"},  // v1.GRPCAction
 //	  "exec": {"command": ["cat", "/tmp/ready"]},   // v1.ExecAction; manifest mode only
@@ -32,8 +37,13 @@
 // validation of v1.Probe (spec 1.2, 1.3). The millisecond fields, which
 // v1.Probe lacks, are offsets added to the defaulted seconds fields as in
 // upstream's sub-second probe proposal (kubernetes/kubernetes#107958,
-// KEP-3066; ValidateMilliseconds); the built-in handlers are decoded
-// strictly (an unknown or misspelled field is an error). A named port is
+// KEP-3066; ValidateMilliseconds). The periods by state (issue 22 §1,
+// ValidateStatePeriods) and httpGet.expect/tcpSocket.expect (issue 22 §2,
+// runtime/expect) are what an annotation probe has beyond v1.Probe
+// (Probe.Extension): expect is taken out of the handler's object before
+// the rest is decoded into the v1 type, so a spec probe can never carry
+// it. The built-in handlers are decoded strictly (an unknown or
+// misspelled field is an error). A named port is
 // resolved at run time like an httpGet port (spec 1.4); a name the container
 // does not declare is not a parse error, the probe then errors on every run,
 // as the kubelet does for built-in probes (BR-20).
