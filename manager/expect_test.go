@@ -2,14 +2,8 @@ package manager
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -22,6 +16,7 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/probed/probed/internal/nettest"
 	"github.com/probed/probed/manager/customprobe"
 	"github.com/probed/probed/manager/results"
 	"github.com/probed/probed/runtime"
@@ -51,13 +46,22 @@ func (l *eventLog) get() []string {
 }
 
 // realEnv is a test env whose manager has the default runtime (the
-// built-in handlers) on the fake clock, recording events into log, with
-// mode.
-func realEnv(t *testing.T, mode runtime.EventMode) (*testEnv, *eventLog) {
+// built-in handlers) on the fake clock, its runs seen by the returned
+// observer and its events by rec (nil: none).
+func realEnv(t *testing.T, rec runtime.Recorder) (*testEnv, *recordObserver) {
 	t.Helper()
-	log := &eventLog{}
-	e := newTestEnv(t, func(o *Options) { o.Runtime, o.Recorder, o.Events = nil, log, mode })
-	return e, log
+	obs := &recordObserver{}
+	return newTestEnv(t, func(o *Options) { o.Runtime, o.Observer, o.Recorder = nil, obs, rec }), obs
+}
+
+// realRun runs the annotation probe element (JSON fields after container)
+// once through realEnv and returns the run's record: Cached is the verdict
+// (failureThreshold 1), Message what the run said.
+func realRun(t *testing.T, element string, rec runtime.Recorder) RunRecord {
+	t.Helper()
+	e, obs := realEnv(t, rec)
+	e.runOnce(annotated(e, "real", element))
+	return lastRecord(t, obs)
 }
 
 // annotated adds a pod with one annotation probe element (JSON fields
@@ -87,25 +91,7 @@ func runtimeTypeOf(element string) runtime.ProbeType {
 
 // certExpiring makes a self-signed certificate that expires at notAfter.
 func certExpiring(t *testing.T, notAfter time.Time) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: "probe-target.test"},
-		DNSNames:     []string{"probe-target.test"},
-		NotBefore:    notAfter.Add(-365 * 24 * time.Hour),
-		NotAfter:     notAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return nettest.Certificate(t, "probe-target.test", notAfter)
 }
 
 func portOf(addr net.Addr) int { return addr.(*net.TCPAddr).Port }
@@ -138,13 +124,9 @@ func TestExpect_HTTPSCertificateDaysLeft(t *testing.T) {
 		{5, results.Success, ""},
 	} {
 		t.Run(fmt.Sprint(tc.days), func(t *testing.T) {
-			obs := &recordObserver{}
-			e := newTestEnv(t, func(o *Options) { o.Runtime, o.Observer = nil, obs })
-			w := annotated(e, "tls", fmt.Sprintf(`"type":"readiness","failureThreshold":1,"httpGet":{"port":%d,"scheme":"HTTPS","expect":{"certificateExpiresAfterDays":%d}}`, port, tc.days))
-			e.runOnce(w)
-			e.expectCached(runtime.Readiness, tc.want)
-			if got := lastRecord(t, obs).Message; got != tc.msg {
-				t.Fatalf("message %q, want %q", got, tc.msg)
+			rec := realRun(t, fmt.Sprintf(`"type":"readiness","failureThreshold":1,"httpGet":{"port":%d,"scheme":"HTTPS","expect":{"certificateExpiresAfterDays":%d}}`, port, tc.days), nil)
+			if rec.Cached != tc.want || rec.Message != tc.msg {
+				t.Fatalf("%v %q, want %v %q", rec.Cached, rec.Message, tc.want, tc.msg)
 			}
 		})
 	}
@@ -181,13 +163,9 @@ func TestExpect_TCPTLSCertificate(t *testing.T) {
 		{"a plain port", plain, 1, results.Failure, "TLS handshake with 127.0.0.1:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			obs := &recordObserver{}
-			e := newTestEnv(t, func(o *Options) { o.Runtime, o.Observer = nil, obs })
-			w := annotated(e, "tcptls", fmt.Sprintf(`"type":"readiness","failureThreshold":1,"tcpSocket":{"port":%d,"expect":{"certificateExpiresAfterDays":%d}}`, tc.port, tc.days))
-			e.runOnce(w)
-			e.expectCached(runtime.Readiness, tc.want)
-			if got := lastRecord(t, obs).Message; !strings.Contains(got, tc.msg) || (tc.msg == "" && got != "") {
-				t.Fatalf("message %q, want %q", got, tc.msg)
+			rec := realRun(t, fmt.Sprintf(`"type":"readiness","failureThreshold":1,"tcpSocket":{"port":%d,"expect":{"certificateExpiresAfterDays":%d}}`, tc.port, tc.days), nil)
+			if rec.Cached != tc.want || !strings.Contains(rec.Message, tc.msg) || (tc.msg == "" && rec.Message != "") {
+				t.Fatalf("%v %q, want %v %q", rec.Cached, rec.Message, tc.want, tc.msg)
 			}
 		})
 	}
@@ -215,8 +193,7 @@ func TestExpect_LatencyOnTheManagersClock(t *testing.T) {
 		{500, results.Success, ""},
 	} {
 		t.Run(fmt.Sprint(tc.max), func(t *testing.T) {
-			obs := &recordObserver{}
-			e := newTestEnv(t, func(o *Options) { o.Runtime, o.Observer = nil, obs })
+			e, obs := realEnv(t, nil)
 			w := annotated(e, "slow", fmt.Sprintf(`"type":"readiness","failureThreshold":1,"httpGet":{"port":%d,"expect":{"maxLatencyMilliseconds":%d}}`, port, tc.max))
 			e.idle()
 			e.m.sched.Trigger(w.id)
@@ -268,15 +245,10 @@ func TestExpect_StatusAndBody(t *testing.T) {
 			mu.Lock()
 			status = tc.code
 			mu.Unlock()
-			obs := &recordObserver{}
 			log := &eventLog{}
-			e := newTestEnv(t, func(o *Options) { o.Runtime, o.Observer, o.Recorder = nil, obs, log })
-			w := annotated(e, "body", fmt.Sprintf(`"type":"readiness","failureThreshold":1,"httpGet":{"port":%d,"expect":{%s}}`, port, tc.expect))
-			e.runOnce(w)
-			e.expectCached(runtime.Readiness, tc.want)
-			rec := lastRecord(t, obs)
-			if rec.Message != tc.msg {
-				t.Fatalf("message %q, want %q", rec.Message, tc.msg)
+			rec := realRun(t, fmt.Sprintf(`"type":"readiness","failureThreshold":1,"httpGet":{"port":%d,"expect":{%s}}`, port, tc.expect), log)
+			if rec.Cached != tc.want || rec.Message != tc.msg {
+				t.Fatalf("%v %q, want %v %q", rec.Cached, rec.Message, tc.want, tc.msg)
 			}
 			for _, l := range log.get() {
 				if strings.Contains(l, secret) || strings.Contains(l, "degraded\"") {

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -92,7 +93,7 @@ func TestStatePeriods_FastUntilReadyThenSlow(t *testing.T) {
 	e.expectCached(runtime.Readiness, results.Success)
 	ready := ct.last(t)
 	want := []time.Duration{first, first + 250*time.Millisecond, first + 500*time.Millisecond, first + 750*time.Millisecond}
-	if got := ct.get(); !equalDurations(got, want) {
+	if got := ct.get(); !slices.Equal(got, want) {
 		t.Fatalf("runs at %v, want every 250 ms until ready: %v", got, want)
 	}
 	if p := w.period(); p != 10*time.Second {
@@ -103,7 +104,7 @@ func TestStatePeriods_FastUntilReadyThenSlow(t *testing.T) {
 	phase := growPhase(e, w, 10*time.Second) // the scheduler is younger than 10 s: over the whole period (BR-24)
 	e.stepTicks(20*time.Second + phase)
 	want = append(want, ready+10*time.Second+phase, ready+20*time.Second+phase)
-	if got := ct.get(); !equalDurations(got, want) {
+	if got := ct.get(); !slices.Equal(got, want) {
 		t.Fatalf("runs at %v, want %v (grow phase %v)", got, want, phase)
 	}
 }
@@ -158,7 +159,7 @@ func TestStatePeriods_TransitionConfirmsAndClearsQuickly(t *testing.T) {
 	ts := ct.get()
 	got := ts[len(ts)-5:]
 	want := []time.Duration{fail1, fail1 + time.Second, fail1 + 2*time.Second, fail1 + 4*time.Second + grow2, fail1 + 6*time.Second + grow2}
-	if !equalDurations(got, want) {
+	if !slices.Equal(got, want) {
 		t.Fatalf("runs of a real failure at %v, want %v (1 s apart until the verdict, then 2 s)", got, want)
 	}
 	if s := e.m.sched.Stats().Skipped; s != 0 {
@@ -260,16 +261,4 @@ func (o *recordObserver) get() []RunRecord {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return append([]RunRecord(nil), o.recs...)
-}
-
-func equalDurations(a, b []time.Duration) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -228,5 +229,22 @@ probed_probe_time_to_first_success_seconds_count{handler="exec",probe_type="read
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(metric), "probed_probe_time_to_first_success_seconds"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Options.Events reaches the default runtime (the built-in handlers): with
+// EventsTransitions, a real refused TCP probe failing three times records
+// one event, at its verdict.
+func TestEvents_DefaultRuntimeTakesTheMode(t *testing.T) {
+	_, refused := listenTCP(t)
+	log := &eventLog{}
+	e := newTestEnv(t, func(o *Options) { o.Runtime, o.Recorder, o.Events = nil, log, runtime.EventsTransitions })
+	w := annotated(e, "mode", fmt.Sprintf(`"type":"readiness","failureThreshold":2,"tcpSocket":{"port":%d}`, refused))
+	for i := 0; i < 3; i++ {
+		e.runOnce(w)
+	}
+	got := log.get()
+	if len(got) != 1 || !strings.HasPrefix(got[0], "Warning Unhealthy Readiness probe failed (2/2): container marked not ready: dial tcp 127.0.0.1:") {
+		t.Fatalf("events %q, want the verdict's only", got)
 	}
 }

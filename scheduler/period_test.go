@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -49,7 +50,7 @@ func TestSetPeriodShorterReanchorsAtTheRun(t *testing.T) {
 	r.release(1)
 	r.stepTicks(t, time.Second)
 	want := []time.Duration{time.Second, 1250 * time.Millisecond, 1500 * time.Millisecond, 1750 * time.Millisecond, 2 * time.Second}
-	if got := r.runTimes(1, t0); !equalDurations(got, want) {
+	if got := r.runTimes(1, t0); !slices.Equal(got, want) {
 		t.Fatalf("runs at %v, want %v", got, want)
 	}
 }
@@ -77,7 +78,7 @@ func TestSetPeriodLongerAddsTheStablePhase(t *testing.T) {
 	r.stepTicks(t, 21*time.Second)
 	phaseTicks := phase / tick * tick
 	want := []time.Duration{tick, tick + 10*time.Second + phaseTicks, tick + 20*time.Second + phaseTicks}
-	if got := r.runTimes(1, t0); !equalDurations(got, want) {
+	if got := r.runTimes(1, t0); !slices.Equal(got, want) {
 		t.Fatalf("runs at %v, want %v (phase %v)", got, want, phase)
 	}
 }
@@ -144,7 +145,7 @@ func TestSetPeriodBR10(t *testing.T) {
 	// Released at 710 ms: the follow-up at once, then the 100 ms grid
 	// anchored at the first run (10 ms): 810 ms, 910 ms.
 	want := []time.Duration{tick, 710 * time.Millisecond, 810 * time.Millisecond, 910 * time.Millisecond}
-	if !equalDurations(got, want) {
+	if !slices.Equal(got, want) {
 		t.Fatalf("runs at %v, want %v", got, want)
 	}
 	if sk := r.s.Stats().Skipped; sk == 0 {
@@ -166,19 +167,7 @@ func TestSetPeriodThenTrigger(t *testing.T) {
 	r.waitTotal(t, 4)
 	r.stepTicks(t, time.Second)
 	want := []time.Duration{tick, time.Second + tick, 2*time.Second + tick, 2*time.Second + tick, 3*time.Second + tick}
-	if got := r.runTimes(1, t0); !equalDurations(got, want) {
+	if got := r.runTimes(1, t0); !slices.Equal(got, want) {
 		t.Fatalf("runs at %v, want %v", got, want)
 	}
-}
-
-func equalDurations(a, b []time.Duration) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -2,14 +2,8 @@ package builtin_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"io"
-	"math/big"
 	nethttp "net/http"
 	"net/http/httptest"
 	"strings"
@@ -19,25 +13,14 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/probed/probed/internal/nettest"
 	"github.com/probed/probed/runtime"
 	"github.com/probed/probed/runtime/expect"
 )
 
 // expiringCert is a self-signed certificate that expires at notAfter.
 func expiringCert(t *testing.T, notAfter time.Time) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "target.test"}, DNSNames: []string{"target.test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: notAfter, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return nettest.Certificate(t, "target.test", notAfter)
 }
 
 // Issue 22 §2 out of process: an annotation probe's httpGet.expect and
