@@ -466,15 +466,17 @@ type Report struct {
 // Run probes once (spec P1–P6): up to MaxAttempts attempts while the handler
 // errors, each with a deadline of the probe's timeout (P3) on the runtime's
 // clock, derived from ctx (WithTimeout: with an injected clock the attempt
-// ends when that clock passes the deadline, never on real time);
-// then, for a spec probe under EventsAll, it records the event of the
-// verdict (P5, P6, K4; the others' are RecordVerdict's, once the worker
-// applied the threshold). t.Attempt is set
-// per attempt. An attempt the prober could not make for lack of its own
+// ends when that clock passes the deadline, never on real time); then, for
+// a spec probe under EventsAll, it records the event of the verdict (P5,
+// P6, K4; the others' are RecordVerdict's, once the worker applied the
+// threshold). t.Attempt is set per attempt. An attempt the prober could not make for lack of its own
 // resources (EMFILE, ENOBUFS ...: ClassifyAttempt) counts as an error, not
 // as a Failure of the target (a deliberate deviation from the kubelet,
-// docs/probes.md). Under Options.Egress every attempt's context carries
-// the egress policy of t (runtime/egress.FromContext).
+// docs/probes.md). An annotation probe's answer must also meet its
+// expect's latency and certificate checks (checkAnswer; the handler
+// applies the status and body checks). Under Options.Egress every
+// attempt's context carries the egress policy of t
+// (runtime/egress.FromContext).
 func (r *Runtime) Run(ctx context.Context, p *Prepared, t Target) Report {
 	var rep Report
 	if p.unresolved && r.HasKind(p.Spec.Kind) {
