@@ -3,8 +3,10 @@
 // the injected clock (WithTimeout, the one place it is made), the retry
 // loop (P2), the rule that an attempt the prober could not make for lack of
 // its own resources is errored, not a Failure (ClassifyAttempt), the
-// redaction of each run's report (runtime/redact), and the mapping of handler
-// verdicts to events (P5, P6, K4).
+// redaction of each run's report (runtime/redact), an annotation probe's
+// latency and certificate checks (runtime/expect), and the mapping of
+// handler verdicts to events (P5, P6, K4; RecordVerdict: the events that
+// say where an annotation probe's threshold stands, and --events).
 //
 // Handlers (built-in or plugin clients) implement Handler. The runtime knows
 // nothing about workers, thresholds or pods beyond the identity it passes to
