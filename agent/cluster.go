@@ -188,6 +188,25 @@ func (a *Agent) connectCluster() error {
 	return nil
 }
 
+// failureConsequence says, in the events of annotation probes, what a
+// liveness or startup Failure verdict leads to (runtime.Options.
+// FailureConsequence): in manifest mode the kubelet's restart (the
+// simulator's), in cluster mode --liveness-action's, whose own events then
+// say what was done.
+func (a *Agent) failureConsequence() string {
+	c := a.opts.Cluster
+	if c == nil {
+		return runtime.DefaultFailureConsequence
+	}
+	switch c.LivenessAction {
+	case LivenessActionEvict:
+		return "the pod is to be evicted (--liveness-action=evict)"
+	case LivenessActionRestart:
+		return "the container is to be restarted (--liveness-action=restart)"
+	}
+	return "probed does not restart containers (--liveness-action=event)"
+}
+
 // execRunner is the exec probes' runner in cluster mode: the container
 // runtime's, or none (the annotation refuses exec then, ExecUnavailable).
 func (p *clusterParts) execRunner() probeexec.Runner {

@@ -82,7 +82,9 @@ type RunRecord struct {
 	ProbeType     runtime.ProbeType
 	Kind          string // handler kind: http, tcp, exec, grpc or a plugin kind
 	// Period and Timeout are the probe's (runtime.TimingOf: sub-second for
-	// an annotation probe with millisecond offsets).
+	// an annotation probe with millisecond offsets); for an annotation
+	// probe with periods by state, Period is the one in effect after the
+	// run.
 	Period, Timeout time.Duration
 	Start           time.Time
 	Duration        time.Duration
@@ -97,6 +99,21 @@ type RunRecord struct {
 	Message string
 	// Cached is the worker's result after the threshold logic (W10–W13).
 	Cached results.Result
+	// Previous is the container instance's verdict before the run:
+	// Unknown until a run reached a threshold (the initial values of W1
+	// are no verdict), else the last one applied. Transition: the run
+	// applied a verdict other than Previous (the first one included) —
+	// the entries of the agent's health-event log (GET
+	// /events?type=transition).
+	Previous   results.Result
+	Transition bool
+	// FirstCheck: the first executed run for this container instance.
+	FirstCheck bool
+	// TimeToFirstSuccess is set on the run that gave the container
+	// instance its first Success verdict: the time from the container's
+	// start (StartedAt) to the end of the run; zero otherwise, and for a
+	// container that started before the manager.
+	TimeToFirstSuccess time.Duration
 }
 
 // Options configure New.
@@ -130,6 +147,10 @@ type Options struct {
 	ExecRunner ExecRunner
 	// Recorder receives the K4 events of the default runtime; nil: none.
 	Recorder runtime.Recorder
+	// Events selects the runs of the default runtime that record an event
+	// (runtime.Options.Events): the kubelet's EventsAll, or
+	// EventsTransitions.
+	Events runtime.EventMode
 
 	// MetricsRegisterer receives prober_probe_total and
 	// prober_probe_duration_seconds (X1–X4); nil: they are kept but not
@@ -161,7 +182,8 @@ type Options struct {
 	Annotation customprobe.Options
 	// Admit, when set, is asked by AddPod before it starts the workers of
 	// a pod's annotation probes, with the pod and the periods of all its
-	// valid annotation probes; when it returns false none of them start
+	// valid annotation probes (of a probe with periods by state, the
+	// shortest: runtime.Timing.Shortest); when it returns false none of them start
 	// (the spec's probes are not affected). AddPod asks on every call, so
 	// a pod refused once starts at a later AddPod (the periodic pod sync)
 	// that Admit allows. Cluster mode's node budget (agent/kube/limits).
@@ -417,7 +439,9 @@ func (m *manager) AddPod(ctx context.Context, pod *v1.Pod) {
 	if len(custom) > 0 && m.admit != nil {
 		periods := make([]time.Duration, len(custom))
 		for i := range custom {
-			periods[i] = runtime.TimingOf(custom[i].probe, custom[i].milliseconds).Period
+			// A probe with periods by state may run at the shortest of
+			// them for as long as it stays in that state.
+			periods[i] = custom[i].timing().Shortest()
 		}
 		if !m.admit(pod, periods) {
 			custom = nil
@@ -435,7 +459,7 @@ func (m *manager) AddPod(ctx context.Context, pod *v1.Pod) {
 			continue
 		}
 		m.startWorker(runtime.Spec{Kind: cp.kind, ProbeType: cp.probeType, Pod: pod, Container: cp.container,
-			Probe: cp.probe, Plugin: cp.plugin, Milliseconds: cp.milliseconds})
+			Probe: cp.probe, Plugin: cp.plugin, Milliseconds: cp.milliseconds, Extension: cp.extension})
 	}
 }
 
