@@ -268,6 +268,16 @@ func (s *Scheduler[T]) armTimer(t *clock.Timer, n int64) bool {
 	for {
 		if *t != nil {
 			(*t).Stop()
+			// A tick that fired while the goroutine was woken by a kick
+			// is still in the channel: drain it before the timer is
+			// armed again. The real clock's timers do that themselves
+			// (Go 1.23); a fake clock's do not, and its Step would block
+			// sending the next tick into the full channel while holding
+			// the clock's lock, which Now here then waits for.
+			select {
+			case <-(*t).C():
+			default:
+			}
 		}
 		now := s.clock.Now()
 		d := at.Sub(now)
