@@ -56,8 +56,11 @@ func startCRIPod(t *testing.T, admin kubernetes.Interface, ns, name, node, annot
 		mutate(pod)
 	}
 	kubetest.CreatePod(t, admin, pod)
-	kubetest.SetPodRunning(t, admin, ns, name, true)
-	p.setContainerID(t, admin, "containerd://"+p.id)
+	// One status write with the real ID: a run against a made-up ID would
+	// be errored, and its Unhealthy Event would open the series later
+	// Unhealthy Events of the container are counted into (tools/events keys
+	// a series without the note).
+	kubetest.SetPodRunningWithIDs(t, admin, ns, name, true, map[string]string{"app": "containerd://" + p.id})
 	return p
 }
 
