@@ -7,9 +7,9 @@ import (
 	"io"
 	"net/url"
 
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // Stream runs cmd in container id (a CRI ID) as a streaming exec, the
