@@ -27,7 +27,7 @@ import (
 //   - a command the runtime timed out is an *exec.TimeoutError whose text is
 //     the kubelet's (cri-client: `command timed out: "<cmd>" timed out after
 //     1s`): a Failure (E3). So is a call not answered within RequestTimeout
-//   - timeout while the runtime answers Version (Client.Alive): the
+//     plus timeout while the runtime answers Version (Client.Alive): the
 //     command's leftover processes held its output open, and containerd
 //     1.6 waits for them (the kubelet, whose call is cut the same way,
 //     reports the same timeout);
