@@ -294,3 +294,32 @@ func TestRunnerHungRuntimeIsErrored(t *testing.T) {
 		t.Fatalf("errored after %v, want RequestTimeout (2 s) + timeout (1 s)", took)
 	}
 }
+
+// A command whose leftover child keeps its output open past its timeout:
+// containerd 1.6 kills the command's process and then waits for the
+// output to close, so the call is only cut at its own bound
+// (RequestTimeout + the timeout). The runtime answers Version meanwhile,
+// so this is the command's timeout — the kubelet's verdict and text —
+// not a hung runtime (TestRunnerHungRuntimeIsErrored).
+func TestRunnerHeldOutputIsATimeout(t *testing.T) {
+	e := &env{rs: critest.Runtime(t)}
+	reg := prometheus.NewRegistry()
+	var err error
+	e.client, err = cri.Connect(context.Background(), cri.Options{Endpoint: critest.Endpoint(t), RequestTimeout: 2 * time.Second,
+		Registerer: reg, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.client.Close() })
+	e.id = critest.RunPodSandbox(t, e.rs).Start(t, critest.Container{Name: "app", Command: []string{"sleep", "3600"}})
+	start := time.Now()
+	out, err := e.probe(t, "containerd://"+e.id, time.Second, "sh", "-c", "setsid sleep 3333 & echo parent")
+	took := time.Since(start)
+	want := `command timed out: "sh -c setsid sleep 3333 & echo parent" timed out after 1s`
+	if err != nil || out.Result != runtime.Failure || out.Output != want {
+		t.Fatalf("%+v, %v: want the kubelet's timeout", out, err)
+	}
+	if took < 3*time.Second || took > 8*time.Second {
+		t.Fatalf("answered after %v, want RequestTimeout (2 s) + timeout (1 s)", took)
+	}
+}

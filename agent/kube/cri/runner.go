@@ -78,7 +78,7 @@ func (r *Runner) RunInContainer(ctx context.Context, containerID string, cmd []s
 	case ctx.Err() == context.Canceled:
 		return out, fmt.Errorf("exec in container %s: %w", containerID, ctx.Err())
 	case errors.Is(err, remote.ErrCommandTimedOut):
-		if limit > 0 && time.Since(start) >= r.c.timeout+limit && !r.c.Alive(ctx) {
+		if limit > 0 && time.Since(start) >= r.c.timeout+limit && !r.c.Alive(context.WithoutCancel(ctx)) {
 			// Our own bound, not the runtime's answer, and the runtime
 			// answers nothing: it hung.
 			return out, fmt.Errorf("the container runtime did not answer ExecSync in container %s within %v", containerID, r.c.timeout+limit)

@@ -597,3 +597,31 @@ func TestHostCloseEndsHelpers(t *testing.T) {
 		})
 	}
 }
+
+// A shell without cat in its PATH cannot host a helper (busybox's has its
+// own): the container's runs go through ExecSync for good, once said.
+func TestHostWithoutCat(t *testing.T) {
+	for name, shell := range shells(t) {
+		if name == "busybox" {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Setenv("PATH", t.TempDir())
+			e := newHostEnv(t, shell, resident.Options{})
+			want := resident.ModeExecSync + " (no cat in PATH)"
+			deadline := time.Now().Add(10 * time.Second)
+			for e.runner.Mode("host://a") != want {
+				if r := toResult(e.runner.RunInContainer(context.Background(), "host://a", []string{"/bin/echo", "ok"}, time.Second)); r.out != "ok\n" {
+					t.Fatalf("%+v", r)
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("mode %q, want %q", e.runner.Mode("host://a"), want)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if n := testutil.ToFloat64(e.runner.Starts().WithLabelValues(resident.ReasonUnsupported)); n != 1 {
+				t.Fatalf("starts{unsupported} = %v", n)
+			}
+		})
+	}
+}
