@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -150,6 +151,11 @@ func (h *helper) handshake(timeout time.Duration) error {
 	}
 	switch e := e.(type) {
 	case unsupportedRecord:
+		// Only helper.sh's own reasons: the record is shown in an Event
+		// and on the status page.
+		if !knownUnsupported.MatchString(string(e)) {
+			return fmt.Errorf("%w: unsupported record %q", errProtocol, cut([]byte(e)))
+		}
 		return &errUnsupported{why: string(e)}
 	case startupDone:
 	default:
@@ -176,6 +182,9 @@ func (h *helper) handshake(timeout time.Duration) error {
 	h.errs.idle()
 	return nil
 }
+
+// knownUnsupported are helper.sh's reasons for not running.
+var knownUnsupported = regexp.MustCompile(`^(no cat in PATH|/proc/[0-9]+/environ is not readable)$`)
 
 // startEnded says why a session that ended before the helper was ready
 // ended: a container without sh cannot host one (runc's "executable file
