@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -87,6 +88,9 @@ type Client struct {
 	version  *runtimeapi.VersionResponse
 	calls    *prometheus.CounterVec
 	log      *slog.Logger
+	// streamSPDY: the runtime's streaming server refused a WebSocket
+	// upgrade once; Stream uses SPDY from then on.
+	streamSPDY atomic.Bool
 }
 
 // Connect dials opts.Endpoint and asks the runtime's Version, which names

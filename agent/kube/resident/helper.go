@@ -350,19 +350,27 @@ func (h *helper) verdict(statusID string, cmd []string, fo, fe *frame) ([]byte, 
 }
 
 // killCommand is the ExecSync command that ends a helper that stopped
-// answering: its three processes, every process under them, and whatever
-// holds its run's output (helper.sh's reap), each only if the process with
-// that PID is still the one that started at that time (not a later process
-// given its PID).
+// answering: its three processes (shell, reader, runner), every process
+// under them, and whatever holds its run's output (helper.sh's reap),
+// each only if the process with that PID is still the one that started at
+// that time (not a later process given its PID). The runner first (with
+// its run), so that nothing of the run is orphaned before it is found. The
+// helper's stdout and stderr are its shell's fd 1 and 2, or the runner's 3
+// and 4.
 func (h *helper) killCommand() []string {
 	return append([]string{"sh", "-c", reapScript + `
-keep=
+keep= live= ko= ke= i=0
 for x in "$@"; do
+	i=$((i + 1))
 	IFS= read -r s 2>/dev/null </proc/${x%%:*}/stat || continue
 	s=${s##*) }
 	set -- $s
-	[ "${20}" = "${x#*:}" ] && reap "${x%%:*}" all
-done`, Name + "-kill"}, h.procs...)
+	[ "$1" != Z ] && [ "${20}" = "${x#*:}" ] || continue
+	live="${x%%:*} $live"
+	if [ $i = 1 ] && [ -p /proc/${x%%:*}/fd/1 ]; then ko=/proc/${x%%:*}/fd/1 ke=/proc/${x%%:*}/fd/2; fi
+	if [ $i = 3 ] && [ -z "$ko" ]; then ko=/proc/${x%%:*}/fd/3 ke=/proc/${x%%:*}/fd/4; fi
+done
+for p in $live; do reap "$p" "$ko" "$ke" all; done`, Name + "-kill"}, h.procs...)
 }
 
 // reapScript is helper.sh's process functions (ps_, desc, reap), for the

@@ -52,22 +52,26 @@ desc() {
 	done
 }
 
-# reap ROOT [all]: SIGKILL what the run under way started — the descendants of ROOT (the
-# runner), and whatever else holds the run's output pipes (a child of the command that left
-# its session) — until none is left, then the run's readers (the cats, which end by
-# themselves once the writers are gone). The run's own shells, which hold the status pipe
-# (the stdout of ROOT's child) as fd 7, are spared: they end, reaped by their parents, once
-# the command is gone, and the runner then reports the run. With "all" (a helper that stopped
-# answering), ROOT and everything under it too. Never this shell's own processes ($$,
-# $keep), nor PID 1. What forks while it looks is found next time (at most 50 rounds).
+# reap ROOT OUT ERR [all]: SIGKILL what the run under way started — the descendants of ROOT
+# (the runner), and whatever else holds the run's output pipes (a child of the command that
+# left its session) — until none is left, then the run's readers (the cats, which end by
+# themselves once the writers are gone). The readers are the processes whose stdout is the
+# helper's stdout or stderr (OUT, ERR: /proc paths of them, pipes; else only descendants are
+# found) and whose stdin is a pipe. The run's own shells, which hold the stdout of ROOT's
+# child (the run's status pipe, or its stdout pipe with pipefail) as fd 7, are spared: they
+# end, reaped by their parents, once the command is gone, and the runner then reports the
+# run. With "all" (a helper that stopped answering), ROOT and everything under it too. Never
+# this shell's own processes ($$, $keep), nor PID 1. What forks while it looks is found next
+# time (at most 50 rounds).
 reap() {
-	o=/proc/$1/fd/1 e=/proc/$1/fd/2 n=0 readers=
+	ro=$2 re=$3 n=0 readers=
+	{ [ -p "$ro" ] && [ -p "$re" ]; } || ro= re=
 	while [ $n -lt 50 ]; do
 		ps_
 		desc "$1"
 		spare= readers= pipes= v=$all
-		[ -n "$2" ] && case "$t " in *" $1:"*) v="$v $1" ;; esac
-		if [ -z "$2" ]; then
+		[ -n "$4" ] && case "$t " in *" $1:"*) v="$v $1" ;; esac
+		if [ -z "$4" ]; then
 			for c in $first; do
 				for p in $all; do
 					[ /proc/$p/fd/7 -ef /proc/$c/fd/1 ] && spare="$spare $p"
@@ -75,24 +79,26 @@ reap() {
 			done
 		fi
 		for x in $t; do
+			[ -n "$ro" ] || break
 			p=${x%%:*}
 			case " $$ $keep 1 $1 $spare " in *" $p "*) continue ;; esac
-			if { [ /proc/$p/fd/1 -ef $o ] || [ /proc/$p/fd/1 -ef $e ]; } && [ -p /proc/$p/fd/0 ]; then
+			if { [ /proc/$p/fd/1 -ef $ro ] || [ /proc/$p/fd/1 -ef $re ]; } && [ -p /proc/$p/fd/0 ]; then
 				readers="$readers $p"
 				pipes="$pipes /proc/$p/fd/0"
 			fi
 		done
 		for x in $t; do
+			[ -n "$pipes" ] || break
 			p=${x%%:*}
 			for q in $pipes; do
 				for f in 0 1 2; do [ /proc/$p/fd/$f -ef $q ] && v="$v $p"; done
 			done
 		done
-		[ -n "$2" ] && v="$v $readers"
+		[ -n "$4" ] && v="$v $readers"
 		w=
 		for p in $v; do
 			case " $$ $keep 1 $spare " in *" $p "*) continue ;; esac
-			[ -n "$2" ] || case " $readers " in *" $p "*) continue ;; esac
+			[ -n "$4" ] || case " $readers " in *" $p "*) continue ;; esac
 			w="$w $p"
 		done
 		[ -n "$w" ] || break
@@ -116,18 +122,18 @@ found() {
 	esac
 	why=n
 	set -f
-	o=$IFS
+	ifs=$IFS
 	IFS=:
 	for d in $xpath; do
 		[ -n "$d" ] || d=.
 		if [ -f "$d/$1" ] && [ -x "$d/$1" ]; then
-			IFS=$o
+			IFS=$ifs
 			set +f
 			xp=$d/$1
 			return 0
 		fi
 	done
-	IFS=$o
+	IFS=$ifs
 	set +f
 	return 1
 }
@@ -138,19 +144,28 @@ found() {
 xa=
 (exec -a probed true) 2>/dev/null && xa=1
 
-# run TOKEN ARG...: one command. It runs as a child of a fresh subshell (nothing of an earlier
-# run is left in it: no cd, no variable), with stdin /dev/null, the exec's environment
-# ($fix) and stdout and stderr on two pipes of its own; a cat reads each into the helper's
-# stdout or stderr, so the run ends when the command has exited and nothing holds its
-# output any more (as ExecSync waits for the exec's output to close). The exit status comes
-# back through fd 7.
+# pf: the shell has pipefail (busybox ash, bash): a pipeline's status is then its command's,
+# which saves the two shells that carry it otherwise (a run costs 4 forks instead of 6).
+pf=
+(set -o pipefail) 2>/dev/null && pf=1
+
+# run TOKEN ARG...: one command. It runs as a fresh subshell replaced by the command (nothing of
+# an earlier run is left in it: no cd, no variable), with stdin /dev/null, the exec's
+# environment ($fix) and stdout and stderr on two pipes of its own; a cat reads each into the
+# helper's stdout or stderr, so the run ends when the command has exited and nothing holds its
+# output any more (as ExecSync waits for the exec's output to close). The exit status is the
+# pipelines' (pipefail), else it comes back through fd 7 and a command substitution. The
+# shells of the run hold fd 7 (reap spares them).
 run() {
 	tok=$1
 	shift
-	if found "$1"; then
-		rc=$({ { { (eval "$fix"; start "$@" 2>&5 5>&-) </dev/null 3>&- 4>&- 7>&-; echo "$?" >&7; } 5>&1 >&6 6>&- 2>/dev/null | exec cat >&4 6>&- 7>&-; } 6>&1 | exec cat >&3 7>&-; } </dev/null 7>&1)
-	else
+	if ! found "$1"; then
 		rc=$why
+	elif [ -n "$pf" ]; then
+		{ (eval "$fix"; start "$@" 2>&5 5>&-) </dev/null 3>&- 4>&- 7>&- 5>&1 >&6 6>&- 2>/dev/null | exec cat >&4 6>&- 7>&-; } </dev/null 6>&1 7>&1 2>/dev/null | exec cat >&3 7>&-
+		rc=$?
+	else
+		rc=$({ { { (eval "$fix"; start "$@" 2>&5 5>&-) </dev/null 3>&- 4>&- 7>&-; echo "$?" >&7; } 5>&1 >&6 6>&- 2>/dev/null | exec cat >&4 6>&- 7>&-; } 6>&1 | exec cat >&3 7>&-; } </dev/null 7>&1)
 	fi
 	printf '\036%s\n' "$tok" >&4
 	printf '\036%s %s\n' "$tok" "${rc:-k}" >&3
@@ -177,6 +192,7 @@ id() {
 
 rn() {
 	exec 3>&1 4>&2
+	[ -z "$pf" ] || set -o pipefail
 	IFS= read -r s </proc/self/stat
 	me=${s%% *}
 	ps_
@@ -202,19 +218,21 @@ rd() {
 	reapRun
 }
 
-# reapRun: reap the runner's descendants (rd's own PID and the runner's, found once, are
-# $keep: never killed).
+# reapRun: reap the runner's descendants. The runner is the process reading this reader's
+# stdout pipe (the runner never redirects its own stdin); it and this reader are $keep, never
+# killed (found once). The helper's stdout and stderr are the runner's fd 3 and 4.
 reapRun() {
 	if [ -z "$keep" ]; then
 		IFS= read -r s </proc/self/stat
-		me=${s%% *}
+		keep=${s%% *}
 		ps_
-		desc "$$"
-		keep=$first
+		for x in $t; do
+			p=${x%%:*}
+			[ "$p" != "$keep" ] && [ /proc/$p/fd/0 -ef /proc/$keep/fd/1 ] && rnp=$p
+		done
+		keep="$keep $rnp"
 	fi
-	for r in $keep; do
-		[ "$r" = "$me" ] || reap "$r"
-	done
+	[ -z "$rnp" ] || reap "$rnp" /proc/$rnp/fd/3 /proc/$rnp/fd/4
 }
 
 rd | rn

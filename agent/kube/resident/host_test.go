@@ -445,7 +445,9 @@ func TestHostUnresponsiveHelperIsReplaced(t *testing.T) {
 			}
 			for _, p := range pids {
 				if alive(p) {
-					t.Errorf("process %d of the stopped helper is still there", p)
+					stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+					cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
+					t.Errorf("process %d of the stopped helper is still there: %s (%q)", p, stat, cmd)
 				}
 			}
 			if left := processesWith(t, "sleep 7781"); len(left) > 0 {

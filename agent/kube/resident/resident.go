@@ -401,10 +401,11 @@ func (r *Runner) Mode(statusID string) string {
 	return ModeResident + " (starting)"
 }
 
-// Close ends every helper: its stdin closes, so it kills what runs and
-// exits, and its session ends; after ctx is done they are cut. No
-// goroutine of the runner outlives Close. Runs after Close go through
-// ExecSync.
+// Close ends every helper: its session's connection closes, the runtime
+// closes the helper's stdin, and the helper kills what runs and exits. It
+// returns when the runner's goroutines have ended (client-go's WebSocket
+// heartbeat of a session ends at its next beat, within 5 s), or when ctx
+// is done. Runs after Close go through ExecSync.
 func (r *Runner) Close(ctx context.Context) error {
 	r.mu.Lock()
 	r.closed = true
@@ -412,14 +413,13 @@ func (r *Runner) Close(ctx context.Context) error {
 		e.h.in.close()
 	}
 	r.mu.Unlock()
+	r.cancel()
 	done := make(chan struct{})
 	go func() { r.wg.Wait(); close(done) }()
 	select {
 	case <-done:
+		return nil
 	case <-ctx.Done():
-		r.cancel()
-		<-done
+		return ctx.Err()
 	}
-	r.cancel()
-	return nil
 }
