@@ -269,16 +269,8 @@ func TestRunnerRuntimeRestart(t *testing.T) {
 // Failure.)
 func TestRunnerHungRuntimeIsErrored(t *testing.T) {
 	dir := critest.PrivateRuntime(t)
-	e := &env{rs: critest.Runtime(t)}
-	id := critest.RunPodSandbox(t, e.rs).Start(t, critest.Container{Name: "app", Command: []string{"sleep", "3600"}})
-	reg := prometheus.NewRegistry()
-	var err error
-	e.client, err = cri.Connect(context.Background(), cri.Options{Endpoint: critest.Endpoint(t), RequestTimeout: 2 * time.Second,
-		Registerer: reg, Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.client.Close() })
+	e := newShortEnv(t)
+	id := e.id
 	pid := critest.DaemonPID(t, dir)
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -302,16 +294,7 @@ func TestRunnerHungRuntimeIsErrored(t *testing.T) {
 // so this is the command's timeout — the kubelet's verdict and text —
 // not a hung runtime (TestRunnerHungRuntimeIsErrored).
 func TestRunnerHeldOutputIsATimeout(t *testing.T) {
-	e := &env{rs: critest.Runtime(t)}
-	reg := prometheus.NewRegistry()
-	var err error
-	e.client, err = cri.Connect(context.Background(), cri.Options{Endpoint: critest.Endpoint(t), RequestTimeout: 2 * time.Second,
-		Registerer: reg, Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.client.Close() })
-	e.id = critest.RunPodSandbox(t, e.rs).Start(t, critest.Container{Name: "app", Command: []string{"sleep", "3600"}})
+	e := newShortEnv(t)
 	start := time.Now()
 	out, err := e.probe(t, "containerd://"+e.id, time.Second, "sh", "-c", "setsid sleep 3333 & echo parent")
 	took := time.Since(start)
@@ -322,4 +305,20 @@ func TestRunnerHeldOutputIsATimeout(t *testing.T) {
 	if took < 3*time.Second || took > 8*time.Second {
 		t.Fatalf("answered after %v, want RequestTimeout (2 s) + timeout (1 s)", took)
 	}
+}
+
+// newShortEnv is a container (sleep) and a Client whose RequestTimeout is
+// 2 s: a call not answered is cut 2 s after its own time.
+func newShortEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{rs: critest.Runtime(t)}
+	e.id = critest.RunPodSandbox(t, e.rs).Start(t, critest.Container{Name: "app", Command: []string{"sleep", "3600"}})
+	var err error
+	e.client, err = cri.Connect(context.Background(), cri.Options{Endpoint: critest.Endpoint(t), RequestTimeout: 2 * time.Second,
+		Registerer: prometheus.NewRegistry(), Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.client.Close() })
+	return e
 }

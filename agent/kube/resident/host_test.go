@@ -151,20 +151,40 @@ func newHostEnv(t *testing.T, shell []string, opts resident.Options) *hostEnv {
 	t.Helper()
 	e := &hostEnv{rt: &hostRuntime{shell: shell, marker: fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano())}, reg: prometheus.NewRegistry()}
 	opts.Runtime, opts.ExecSync, opts.Registerer = e.rt, &probeexec.LocalRunner{}, e.reg
+	t.Cleanup(func() { waitNoHelper(t, e.rt) }) // after the runner's Close (cleanups run last first)
+	e.runner = newRunner(t, opts)
+	return e
+}
+
+// newRunner is resident.New(opts) (its log discarded unless given),
+// closed when the test ends.
+func newRunner(t *testing.T, opts resident.Options) *resident.Runner {
+	t.Helper()
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	var err error
-	if e.runner, err = resident.New(opts); err != nil {
+	r, err := resident.New(opts)
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_ = e.runner.Close(ctx)
-		waitNoHelper(t, e.rt)
+		_ = r.Close(ctx)
 	})
-	return e
+	return r
+}
+
+// waitLost waits until r has replaced a helper for reason.
+func waitLost(t *testing.T, r *resident.Runner, reason string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for testutil.ToFloat64(r.Lost().WithLabelValues(reason)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no helper lost for %s within 30 s", reason)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // waitNoHelper waits until no process of rt's helpers is left.
@@ -472,17 +492,10 @@ func TestHostKilledHelperIsReplaced(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			e := newHostEnv(t, shell, resident.Options{BackoffBase: 100 * time.Millisecond})
 			e.warm(t, "host://a")
-			procs := e.rt.helperProcs(t)
-			for _, p := range procs {
+			for _, p := range e.rt.helperProcs(t) {
 				_ = syscall.Kill(p, syscall.SIGKILL)
 			}
-			deadline := time.Now().Add(5 * time.Second)
-			for testutil.ToFloat64(e.runner.Lost().WithLabelValues(resident.LostEnded)) == 0 {
-				if time.Now().After(deadline) {
-					t.Fatalf("the killed helper's end was not seen (killed %v; left %v)", procs, e.rt.helperPIDs(t))
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			waitLost(t, e.runner, resident.LostEnded)
 			for range 5 {
 				if r := toResult(e.runner.RunInContainer(context.Background(), "host://a", []string{"echo", "ok"}, time.Second)); r.out != "ok\n" {
 					t.Fatalf("after the kill: %+v", r)
@@ -529,13 +542,7 @@ func TestHostProtocolErrorBetweenRuns(t *testing.T) {
 			if r.code != 0 {
 				t.Fatalf("%+v", r)
 			}
-			deadline := time.Now().Add(5 * time.Second)
-			for testutil.ToFloat64(e.runner.Lost().WithLabelValues(resident.LostProtocol)) == 0 {
-				if time.Now().After(deadline) {
-					t.Fatal("the helper was not replaced")
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			waitLost(t, e.runner, resident.LostProtocol)
 			if r := toResult(e.runner.RunInContainer(context.Background(), "host://a", []string{"true"}, time.Second)); r.code != 0 {
 				t.Fatalf("a run errored for the broken helper: %+v", r)
 			}

@@ -74,17 +74,7 @@ func newCRIEnv(t *testing.T, requestTimeout time.Duration, opts resident.Options
 	t.Cleanup(func() { _ = e.client.Close() })
 	opts.Runtime, opts.ExecSync, opts.Recorder, opts.Registerer = e.client, e.client.Runner(), e.events, prometheus.NewRegistry()
 	opts.Pod = func(statusID string) (*v1.Pod, string, bool) { return &v1.Pod{}, "app", true }
-	if opts.Log == nil {
-		opts.Log = slog.New(slog.DiscardHandler)
-	}
-	if e.runner, err = resident.New(opts); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = e.runner.Close(ctx)
-	})
+	e.runner = newRunner(t, opts)
 	e.sb = critest.RunPodSandbox(t, e.rs)
 	return e
 }
@@ -362,13 +352,7 @@ func TestCRIContainerRestartedUnderTheHelper(t *testing.T) {
 	if err := e.rs.StopContainer(critest.Context(t), id, 0); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for testutil.ToFloat64(e.runner.Lost().WithLabelValues(resident.LostEnded)) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the helper's end was not seen")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitLost(t, e.runner, resident.LostEnded)
 	if out, err := probe(t, e.runner, status, time.Second, "true"); err == nil || out.Result != runtime.Unknown {
 		t.Fatalf("on the stopped container: %+v, %v: want an errored run", out, err)
 	}
@@ -388,13 +372,7 @@ func TestCRIHelperKilledFromOutside(t *testing.T) {
 	e.warm(t, status)
 	pids := e.helperPIDs(t, id)
 	critest.Exec(t, e.rs, id, append([]string{"kill", "-9"}, pids...)...)
-	deadline := time.Now().Add(30 * time.Second)
-	for testutil.ToFloat64(e.runner.Lost().WithLabelValues(resident.LostEnded)) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the helper's end was not seen")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitLost(t, e.runner, resident.LostEnded)
 	for range 3 {
 		if out, err := probe(t, e.runner, status, time.Second, "echo", "ok"); err != nil || out.Output != "ok\n" {
 			t.Fatalf("after the kill: %+v, %v", out, err)
