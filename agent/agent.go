@@ -500,10 +500,29 @@ func (a *Agent) Handler() http.Handler {
 			if !ok {
 				return history.PodHistory{}, false
 			}
-			return history.PodHistory{Namespace: namespace, Name: name, UID: string(pod.UID), Probes: a.hist.Pod(pod.UID)}, true
+			probes := a.hist.Pod(pod.UID)
+			for i := range probes {
+				if p := &probes[i]; p.Handler == string(runtime.KindExec) && len(p.Results) > 0 {
+					p.ExecMode = a.execMode(p.Results[len(p.Results)-1].ContainerID)
+				}
+			}
+			return history.PodHistory{Namespace: namespace, Name: name, UID: string(pod.UID), Probes: probes}, true
 		},
 		Page: a.pageOptions(),
 	})
+}
+
+// execMode is how the exec probes of a container (its status ID) run:
+// the cluster's runner's word, or in manifest mode "host" or "disabled"
+// (--allow-host-exec).
+func (a *Agent) execMode(statusID string) string {
+	switch {
+	case a.cluster != nil:
+		return a.cluster.execMode(statusID)
+	case a.opts.AllowHostExec:
+		return "host"
+	}
+	return "disabled"
 }
 
 // pageOptions are the status page's sources beside the API's own: the

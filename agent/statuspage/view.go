@@ -130,6 +130,7 @@ type probeRow struct {
 	ShowState bool
 	Type      string // liveness, readiness, startup
 	Kind      string // http, tcp, grpc, exec or a plugin kind
+	ExecMode  string // an exec probe's mode (history.Probe.ExecMode)
 	Target    string // GET http://10.1.2.3:8080/healthz, tcp :6379, grpc :9090, plugin redis
 	// Declared: annotation (probed.io/probes) or spec; "" for a probe
 	// known only from its history.
@@ -409,6 +410,7 @@ func fill(pr *probeRow, h *history.Probe, threshold [2]int32, kept int) {
 	if pr.Kind == "" {
 		pr.Kind = h.Handler
 	}
+	pr.ExecMode = h.ExecMode
 	pr.Results = h.Results
 	pr.LastFailure = h.LastFailure
 	if n := len(h.Results); n > 0 {

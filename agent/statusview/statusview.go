@@ -167,7 +167,7 @@ func podOf(p *v1.Pod, probes []history.Probe) Pod {
 	out.Containers, out.ReadyContainers, out.StartedContainers, out.Restarts = c.Containers, c.Ready, c.Started, c.Restarts
 	for i := range probes {
 		hp := &probes[i]
-		pr := Probe{Container: hp.Container, Type: hp.Type, Handler: hp.Handler}
+		pr := Probe{Container: hp.Container, Type: hp.Type, Handler: hp.Handler, ExecMode: hp.ExecMode}
 		if n := len(hp.Results); n > 0 {
 			last := hp.Results[n-1]
 			pr.LastResult = last.Result

@@ -108,8 +108,9 @@ func rejectionCell(r source.Rejection, wide bool) string {
 const errorRunes = 160
 
 // probesCell is the wide PROBES column: container/type=last result of each
-// probe ("app/readiness=success,app/liveness=failure"); "-" without probes,
-// "none" for a probe that has not run yet.
+// probe ("app/readiness=success,app/liveness=failure"), an exec probe's
+// mode in parentheses ("app/liveness(resident)=success"); "-" without
+// probes, "none" for a probe that has not run yet.
 func probesCell(probes []Probe) string {
 	if len(probes) == 0 {
 		return "-"
@@ -120,7 +121,11 @@ func probesCell(probes []Probe) string {
 		if r == "" {
 			r = "none"
 		}
-		parts = append(parts, output.Printable(p.Container+"/"+p.Type+"="+r))
+		mode := ""
+		if p.ExecMode != "" {
+			mode = "(" + p.ExecMode + ")"
+		}
+		parts = append(parts, output.Printable(p.Container+"/"+p.Type+mode+"="+r))
 	}
 	return strings.Join(parts, ",")
 }

@@ -69,6 +69,9 @@ type Probe struct {
 	Container string `json:"container"`
 	Type      string `json:"type"`    // liveness, readiness or startup
 	Handler   string `json:"handler"` // http, tcp, exec, grpc or a plugin kind
+	// ExecMode is how an exec probe runs (history.Probe.ExecMode):
+	// resident, execsync, ...; absent for other kinds.
+	ExecMode string `json:"execMode,omitempty"`
 	// LastResult is the newest run's result: success, warning, failure,
 	// unknown or errored; absent before the first run.
 	LastResult string     `json:"lastResult,omitempty"`

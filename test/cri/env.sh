@@ -176,15 +176,17 @@ cmd_start() {
   build_image "$SANDBOX_IMAGE" '["/bin/sleep","2147483647"]' "$DIR/pause.tar"
   # An import that says nothing may still have imported nothing (seen once on a loaded machine,
   # with two runtimes starting at once): each is checked and tried again, three times at most.
+  # The check reads the whole list (grep -q would stop at the match, and ctr, killed by SIGPIPE
+  # while it still writes, would fail the pipeline under pipefail: seen as "not imported").
   local image tar try
   for image in "$TEST_IMAGE" "$SANDBOX_IMAGE"; do
     tar="$DIR/busybox.tar"; [ "$image" = "$SANDBOX_IMAGE" ] && tar="$DIR/pause.tar"
     for try in 1 2 3; do
       ctr_ images import "$tar" >/dev/null 2>&1 || true
-      ctr_ images ls -q | grep -qx "$image" && break
+      ctr_ images ls -q | grep -x "$image" >/dev/null && break
       sleep 1
     done
-    ctr_ images ls -q | grep -qx "$image" || die "image $image was not imported"
+    ctr_ images ls -q | grep -x "$image" >/dev/null || die "image $image was not imported"
   done
   echo "# containerd $(containerd --version | awk '{print $3}') on unix://$DIR/containerd.sock (log: $DIR/logs/containerd.log); images $TEST_IMAGE, $SANDBOX_IMAGE"
   echo "export PROBED_TEST_CRI_ENDPOINT=unix://$DIR/containerd.sock"
