@@ -76,6 +76,8 @@ type Agent struct {
 	// recorder receives every event: the local ring and log, and in
 	// cluster mode the API server too.
 	recorder runtime.Recorder
+	// transitions is the health-event log (GET /events?type=transition).
+	transitions *events.Transitions
 	// egress is where probes may connect: cluster mode's rule (the pod's
 	// IPs and --allow-probe-host), nil in manifest mode (unrestricted, as
 	// the kubelet). The runtime and the annotation's validation share it.
@@ -156,6 +158,10 @@ type Options struct {
 	// History is the number of results kept per probe for
 	// GET /pods/{namespace}/{name}/probes; default 10.
 	History int
+	// Events selects the probe runs that record an event (--events):
+	// runtime.EventsAll, the kubelet's (the default), or
+	// runtime.EventsTransitions, one per verdict change.
+	Events runtime.EventMode
 	// TracerProvider receives one span per executed probe; nil: the
 	// global provider (a no-op unless one was set, see agent/telemetry).
 	TracerProvider trace.TracerProvider
@@ -207,6 +213,7 @@ func New(opts Options) (*Agent, error) {
 	// summaries (issue 17 §5).
 	runEvents := a.events.Unlogged()
 	a.hist = history.New(opts.History)
+	a.transitions = events.NewTransitions(0)
 	a.runs = runlog.New(runlog.Options{Logger: opts.Logger})
 	a.probeReg = prometheus.NewRegistry()
 	a.probeReg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -242,7 +249,8 @@ func New(opts Options) (*Agent, error) {
 	}
 
 	if a.rt, err = runtime.New(runtime.Options{PoolSize: opts.PoolSize, SlowPoolSize: opts.SlowPoolSize, ExecPoolSize: opts.ExecPoolSize,
-		PodShare: opts.PodPoolShare, NamespaceShare: opts.NamespacePoolShare, Recorder: runEvents, Logger: opts.Logger, Egress: a.egress}); err != nil {
+		PodShare: opts.PodPoolShare, NamespaceShare: opts.NamespacePoolShare, Recorder: runEvents, Events: opts.Events,
+		FailureConsequence: a.failureConsequence(), Logger: opts.Logger, Egress: a.egress}); err != nil {
 		return fail(err)
 	}
 	undo = append(undo, a.rt.Close)
@@ -283,7 +291,7 @@ func New(opts Options) (*Agent, error) {
 		MetricsRegisterer:        a.probeReg,
 		RuntimeMetricsRegisterer: a.reg,
 		Logger:                   opts.Logger,
-		Observer:                 observers{a.hist, a.runs},
+		Observer:                 observers{a.hist, a.runs, a.transitions},
 		NoPerPodLabels:           opts.NoPerPodLabels,
 		TracerProvider:           opts.TracerProvider,
 		Tick:                     opts.SchedulerTick,
@@ -480,6 +488,7 @@ func (a *Agent) Handler() http.Handler {
 		ProbeMetrics: a.probeReg,
 		Metrics:      a.reg,
 		Events:       a.events,
+		Transitions:  a.transitions,
 		Healthy:      health.New(a.source.HasSynced, a.mgr).Check,
 		Manifests:    a.Manifests,
 		Debug: func() any {
@@ -491,10 +500,29 @@ func (a *Agent) Handler() http.Handler {
 			if !ok {
 				return history.PodHistory{}, false
 			}
-			return history.PodHistory{Namespace: namespace, Name: name, UID: string(pod.UID), Probes: a.hist.Pod(pod.UID)}, true
+			probes := a.hist.Pod(pod.UID)
+			for i := range probes {
+				if p := &probes[i]; p.Handler == string(runtime.KindExec) && len(p.Results) > 0 {
+					p.ExecMode = a.execMode(p.Results[len(p.Results)-1].ContainerID)
+				}
+			}
+			return history.PodHistory{Namespace: namespace, Name: name, UID: string(pod.UID), Probes: probes}, true
 		},
 		Page: a.pageOptions(),
 	})
+}
+
+// execMode is how the exec probes of a container (its status ID) run:
+// the cluster's runner's word, or in manifest mode "host" or "disabled"
+// (--allow-host-exec).
+func (a *Agent) execMode(statusID string) string {
+	switch {
+	case a.cluster != nil:
+		return a.cluster.execMode(statusID)
+	case a.opts.AllowHostExec:
+		return "host"
+	}
+	return "disabled"
 }
 
 // pageOptions are the status page's sources beside the API's own: the

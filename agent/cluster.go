@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/probed/probed/agent/kube/limits"
 	"github.com/probed/probed/agent/kube/nsscope"
 	"github.com/probed/probed/agent/kube/podsource"
+	"github.com/probed/probed/agent/kube/resident"
 	"github.com/probed/probed/agent/kube/restart"
 	"github.com/probed/probed/agent/verdicts"
 	"github.com/probed/probed/manager"
@@ -53,6 +55,12 @@ const (
 	// DefaultLivenessActionNamespaces selects the namespaces where
 	// LivenessActionEvict evicts (--liveness-action-namespaces).
 	DefaultLivenessActionNamespaces = evict.DefaultNamespaceSelector
+	// ExecModeExecSync and ExecModeResident are the values of
+	// --exec-mode: each exec run through the runtime's ExecSync (the
+	// kubelet's way, the default), or through a resident helper per
+	// container (agent/kube/resident).
+	ExecModeExecSync = resident.ModeExecSync
+	ExecModeResident = resident.ModeResident
 )
 
 // ReasonInvalidProbeAnnotation is the reason of the Event about an invalid
@@ -104,6 +112,10 @@ type ClusterOptions struct {
 	// in their container through CRI ExecSync, and LivenessActionRestart
 	// stops containers through it (agent/kube/cri, agent/kube/restart).
 	ContainerRuntimeEndpoint string
+	// ExecMode is how exec probes run in their container with
+	// ContainerRuntimeEndpoint: ExecModeExecSync (default) or
+	// ExecModeResident (docs/cluster.md "The resident exec helper").
+	ExecMode string
 }
 
 // clusterParts are the rooms of cluster mode.
@@ -115,7 +127,8 @@ type clusterParts struct {
 	gate     *gate.Writer
 	limits   *limits.Room
 	actuator actuator
-	cri      *cri.Client // with ContainerRuntimeEndpoint
+	cri      *cri.Client      // with ContainerRuntimeEndpoint
+	resident *resident.Runner // with ExecModeResident
 }
 
 // actuator is the liveness actuator of cluster mode (evict's or
@@ -141,8 +154,15 @@ func (p *clusterParts) stop(context.Context) error {
 	return p.closeRuntime()
 }
 
-// closeRuntime closes the container runtime's connection, once.
+// closeRuntime ends the resident exec helpers and closes the container
+// runtime's connection, once.
 func (p *clusterParts) closeRuntime() error {
+	if p.resident != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), helpersCloseBound)
+		_ = p.resident.Close(ctx)
+		cancel()
+		p.resident = nil
+	}
 	if p.cri == nil {
 		return nil
 	}
@@ -150,6 +170,11 @@ func (p *clusterParts) closeRuntime() error {
 	p.cri = nil
 	return c.Close()
 }
+
+// helpersCloseBound bounds the helpers' own end at shutdown (each kills
+// what it runs and exits when its stdin closes: milliseconds); then their
+// sessions are cut.
+const helpersCloseBound = 10 * time.Second
 
 // connectCluster builds the API client and the event sink: every event
 // goes to the local ring and log and to the API server (events.Tee).
@@ -177,6 +202,19 @@ func (a *Agent) connectCluster() error {
 	}
 	a.cluster = &clusterParts{client: client, events: kev}
 	a.recorder = events.Tee(a.events, kev)
+	switch c.ExecMode {
+	case "":
+		c.ExecMode = ExecModeExecSync
+	case ExecModeExecSync:
+	case ExecModeResident:
+		if c.ContainerRuntimeEndpoint == "" {
+			_ = a.cluster.stop(context.Background())
+			return errors.New("--exec-mode=resident needs the container runtime: --container-runtime-endpoint")
+		}
+	default:
+		_ = a.cluster.stop(context.Background())
+		return fmt.Errorf("--exec-mode %q: want execsync or resident", c.ExecMode)
+	}
 	if c.ContainerRuntimeEndpoint != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), cri.DefaultRequestTimeout)
 		defer cancel()
@@ -185,16 +223,70 @@ func (a *Agent) connectCluster() error {
 			return fmt.Errorf("cluster mode: %w", err)
 		}
 	}
+	if c.ExecMode == ExecModeResident {
+		parts := a.cluster
+		if parts.resident, err = resident.New(resident.Options{
+			Runtime:  parts.cri,
+			ExecSync: parts.cri.Runner(),
+			Recorder: a.recorder,
+			Pod: func(statusID string) (*v1.Pod, string, bool) {
+				if parts.statuses == nil {
+					return nil, "", false
+				}
+				return parts.statuses.ContainerPod(statusID)
+			},
+			Registerer: a.reg,
+			Log:        a.log,
+		}); err != nil {
+			_ = a.cluster.stop(context.Background())
+			return fmt.Errorf("cluster mode: %w", err)
+		}
+	}
 	return nil
 }
 
-// execRunner is the exec probes' runner in cluster mode: the container
-// runtime's, or none (the annotation refuses exec then, ExecUnavailable).
+// failureConsequence says, in the events of annotation probes, what a
+// liveness or startup Failure verdict leads to (runtime.Options.
+// FailureConsequence): in manifest mode the kubelet's restart (the
+// simulator's), in cluster mode --liveness-action's, whose own events then
+// say what was done.
+func (a *Agent) failureConsequence() string {
+	c := a.opts.Cluster
+	if c == nil {
+		return runtime.DefaultFailureConsequence
+	}
+	switch c.LivenessAction {
+	case LivenessActionEvict:
+		return "the pod is to be evicted (--liveness-action=evict)"
+	case LivenessActionRestart:
+		return "the container is to be restarted (--liveness-action=restart)"
+	}
+	return "probed does not restart containers (--liveness-action=event)"
+}
+
+// execRunner is the exec probes' runner in cluster mode: the resident
+// helpers', the container runtime's ExecSync, or none (the annotation
+// refuses exec then, ExecUnavailable).
 func (p *clusterParts) execRunner() probeexec.Runner {
-	if p.cri == nil {
+	switch {
+	case p.resident != nil:
+		return p.resident
+	case p.cri == nil:
 		return probeexec.DisabledRunner{}
 	}
 	return p.cri.Runner()
+}
+
+// execMode is how the exec probes of a container (its status ID) run, for
+// the status views: "execsync", or the resident runner's Mode.
+func (p *clusterParts) execMode(statusID string) string {
+	switch {
+	case p.resident != nil:
+		return p.resident.Mode(statusID)
+	case p.cri != nil:
+		return ExecModeExecSync
+	}
+	return ""
 }
 
 // clusterMode builds the rooms of cluster mode: the node's pods from one

@@ -50,3 +50,22 @@ func TestAdmitGatesTheAnnotationProbes(t *testing.T) {
 		t.Fatalf("Admit asked with %v, want twice %v", asked, want)
 	}
 }
+
+// Issue 22 §1: a probe with periods by state may run at the shortest of
+// them for as long as it stays in that state: Admit (the node's budget of
+// runs per second) is asked with that one.
+func TestAdmitCountsTheShortestPeriodByState(t *testing.T) {
+	var asked []time.Duration
+	e := newTestEnv(t, func(o *Options) {
+		o.Admit = func(_ *v1.Pod, periods []time.Duration) bool { asked = periods; return true }
+	})
+	p := testPod(v1.Container{Name: testContainerName})
+	p.Annotations = map[string]string{customprobe.Annotation: fmt.Sprintf(`[
+		{"container":%q,"type":"readiness","periodSeconds":10,"unhealthyPeriodMilliseconds":250,"exec":{"command":["true"]}},
+		{"container":%q,"type":"liveness","periodSeconds":10,"transitionPeriodSeconds":2,"unhealthyPeriodSeconds":5,"exec":{"command":["true"]}}]`,
+		testContainerName, testContainerName)}
+	e.m.AddPod(context.Background(), p)
+	if want := []time.Duration{250 * time.Millisecond, 2 * time.Second}; !reflect.DeepEqual(asked, want) {
+		t.Fatalf("Admit asked with %v, want %v", asked, want)
+	}
+}

@@ -20,6 +20,13 @@ type customProbe struct {
 	// milliseconds are the timing fields' millisecond offsets; nil: whole
 	// seconds.
 	milliseconds *runtime.Milliseconds
+	// extension: periods by state and expectations (never nil).
+	extension *runtime.Extension
+}
+
+// timing is the probe's timing, periods by state included.
+func (cp *customProbe) timing() runtime.Timing {
+	return runtime.TimingOf(cp.probe, cp.milliseconds).WithPeriods(&cp.extension.Periods)
 }
 
 // customProbes returns the valid custom probes of the pod's annotation. The
@@ -46,7 +53,7 @@ func (m *manager) customProbes(pod *v1.Pod) []customProbe {
 		if c == nil {
 			continue
 		}
-		cp := customProbe{container: c, probeType: p.Type, probe: &p.Probe, kind: p.Kind(), milliseconds: p.Offsets()}
+		cp := customProbe{container: c, probeType: p.Type, probe: &p.Probe, kind: p.Kind(), milliseconds: p.Offsets(), extension: p.Extension()}
 		if p.Plugin.Name != "" {
 			cp.plugin = &p.Plugin
 		}

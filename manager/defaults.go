@@ -28,6 +28,7 @@ func newDefaultRuntime(opts Options) (*runtime.Runtime, error) {
 		SlowPoolSize: opts.SlowPoolSize,
 		ExecPoolSize: opts.ExecPoolSize,
 		Recorder:     opts.Recorder,
+		Events:       opts.Events,
 		Logger:       opts.Logger,
 		Clock:        opts.Clock,
 	})

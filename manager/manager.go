@@ -82,7 +82,9 @@ type RunRecord struct {
 	ProbeType     runtime.ProbeType
 	Kind          string // handler kind: http, tcp, exec, grpc or a plugin kind
 	// Period and Timeout are the probe's (runtime.TimingOf: sub-second for
-	// an annotation probe with millisecond offsets).
+	// an annotation probe with millisecond offsets); for an annotation
+	// probe with periods by state, Period is the one in effect after the
+	// run.
 	Period, Timeout time.Duration
 	Start           time.Time
 	Duration        time.Duration
@@ -97,13 +99,32 @@ type RunRecord struct {
 	Message string
 	// Cached is the worker's result after the threshold logic (W10–W13).
 	Cached results.Result
+	// Previous is the container instance's verdict before the run:
+	// Unknown until a run reached a threshold (the initial values of W1
+	// are no verdict), else the last one applied. Transition: the run
+	// applied a verdict other than Previous (the first one included) —
+	// the entries of the agent's health-event log (GET
+	// /events?type=transition).
+	Previous   results.Result
+	Transition bool
+	// FirstCheck: the first executed run for this container instance.
+	FirstCheck bool
+	// TimeToFirstSuccess is set on the run that gave the container
+	// instance its first Success verdict: the time from the container's
+	// start (StartedAt) to the end of the run; zero otherwise, and for a
+	// container that started before the manager.
+	TimeToFirstSuccess time.Duration
 }
 
 // Options configure New.
 type Options struct {
 	// Status is required.
 	Status StatusProvider
-	// Liveness, Readiness and Startup results managers; nil: a new one each.
+	// Liveness, Readiness and Startup results managers; nil: a new one
+	// each, whose updates nobody else can read: the manager discards them
+	// until Close (a results manager's Set blocks while its Updates are
+	// not drained, R4). Give the ones whose updates you read, and read
+	// them until Close returns.
 	Liveness, Readiness, Startup results.Manager
 	// Clock drives all timing (scheduling, initial delays, restart windows,
 	// and the default runtime's attempt deadlines: a probe's timeoutSeconds
@@ -126,6 +147,10 @@ type Options struct {
 	ExecRunner ExecRunner
 	// Recorder receives the K4 events of the default runtime; nil: none.
 	Recorder runtime.Recorder
+	// Events selects the runs of the default runtime that record an event
+	// (runtime.Options.Events): the kubelet's EventsAll, or
+	// EventsTransitions.
+	Events runtime.EventMode
 
 	// MetricsRegisterer receives prober_probe_total and
 	// prober_probe_duration_seconds (X1–X4); nil: they are kept but not
@@ -168,7 +193,8 @@ type Options struct {
 	Annotation customprobe.Options
 	// Admit, when set, is asked by AddPod before it starts the workers of
 	// a pod's annotation probes, with the pod and the periods of all its
-	// valid annotation probes; when it returns false none of them start
+	// valid annotation probes (of a probe with periods by state, the
+	// shortest: runtime.Timing.Shortest); when it returns false none of them start
 	// (the spec's probes are not affected). AddPod asks on every call, so
 	// a pod refused once starts at a later AddPod (the periodic pod sync)
 	// that Admit allows. Cluster mode's node budget (agent/kube/limits).
@@ -221,6 +247,19 @@ type manager struct {
 
 	mu      sync.RWMutex
 	workers workerSet
+
+	// lacking are the pods whose status lacked what a probe needs to run
+	// (status.go, noteLack), logged once each; an entry goes with the
+	// pod's last worker. Touched only by runs that cannot probe, never on
+	// a healthy run's way.
+	lackMu  sync.Mutex
+	lacking map[types.UID]struct{}
+
+	// own are the results managers New made for nil options; discard
+	// drains their updates until shutdown closes stopDiscard.
+	own         []results.Manager
+	stopDiscard chan struct{}
+	discarding  sync.WaitGroup
 }
 
 // New returns a Manager. It fails when Options.Status is nil or the
@@ -254,6 +293,7 @@ func New(opts Options) (Manager, error) {
 		realClock:      runtime.IsRealClock(opts.Clock),
 		unsetTP:        defaultGlobal,
 		workers:        newWorkerSet(),
+		lacking:        map[types.UID]struct{}{},
 	}
 	if opts.AnyRunningSurvives {
 		m.restartWindow = 0
@@ -261,6 +301,7 @@ func New(opts Options) (Manager, error) {
 	for i, rm := range []results.Manager{opts.Liveness, opts.Readiness, opts.Startup} {
 		if rm == nil {
 			rm = results.NewManager()
+			m.own = append(m.own, rm)
 		}
 		m.results[i] = rm
 	}
@@ -310,7 +351,37 @@ func New(opts Options) (Manager, error) {
 		}
 		return nil, fmt.Errorf("manager: %w", err)
 	}
+	m.discard()
 	return m, nil
+}
+
+// discard drains the updates of the results managers New made itself (nil
+// Options.Liveness, Readiness, Startup), which no caller can read, so that
+// their Set never blocks a run (R4); one goroutine for them all, stopped
+// by shutdown once the runs have ended.
+func (m *manager) discard() {
+	m.stopDiscard = make(chan struct{})
+	if len(m.own) == 0 {
+		return
+	}
+	var own [3]<-chan results.Update // nil: never ready
+	for i, rm := range m.own {
+		own[i] = rm.Updates()
+	}
+	stop := m.stopDiscard
+	m.discarding.Add(1)
+	go func() {
+		defer m.discarding.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-own[0]:
+			case <-own[1]:
+			case <-own[2]:
+			}
+		}
+	}()
 }
 
 // tracerOf returns the manager's tracer, or nil for the no-op provider
@@ -384,7 +455,9 @@ func (m *manager) AddPod(ctx context.Context, pod *v1.Pod) {
 	if len(custom) > 0 && m.admit != nil {
 		periods := make([]time.Duration, len(custom))
 		for i := range custom {
-			periods[i] = runtime.TimingOf(custom[i].probe, custom[i].milliseconds).Period
+			// A probe with periods by state may run at the shortest of
+			// them for as long as it stays in that state.
+			periods[i] = custom[i].timing().Shortest()
 		}
 		if !m.admit(pod, periods) {
 			custom = nil
@@ -402,7 +475,7 @@ func (m *manager) AddPod(ctx context.Context, pod *v1.Pod) {
 			continue
 		}
 		m.startWorker(runtime.Spec{Kind: cp.kind, ProbeType: cp.probeType, Pod: pod, Container: cp.container,
-			Probe: cp.probe, Plugin: cp.plugin, Milliseconds: cp.milliseconds})
+			Probe: cp.probe, Plugin: cp.plugin, Milliseconds: cp.milliseconds, Extension: cp.extension})
 	}
 }
 
@@ -518,6 +591,9 @@ func (m *manager) removeWorker(key probeKey) {
 		m.metrics.deleteSeries(w)
 	}
 	m.workers.remove(key)
+	if _, left := m.workers.pods[key.podUID]; !left {
+		m.forgetLack(key.podUID)
+	}
 	m.mu.Unlock()
 }
 
@@ -577,6 +653,8 @@ func (m *manager) shutdown(ctx context.Context, drain bool) error {
 			err = fmt.Errorf("manager: probes still running: %w", ctx.Err())
 		}
 	}
+	close(m.stopDiscard)
+	m.discarding.Wait()
 	if m.ownRT {
 		if rerr := m.rt.Close(ctx); rerr != nil && err == nil {
 			err = rerr

@@ -27,6 +27,9 @@ type runtimeMetrics struct {
 	// as failures of its targets.
 	errored *prometheus.CounterVec
 	gauges  *statsCollector
+	// firstSuccess is the time from a container's start to its probes'
+	// first Success verdict (kubernetes/kubernetes#96411).
+	firstSuccess *prometheus.HistogramVec
 
 	mu       sync.Mutex
 	counters map[countersKey]*probeCounters
@@ -46,15 +49,20 @@ func newRuntimeMetrics(reg prometheus.Registerer, m *manager) (*runtimeMetrics, 
 		}, []string{"handler", "probe_type", "result"}),
 		errored: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "probed_probes_errored_total",
-			Help: "Errored probe runs (not counted toward thresholds, spec P5) by handler kind, probe type and reason: the errno when the prober itself ran out of a local resource (EMFILE, ENFILE, ENOBUFS, ENOMEM, EADDRNOTAVAIL, EAGAIN), else handler_error.",
+			Help: "Errored probe runs (discarded, as the kubelet discards them: not counted toward thresholds) by handler kind, probe type and reason: the errno when the prober itself ran out of a local resource (EMFILE, ENFILE, ENOBUFS, ENOMEM, EADDRNOTAVAIL, EAGAIN), else handler_error.",
 		}, []string{"handler", "probe_type", "reason"}),
+		firstSuccess: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "probed_probe_time_to_first_success_seconds",
+			Help:    "Time from a container's start (its status's startedAt) to its probe's first Success verdict, by handler kind and probe type: time to started, ready and live (containers that started before the agent are not counted).",
+			Buckets: []float64{.1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600},
+		}, []string{"handler", "probe_type"}),
 		gauges:   &statsCollector{m: m},
 		counters: map[countersKey]*probeCounters{},
 	}
 	for lane := range rm.lagObs {
 		rm.lagObs[lane] = rm.lag.WithLabelValues(laneNames[lane])
 	}
-	for _, c := range []prometheus.Collector{rm.lag, rm.probes, rm.errored, rm.gauges} {
+	for _, c := range []prometheus.Collector{rm.lag, rm.probes, rm.errored, rm.firstSuccess, rm.gauges} {
 		if err := reg.Register(c); err != nil {
 			rm.unregister()
 			return nil, err
@@ -128,7 +136,14 @@ func (pc *probeCounters) countProbe(rep runtime.Report) {
 	c.Inc()
 }
 
+// observeFirstSuccess observes a container's time to its probe's first
+// Success verdict.
+func (rm *runtimeMetrics) observeFirstSuccess(kind string, pt runtime.ProbeType, d time.Duration) {
+	rm.firstSuccess.WithLabelValues(kind, pt.Lower()).Observe(d.Seconds())
+}
+
 func (rm *runtimeMetrics) unregister() {
+	rm.reg.Unregister(rm.firstSuccess)
 	rm.reg.Unregister(rm.lag)
 	rm.reg.Unregister(rm.probes)
 	rm.reg.Unregister(rm.errored)
@@ -143,7 +158,7 @@ var (
 	descReady      = prometheus.NewDesc("probed_scheduler_backlog", "Due probe runs waiting for a pool slot (the bounded backlog), by lane.", []string{"lane"}, nil)
 	descRunning    = prometheus.NewDesc("probed_scheduler_running", "Probe runs dispatched and not finished.", nil, nil)
 	descDispatched = prometheus.NewDesc("probed_scheduler_dispatched_total", "Probe runs handed to the pool.", nil, nil)
-	descSkipped    = prometheus.NewDesc("probed_scheduler_skipped_runs_total", "Due runs dropped because the previous run of the same probe was still queued or running (BR-10).", nil, nil)
+	descSkipped    = prometheus.NewDesc("probed_scheduler_skipped_runs_total", "Due runs dropped because the previous run of the same probe was still queued or running: the next run starts when it ends.", nil, nil)
 	descTriggered  = prometheus.NewDesc("probed_scheduler_triggers_total", "Manual triggers (readiness after UpdatePodStatus, stops).", nil, nil)
 	descPoolBusy   = prometheus.NewDesc("probed_pool_busy", "Pool slots running a probe, by lane.", []string{"lane"}, nil)
 	descPoolCap    = prometheus.NewDesc("probed_pool_capacity", "Pool size, by lane.", []string{"lane"}, nil)

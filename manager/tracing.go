@@ -80,12 +80,6 @@ func (m *manager) startSpan(ctx context.Context, w *worker, podIP string) (conte
 	return ctx, probeSpan{span: span}
 }
 
-// wantsChanged reports whether the span needs to know if the result changed
-// the cached one (a lookup in the results manager).
-func (ps *probeSpan) wantsChanged() bool {
-	return ps.deferred || (ps.span != nil && ps.span.IsRecording())
-}
-
 // end records the verdict and ends the span, creating it first if it was
 // deferred; see endSpan.
 func (m *manager) endSpan(ctx context.Context, ps *probeSpan, w *worker, rep runtime.Report, cached results.Result, applied, changed bool) {

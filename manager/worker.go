@@ -35,9 +35,27 @@ type worker struct {
 
 	restartableInit bool // W7
 	lane            uint8
-	onHold          bool  // W13
-	lastResult      int8  // W10: a results.Result; zero value Success (W12)
-	resultRun       int32 // W10
+	onHold          bool // W13
+	// lackSeen: a run found the status lacking what the probe needs
+	// (lack.go); the second such run logs it.
+	lackSeen   bool
+	lastResult int8  // W10: a results.Result; zero value Success (W12)
+	resultRun  int32 // W10
+
+	// written is the result the worker last wrote to its container's
+	// cache entry (it is the entry's only writer), noWrite when none: a
+	// run's verdict changed the cached result when it differs (W11, R3),
+	// known without a lookup.
+	written int8
+	// state holds what the run before knew of the container instance
+	// (stateHealthy, ...): the period by state (issue 22 §1), the events'
+	// counts and the health-event log.
+	state uint8
+	// pstate is the state whose period the scheduler has.
+	pstate runtime.PeriodState
+	// failures counts the failed runs since the last Success verdict of
+	// the container instance ("succeeded after N failures").
+	failures int32
 
 	stopped atomic.Bool // W14: stop was signalled
 	ran     atomic.Bool // the scheduler has dispatched the worker at least once
@@ -52,6 +70,30 @@ type worker struct {
 	// counters are probed_probes_total's children for the worker's kind
 	// and probe type; nil without Options.RuntimeMetricsRegisterer.
 	counters *probeCounters
+}
+
+// noWrite is worker.written before the worker wrote its container's entry.
+const noWrite = -2
+
+// Bits of worker.state, per container instance (cleared by W6).
+const (
+	stateDecided   uint8 = 1 << iota // a verdict was applied (by a run, or W8's Failure)
+	stateHealthy                     // that verdict is Success
+	stateSucceeded                   // a run applied a Success verdict (time to first success)
+	stateRan                         // a run was executed (the next is not the first check)
+	stateErrored                     // the last executed run was errored
+)
+
+// verdict is the verdict the container instance has: Unknown before any
+// (the initial values of W1 and W6 are no verdict), else the last applied.
+func (w *worker) verdict() results.Result {
+	switch {
+	case w.state&stateDecided == 0:
+		return results.Unknown
+	case w.state&stateHealthy != 0:
+		return results.Success
+	}
+	return results.Failure
 }
 
 // key returns the worker's key (spec §2).
@@ -88,7 +130,7 @@ func (w *worker) initialValue() results.Result {
 // newWorker creates the worker of spec: its Kind, ProbeType, Pod,
 // Container, Probe, and for an annotation probe Plugin and Milliseconds.
 func newWorker(m *manager, spec runtime.Spec) *worker {
-	w := &worker{m: m, rs: spec, lane: uint8(runtime.LaneOf(spec.Kind))}
+	w := &worker{m: m, rs: spec, lane: uint8(runtime.LaneOf(spec.Kind)), written: noWrite}
 	pod, c := spec.Pod, spec.Container
 	// W7: a restartable init container is named in spec.initContainers and
 	// has restartPolicy Always.
@@ -180,6 +222,7 @@ func (w *worker) doProbe(ctx context.Context) bool {
 	status, ok := m.status.GetPodStatus(w.rs.Pod.UID)
 	if !ok {
 		m.log.Debug("No status for pod", "pod", klogPod(w.rs.Pod))
+		m.noteLack(w, "the status provider has no status for the pod (GetPodStatus returned false)")
 		return true
 	}
 	// W5.2
@@ -190,9 +233,16 @@ func (w *worker) doProbe(ctx context.Context) bool {
 	// W5.3
 	c, ok := findStatus(status.ContainerStatuses, w.rs.Container.Name)
 	if !ok || c.ContainerID == "" {
+		regular := c
 		c, ok = findStatus(status.InitContainerStatuses, w.rs.Container.Name)
 		if !ok || c.ContainerID == "" {
 			m.log.Debug("Probe target container not found", "pod", klogPod(w.rs.Pod), "containerName", w.rs.Container.Name)
+			if regular != nil {
+				c = regular
+			}
+			if lack := lackOfContainer(&status, c); lack != "" {
+				m.noteLack(w, lack)
+			}
 			return true
 		}
 	}
@@ -202,18 +252,22 @@ func (w *worker) doProbe(ctx context.Context) bool {
 			w.resultsManager().Remove(old)
 		}
 		w.cid = c.ContainerID
+		w.written = noWrite
 		isRestart := SurvivedRestart(c, m.start, m.restartWindow)
 		if w.restartableInit && w.rs.ProbeType == runtime.Startup && c.Started != nil && *c.Started {
-			w.resultsManager().Set(w.containerID(), results.Success, w.rs.Pod) // PR #137146
+			w.write(results.Success) // PR #137146
 		}
 		if !isRestart {
-			w.resultsManager().Set(w.containerID(), w.initialValue(), w.rs.Pod)
+			w.write(w.initialValue())
 		}
 		w.onHold = false
 		// BR-13: thresholds count per container instance, so the new
 		// container needs its own successThreshold/failureThreshold run
 		// (the documented semantics; upstream keeps lastResult, W12).
 		w.resultRun = 0
+		// A new instance has had no Success verdict: the unhealthy period.
+		w.state, w.failures = 0, 0
+		w.syncPeriod()
 	}
 	// W5.5, W13
 	if w.onHold {
@@ -222,8 +276,13 @@ func (w *worker) doProbe(ctx context.Context) bool {
 	// W5.6, W8: not running.
 	if c.State.Running == nil {
 		m.log.Debug("Non-running container probed", "pod", klogPod(w.rs.Pod), "containerName", w.rs.Container.Name)
+		if lack := lackOfContainer(&status, c); lack != "" {
+			m.noteLack(w, lack)
+		}
 		if !w.containerID().IsEmpty() {
-			w.resultsManager().Set(w.containerID(), results.Failure, w.rs.Pod)
+			w.write(results.Failure)
+			w.state = w.state&^stateHealthy | stateDecided
+			w.syncPeriod()
 		}
 		if c.State.Terminated == nil {
 			return true // waiting (W8a)
@@ -236,7 +295,7 @@ func (w *worker) doProbe(ctx context.Context) bool {
 		if w.rs.ProbeType == runtime.Startup {
 			m.log.Info("Pod deletion requested before container has fully started", "pod", klogPod(w.rs.Pod), "containerName", w.rs.Container.Name)
 		}
-		w.resultsManager().Set(w.containerID(), results.Success, w.rs.Pod)
+		w.write(results.Success)
 		return false
 	}
 	// W5.8: initial delay from the running container's StartedAt
@@ -257,6 +316,9 @@ func (w *worker) doProbe(ctx context.Context) bool {
 	// W5.9: startup gating.
 	started := c.Started != nil && *c.Started
 	if started == (w.rs.ProbeType == runtime.Startup) {
+		if c.Started == nil {
+			m.noteLack(w, lackStarted)
+		}
 		return true
 	}
 	// W5.10: run the probe; an errored probe is discarded.
@@ -277,10 +339,57 @@ func initialDelayPending(elapsed, delay time.Duration) bool {
 	return elapsed/unit < delay/unit
 }
 
-// period returns the probe's period (runtime.TimingOf: periodSeconds, plus
-// periodMilliseconds for an annotation probe; a non-positive one counts as
-// the API default of 10 s).
-func (w *worker) period() time.Duration { return w.rs.Timing().Period }
+// period returns the probe's period now (runtime.Spec.Timing:
+// periodSeconds, plus periodMilliseconds for an annotation probe, a
+// non-positive one counting as the API default of 10 s; for an annotation
+// probe with periods by state, the one of the state the scheduler has).
+func (w *worker) period() time.Duration { return w.rs.Timing().PeriodIn(w.pstate) }
+
+// periodState is where the probe stands for its period (issue 22 §1):
+// in transition while its results since the last verdict differ from it
+// and count toward the threshold that would change it (W10, W11: a
+// threshold reached sets the verdict, so lastResult equals it again);
+// else healthy after a Success verdict of the container instance, else
+// unhealthy (before its first Success verdict, after a Failure verdict or
+// a container that stopped running, W8).
+func (w *worker) periodState() runtime.PeriodState {
+	healthy := w.state&stateHealthy != 0
+	switch {
+	case w.resultRun > 0 && (results.Result(w.lastResult) == results.Success) != healthy:
+		return runtime.StateTransition
+	case healthy:
+		return runtime.StateHealthy
+	}
+	return runtime.StateUnhealthy
+}
+
+// syncPeriod gives the scheduler the period of the worker's state when it
+// changed (scheduler.SetPeriod: the grid re-anchored at this run, BR-10
+// kept). Only annotation probes with periods by state have more than one
+// period; for every other probe it is one nil check and one comparison.
+func (w *worker) syncPeriod() {
+	ext := w.rs.Extension
+	if ext == nil || ext.Periods.IsZero() {
+		return
+	}
+	st := w.periodState()
+	if st == w.pstate {
+		return
+	}
+	t := w.rs.Timing()
+	before, after := t.PeriodIn(w.pstate), t.PeriodIn(st)
+	w.pstate = st
+	if before != after {
+		w.m.sched.SetPeriod(w.id, keyHash(w.key()), after)
+	}
+}
+
+// write sets the container's cached result (the worker is its only
+// writer) and remembers it.
+func (w *worker) write(r results.Result) {
+	w.resultsManager().Set(w.containerID(), r, w.rs.Pod)
+	w.written = int8(r)
+}
 
 // KubeletRestartWindow is the kubelet's window of W6c and M9: a container
 // that was running more than this before the manager started survived a
@@ -299,7 +408,10 @@ func SurvivedRestart(c *v1.ContainerStatus, start time.Time, window time.Duratio
 	return run != nil && !run.StartedAt.IsZero() && run.StartedAt.Time.Before(start.Add(-window))
 }
 
-// probe runs the handler and applies the result (W5.10, W5.11, W10–W13).
+// probe runs the handler and applies the result (W5.10, W5.11, W10–W13),
+// then records the run's event where the runtime left it to the worker
+// (runtime.RecordVerdict), gives the scheduler the period of the probe's
+// new state (syncPeriod) and tells the observer.
 func (w *worker) probe(ctx context.Context, start time.Time, status *v1.PodStatus, c *v1.ContainerStatus) {
 	m := w.m
 	runCtx := ctx
@@ -317,12 +429,20 @@ func (w *worker) probe(ctx context.Context, start time.Time, status *v1.PodStatu
 	if w.counters != nil {
 		w.counters.countProbe(rep)
 	}
+	run := runFacts{first: w.state&stateRan == 0, previous: w.verdict()}
+	erroredBefore := w.state&stateErrored != 0
+	w.state |= stateRan
 	if rep.Err != nil || ctx.Err() != nil {
+		w.state |= stateErrored
 		m.log.Debug("Probe errored", "pod", klogPod(w.rs.Pod), "containerName", w.rs.Container.Name, "probeType", w.rs.ProbeType.String(), "err", rep.Err)
+		if rep.Err != nil {
+			m.rt.RecordVerdict(&w.prepared, rep, runtime.Verdict{ErroredBefore: erroredBefore})
+		}
 		m.endSpan(runCtx, &span, w, rep, results.Unknown, false, false)
-		w.observe(start, duration, rep, results.Unknown)
+		w.observe(start, duration, rep, results.Unknown, run)
 		return
 	}
+	w.state &^= stateErrored
 	// P6: success and warning count as success; failure, unknown and
 	// anything else as failure.
 	result := results.Failure
@@ -338,60 +458,102 @@ func (w *worker) probe(ctx context.Context, start time.Time, status *v1.PodStatu
 		w.lastResult = int8(result)
 		w.resultRun = 1
 	}
+	v := runtime.Verdict{Count: w.resultRun, Threshold: w.rs.Probe.SuccessThreshold}
+	if result == results.Failure {
+		w.failures++
+		v.Threshold = w.rs.Probe.FailureThreshold
+	}
+	v.Failures = w.failures
+	cached := w.cached()
+	changed := false // the cached result changed (the span's)
 	// W11
-	if (result == results.Failure && w.resultRun < w.rs.Probe.FailureThreshold) ||
-		(result == results.Success && w.resultRun < w.rs.Probe.SuccessThreshold) {
-		cached := w.cached()
-		m.endSpan(runCtx, &span, w, rep, cached, false, false)
-		w.observe(start, duration, rep, cached)
-		return
+	applied := w.resultRun >= v.Threshold
+	if applied {
+		changed = int8(result) != w.written
+		v.Changed = result != run.previous
+		w.write(result)
+		cached = result
+		if result == results.Success {
+			if w.state&stateSucceeded == 0 {
+				run.firstSuccess = w.timeToFirstSuccess(c, start.Add(duration))
+			}
+			w.state |= stateDecided | stateHealthy | stateSucceeded
+			w.failures = 0
+		} else {
+			w.state = w.state&^stateHealthy | stateDecided
+		}
+		// W13
+		if (w.rs.ProbeType == runtime.Liveness && result == results.Failure) || w.rs.ProbeType == runtime.Startup {
+			w.onHold = true
+			w.resultRun = 0
+		}
 	}
-	changed := false
-	if span.wantsChanged() {
-		prev, ok := w.resultsManager().Get(w.containerID())
-		changed = !ok || prev != result
-	}
-	w.resultsManager().Set(w.containerID(), result, w.rs.Pod)
-	// W13
-	if (w.rs.ProbeType == runtime.Liveness && result == results.Failure) || w.rs.ProbeType == runtime.Startup {
-		w.onHold = true
-		w.resultRun = 0
-	}
-	m.endSpan(runCtx, &span, w, rep, result, true, changed)
-	w.observe(start, duration, rep, result)
+	m.rt.RecordVerdict(&w.prepared, rep, v)
+	w.syncPeriod()
+	run.transition = v.Changed
+	m.endSpan(runCtx, &span, w, rep, cached, applied, changed)
+	w.observe(start, duration, rep, cached, run)
 }
 
-// cached returns the worker's current cached result.
+// runFacts are what the observer learns of a run beyond its report.
+type runFacts struct {
+	first        bool           // the container instance's first executed run
+	previous     results.Result // the verdict before the run (worker.verdict)
+	transition   bool           // the run applied another verdict
+	firstSuccess time.Duration  // RunRecord.TimeToFirstSuccess
+}
+
+// timeToFirstSuccess is the time from the container's start to end, the
+// end of the run that gave its first Success verdict, observed in
+// probed_probe_time_to_first_success_seconds (kubernetes/kubernetes#96411);
+// zero, and not observed, for a container that started before the manager
+// (its start was not seen: an agent restart).
+func (w *worker) timeToFirstSuccess(c *v1.ContainerStatus, end time.Time) time.Duration {
+	if c.State.Running == nil || c.State.Running.StartedAt.IsZero() || c.State.Running.StartedAt.Time.Before(w.m.start) {
+		return 0
+	}
+	d := max(end.Sub(c.State.Running.StartedAt.Time), time.Nanosecond)
+	if w.m.rtm != nil {
+		w.m.rtm.observeFirstSuccess(w.rs.Kind, w.rs.ProbeType, d)
+	}
+	return d
+}
+
+// cached returns the container's cached result as the worker last wrote
+// it (it is the entry's only writer), Unknown when it wrote none.
 func (w *worker) cached() results.Result {
-	r, ok := w.resultsManager().Get(w.containerID())
-	if !ok {
+	if w.written == noWrite {
 		return results.Unknown
 	}
-	return r
+	return results.Result(w.written)
 }
 
-func (w *worker) observe(start time.Time, d time.Duration, rep runtime.Report, cached results.Result) {
+func (w *worker) observe(start time.Time, d time.Duration, rep runtime.Report, cached results.Result, run runFacts) {
 	o := w.m.observer
 	if o == nil {
 		return
 	}
 	timing := w.rs.Timing()
 	rec := RunRecord{
-		Period:        timing.Period,
-		Timeout:       timing.Timeout,
-		PodUID:        w.rs.Pod.UID,
-		Namespace:     w.rs.Pod.Namespace,
-		PodName:       w.rs.Pod.Name,
-		ContainerName: w.rs.Container.Name,
-		ContainerID:   w.cid,
-		ProbeType:     w.rs.ProbeType,
-		Kind:          w.rs.Kind,
-		Start:         start,
-		Duration:      d,
-		Result:        rep.Outcome.Result,
-		Err:           rep.Err,
-		Attempts:      rep.Attempts,
-		Cached:        cached,
+		Period:             timing.PeriodIn(w.pstate),
+		Timeout:            timing.Timeout,
+		PodUID:             w.rs.Pod.UID,
+		Namespace:          w.rs.Pod.Namespace,
+		PodName:            w.rs.Pod.Name,
+		ContainerName:      w.rs.Container.Name,
+		ContainerID:        w.cid,
+		ProbeType:          w.rs.ProbeType,
+		Kind:               w.rs.Kind,
+		Start:              start,
+		Duration:           d,
+		Result:             rep.Outcome.Result,
+		Err:                rep.Err,
+		Attempts:           rep.Attempts,
+		Cached:             cached,
+		Previous:           run.previous,
+		Transition:         run.transition,
+		FirstCheck:         run.first,
+		TimeToFirstSuccess: run.firstSuccess,
 	}
 	switch {
 	case rep.Err != nil:

@@ -19,6 +19,7 @@ import (
 
 	"github.com/probed/probed/runtime/bound"
 	"github.com/probed/probed/runtime/egress"
+	"github.com/probed/probed/runtime/expect"
 	"github.com/probed/probed/runtime/redact"
 )
 
@@ -80,6 +81,14 @@ type Options struct {
 	PodShare, NamespaceShare float64
 	// Recorder receives probe events; nil drops them.
 	Recorder Recorder
+	// Events selects the runs that record an event: EventsAll (the
+	// default, the kubelet's) or EventsTransitions (RecordVerdict).
+	Events EventMode
+	// FailureConsequence says, in the events of annotation probes, what a
+	// liveness or startup Failure verdict leads to; default
+	// DefaultFailureConsequence, the kubelet's ("container will be
+	// restarted"). The agent's cluster mode names its --liveness-action.
+	FailureConsequence string
 	// Logger receives the runtime's logs; nil uses slog.Default().
 	Logger *slog.Logger
 	// Clock bounds every attempt: its deadline, the probe's timeoutSeconds
@@ -104,6 +113,10 @@ type Runtime struct {
 	recorder Recorder
 	clock    clock.Clock
 	egress   *egress.Rule
+	// events and failureConsequence: Options.Events and
+	// Options.FailureConsequence (RecordVerdict).
+	events             EventMode
+	failureConsequence string
 
 	mu       sync.RWMutex
 	handlers map[string]Handler
@@ -138,7 +151,11 @@ func New(opts Options) (*Runtime, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	r := &Runtime{log: opts.Logger, recorder: opts.Recorder, clock: opts.Clock, egress: opts.Egress, handlers: map[string]Handler{}}
+	if opts.FailureConsequence == "" {
+		opts.FailureConsequence = DefaultFailureConsequence
+	}
+	r := &Runtime{log: opts.Logger, recorder: opts.Recorder, clock: opts.Clock, egress: opts.Egress, handlers: map[string]Handler{},
+		events: opts.Events, failureConsequence: opts.FailureConsequence}
 	sizes := [NumLanes]int{LaneNetwork: opts.PoolSize, LaneExec: opts.ExecPoolSize, LaneSlow: opts.SlowPoolSize}
 	for lane, size := range sizes {
 		lane := lane
@@ -449,13 +466,17 @@ type Report struct {
 // Run probes once (spec P1–P6): up to MaxAttempts attempts while the handler
 // errors, each with a deadline of the probe's timeout (P3) on the runtime's
 // clock, derived from ctx (WithTimeout: with an injected clock the attempt
-// ends when that clock passes the deadline, never on real time);
-// then it records the event of the verdict (P5, P6, K4). t.Attempt is set
-// per attempt. An attempt the prober could not make for lack of its own
+// ends when that clock passes the deadline, never on real time); then, for
+// a spec probe under EventsAll, it records the event of the verdict (P5,
+// P6, K4; the others' are RecordVerdict's, once the worker applied the
+// threshold). t.Attempt is set per attempt. An attempt the prober could not make for lack of its own
 // resources (EMFILE, ENOBUFS ...: ClassifyAttempt) counts as an error, not
 // as a Failure of the target (a deliberate deviation from the kubelet,
-// docs/probes.md). Under Options.Egress every attempt's context carries
-// the egress policy of t (runtime/egress.FromContext).
+// docs/probes.md). An annotation probe's answer must also meet its
+// expect's latency and certificate checks (checkAnswer; the handler
+// applies the status and body checks). Under Options.Egress every
+// attempt's context carries the egress policy of t
+// (runtime/egress.FromContext).
 func (r *Runtime) Run(ctx context.Context, p *Prepared, t Target) Report {
 	var rep Report
 	if p.unresolved && r.HasKind(p.Spec.Kind) {
@@ -468,11 +489,19 @@ func (r *Runtime) Run(ctx context.Context, p *Prepared, t Target) Report {
 	} else {
 		ctx = egress.WithPolicy(ctx, p.egressPolicy(r.egress, t))
 		timeout := p.Spec.Timeout()
+		ex := ExpectOf(p.Spec)
 		for attempt := 1; attempt <= MaxAttempts; attempt++ {
 			t.Attempt = attempt
+			var start time.Time
+			if ex != nil {
+				start = r.clock.Now()
+			}
 			deadline := newAttemptDeadline(ctx, r.clock, timeout) // WithTimeout
 			out, err := ClassifyAttempt(p.prober.Probe(deadline.ctx, t))
 			deadline.end()
+			if ex != nil && err == nil {
+				out = r.checkAnswer(ex, out, r.clock.Since(start))
+			}
 			rep = Report{Outcome: out, Err: err, Attempts: attempt}
 			if err == nil || ctx.Err() != nil {
 				break
@@ -480,8 +509,30 @@ func (r *Runtime) Run(ctx context.Context, p *Prepared, t Target) Report {
 		}
 	}
 	rep = cleanReport(p.Spec, rep)
-	r.recordEvent(p, rep)
+	if r.recordsPerRun(p.Spec) {
+		r.recordEvent(p, rep)
+	}
 	return rep
+}
+
+// checkAnswer applies an annotation probe's expectations that hold for any
+// handler (runtime/expect): the attempt's latency on the runtime's clock
+// (maxLatencyMilliseconds) and the certificate the target presented
+// (certificateExpiresAfterDays, against the runtime's clock). An answer
+// that fails one becomes a Failure whose output names the check and the
+// measured value; a Failure stays the handler's.
+func (r *Runtime) checkAnswer(ex *expect.Expect, out Outcome, took time.Duration) Outcome {
+	if out.Result != Success && out.Result != Warning {
+		return out
+	}
+	why := expect.Latency(ex, took)
+	if why == "" {
+		why = expect.Certificate(ex, out.NotAfter, r.clock.Now())
+	}
+	if why == "" {
+		return out
+	}
+	return Outcome{Result: Failure, Output: why, StatusCode: out.StatusCode, ExitCode: out.ExitCode, NotAfter: out.NotAfter}
 }
 
 // cleanReport hides secrets in what a run reports (runtime/redact: the

@@ -3,8 +3,10 @@
 // the injected clock (WithTimeout, the one place it is made), the retry
 // loop (P2), the rule that an attempt the prober could not make for lack of
 // its own resources is errored, not a Failure (ClassifyAttempt), the
-// redaction of each run's report (runtime/redact), and the mapping of handler
-// verdicts to events (P5, P6, K4).
+// redaction of each run's report (runtime/redact), an annotation probe's
+// latency and certificate checks (runtime/expect), and the mapping of
+// handler verdicts to events (P5, P6, K4; RecordVerdict: the events that
+// say where an annotation probe's threshold stands, and --events).
 //
 // Handlers (built-in or plugin clients) implement Handler. The runtime knows
 // nothing about workers, thresholds or pods beyond the identity it passes to
@@ -18,6 +20,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/probed/probed/runtime/expect"
 )
 
 // ProbeType is the kind of probe a worker runs. The values and strings follow
@@ -138,6 +142,11 @@ type Outcome struct {
 	// Details are plugin-provided key/value details (probeplugin.v1
 	// ProbeResponse.details); nil for built-in handlers.
 	Details map[string]string
+	// NotAfter is when the certificate the target presented expires: the
+	// leaf of an HTTPS response, or of a tcpSocket probe's TLS handshake
+	// when its expect asks for one (runtime/expect). Zero: no certificate.
+	// The runtime checks it against expect.certificateExpiresAfterDays.
+	NotAfter time.Time
 	// Cause is the Go error behind a Failure (the dial or request error
 	// whose text is Output), nil when there is none. The runtime reads it
 	// only to tell a target's failure from an attempt the prober could not
@@ -222,11 +231,43 @@ type Spec struct {
 	// probe's timing fields (sub-second periods, timeouts and initial
 	// delays); nil for spec probes. Read the timing through Timing.
 	Milliseconds *Milliseconds
+	// Extension is set for every annotation probe (periods by state,
+	// expectations), nil for spec probes.
+	Extension *Extension
 }
 
-// Timing is the probe's period, timeout and initial delay as durations:
-// TimingOf(s.Probe, s.Milliseconds).
-func (s *Spec) Timing() Timing { return TimingOf(s.Probe, s.Milliseconds) }
+// Timing is the probe's period, timeout and initial delay as durations,
+// and its periods by state: TimingOf(s.Probe, s.Milliseconds) with the
+// extension's StatePeriods.
+func (s *Spec) Timing() Timing {
+	t := TimingOf(s.Probe, s.Milliseconds)
+	if s.Extension != nil {
+		t = t.WithPeriods(&s.Extension.Periods)
+	}
+	return t
+}
+
+// Extension is what an annotation probe (probed.io/probes) has beyond
+// v1.Probe and its millisecond offsets (issue 22): periods by state and
+// checks on the target's answer. Every annotation probe has one, spec
+// probes none: the runtime records an annotation probe's events with where
+// its threshold stands (RecordVerdict) and a spec probe's with the
+// kubelet's K4 texts.
+type Extension struct {
+	// Periods are the periods by state (zero: the probe's period always).
+	Periods StatePeriods
+	// Expect is what the httpGet or tcpSocket handler expects of the
+	// answer (runtime/expect); nil: the kubelet's verdict alone.
+	Expect *expect.Expect
+}
+
+// ExpectOf returns spec's Expect, nil for a spec probe or none.
+func ExpectOf(spec *Spec) *expect.Expect {
+	if spec == nil || spec.Extension == nil {
+		return nil
+	}
+	return spec.Extension.Expect
+}
 
 // Timeout is the probe's timeout as a duration (spec P3): timeoutSeconds
 // plus timeoutMilliseconds for an annotation probe; a non-positive value

@@ -16,6 +16,9 @@
 // interval between runs is max(period, duration) — the buffered-one-tick
 // behaviour of a time.Ticker (BR-10). A manual Trigger runs the entry now and
 // re-arms it a full period later (the kubelet's manual-trigger path, W3).
+// The owner may change an entry's period from one run to the next
+// (SetPeriod: the grid is re-anchored at the last run, BR-10 and the spread
+// kept).
 //
 // Memory per entry is a fixed 40-byte slab slot plus the owner's task value;
 // Add, Remove, Trigger and firing are O(1).
@@ -265,6 +268,16 @@ func (s *Scheduler[T]) armTimer(t *clock.Timer, n int64) bool {
 	for {
 		if *t != nil {
 			(*t).Stop()
+			// A tick that fired while the goroutine was woken by a kick
+			// is still in the channel: drain it before the timer is
+			// armed again. The real clock's timers do that themselves
+			// (Go 1.23); a fake clock's do not, and its Step would block
+			// sending the next tick into the full channel while holding
+			// the clock's lock, which Now here then waits for.
+			select {
+			case <-(*t).C():
+			default:
+			}
 		}
 		now := s.clock.Now()
 		d := at.Sub(now)
@@ -385,6 +398,36 @@ func (s *Scheduler[T]) Trigger(id ID) {
 	if sh := s.shardOf(id); sh != nil {
 		sh.trigger(id)
 	}
+}
+
+// SetPeriod changes the entry's period (rounded up to whole ticks, at least
+// one) from its current run on, for entries whose period depends on their
+// owner's state (issue 22: a probe that runs fast until ready). The grid is
+// re-anchored at the due time of the entry's last run (before its first
+// run: one old period before its first due time): the next run is due one
+// new period after it, and then every new period. When the period
+// grows, that first run comes the key's stable phase later as well
+// (Spread(key, period): over the whole period while the scheduler is
+// young, else over min(period, FirstRunSpread)), so that entries switching
+// at once, e.g. when a dependency they share recovers, are spread as a mass
+// Add is instead of keeping the narrow grid of their short period.
+//
+// BR-10 holds: when the new grid's next run is already due (a run that
+// took longer than the new period), it counts as a slot that came due
+// while the run was in flight — one follow-up run starts as soon as the
+// run ends (Done) — or, for an entry not in flight, it is queued now. A
+// manual Trigger re-arms a full new period later. An unchanged period, an
+// unknown ID and an entry not armed yet (its first Schedule or Trigger
+// then uses the new period) cost one look under the shard's lock; the owner
+// calls SetPeriod only when its state changed the period.
+func (s *Scheduler[T]) SetPeriod(id ID, key uint64, period time.Duration) {
+	sh := s.shardOf(id)
+	if sh == nil {
+		return
+	}
+	ticks := s.ticksCeil(period)
+	phase := int64(s.Spread(key, period) / s.tick)
+	sh.setPeriod(id, ticks, phase)
 }
 
 // SetLane moves the entry to another lane for its next runs (0 ≤ lane <

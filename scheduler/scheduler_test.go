@@ -678,3 +678,37 @@ func TestEarlierEntryWakesSleepingWheel(t *testing.T) {
 	r.s.Trigger(far)
 	r.waitTotal(t, 3)
 }
+
+// armTimer drains a tick the wheel did not read (it was woken by a kick)
+// before it arms the timer again: a fake clock's Step sends each tick into
+// the timer's one-slot channel while holding the clock's lock, so a stale
+// tick left there makes the next Step block for good, and the wheel with it
+// in clock.Now (seen as a hang of TestChurn under load).
+func TestArmTimerDrainsAnUnreadTick(t *testing.T) {
+	fc := testingclock.NewFakeClock(time.Unix(0, 0))
+	s, err := New(Options[int]{Clock: fc, Dispatch: func(ID, int) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	timer := fc.NewTimer(time.Millisecond)
+	fc.Step(time.Millisecond) // fires: the tick waits in the channel, unread
+	if !s.armTimer(&timer, s.tickAt(fc.Now())+5) {
+		t.Fatal("armTimer: the tick is not in the future")
+	}
+	stepped := make(chan struct{})
+	go func() {
+		fc.Step(time.Second)
+		close(stepped)
+	}()
+	select {
+	case <-stepped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Step blocked: the stale tick was left in the timer's channel")
+	}
+	select {
+	case <-timer.C():
+	default:
+		t.Fatal("the re-armed timer did not fire")
+	}
+}

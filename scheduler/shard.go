@@ -233,17 +233,24 @@ func (sh *shard[T]) lookup(id ID) int32 {
 	return i
 }
 
+// lookupLive is lookup, except that an entry removed while its run is in
+// flight is stale too: nothing may arm it again. Caller holds mu.
+func (sh *shard[T]) lookupLive(id ID) int32 {
+	i := sh.lookup(id)
+	if i == nilIdx || sh.entries[i].flags&fRemoved != 0 {
+		return nilIdx
+	}
+	return i
+}
+
 func (sh *shard[T]) remove(id ID) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	i := sh.lookup(id)
+	i := sh.lookupLive(id)
 	if i == nilIdx {
 		return
 	}
 	e := &sh.entries[i]
-	if e.flags&fRemoved != 0 {
-		return
-	}
 	if e.flags&fArmed != 0 {
 		sh.unlinkWheel(i)
 	}
@@ -274,8 +281,8 @@ func (sh *shard[T]) schedule(id ID, delay time.Duration) {
 	now := sh.s.clock.Now()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	i := sh.lookup(id)
-	if i == nilIdx || sh.entries[i].flags&fRemoved != 0 {
+	i := sh.lookupLive(id)
+	if i == nilIdx {
 		return
 	}
 	sh.rearm(i, now, delay)
@@ -301,14 +308,11 @@ func (sh *shard[T]) trigger(id ID) {
 	now := sh.s.clock.Now()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	i := sh.lookup(id)
+	i := sh.lookupLive(id)
 	if i == nilIdx {
 		return
 	}
 	e := &sh.entries[i]
-	if e.flags&fRemoved != 0 {
-		return
-	}
 	sh.triggered++
 	if e.flags&fRunning != 0 {
 		e.flags |= fTrigger
@@ -320,6 +324,45 @@ func (sh *shard[T]) trigger(id ID) {
 	}
 	e.due = microsSince(now.Sub(sh.s.start))
 	sh.pushReady(i)
+}
+
+// setPeriod is SetPeriod: ticks is the new period and phase the key's
+// stable phase in ticks, added to the first run when the period grows.
+func (sh *shard[T]) setPeriod(id ID, ticks, phase int64) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := sh.lookupLive(id)
+	if i == nilIdx {
+		return
+	}
+	e := &sh.entries[i]
+	old := int64(e.period)
+	ticks = min(ticks, math.MaxUint32)
+	if ticks == old {
+		return
+	}
+	e.period = uint32(ticks)
+	if e.flags&fArmed == 0 {
+		return
+	}
+	// The entry is armed one old period after the due tick of its last
+	// run (fire, trigger and Done all arm it so): that tick anchors the
+	// new grid.
+	next := e.deadline - old + ticks
+	if ticks > old {
+		next += phase
+	}
+	sh.unlinkWheel(i)
+	e.deadline = next
+	if next <= sh.cur {
+		// Due already: a slot of the new grid passed while the run was in
+		// flight (BR-10: a follow-up when it ends), or a run is queued now;
+		// fire re-arms the entry on the grid after the current tick.
+		sh.fire(i)
+	} else {
+		sh.linkWheel(i)
+	}
+	sh.s.kickIfBefore(e.deadline)
 }
 
 func (sh *shard[T]) setLane(id ID, lane uint8) {

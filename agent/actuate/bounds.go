@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/lru"
 )
@@ -44,6 +45,63 @@ func (s *Instances) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.seen.Len()
+}
+
+// Pacing bounds the work of a cluster actuator (evictions, restarts; docs/
+// cluster.md "Liveness actions"): the node's token bucket (Burst actions at
+// once, then one every Interval), the per-item exponential backoff of
+// retries (RetryBase doubling up to RetryMax), the attempts of one action
+// (MaxAttempts) and the container instances remembered (RememberInstances).
+// Zero fields take the defaults below (WithDefaults).
+type Pacing struct {
+	Interval            time.Duration
+	Burst               int
+	RetryBase, RetryMax time.Duration
+	MaxAttempts         int
+	RememberInstances   int
+}
+
+// The defaults of Pacing: 3 actions at once, then one per 10 s per node;
+// retries from 5 s to 5 min; 5 attempts; 4,096 instances remembered.
+const (
+	DefaultInterval          = 10 * time.Second
+	DefaultBurst             = 3
+	DefaultRetryBase         = 5 * time.Second
+	DefaultRetryMax          = 5 * time.Minute
+	DefaultMaxAttempts       = 5
+	DefaultRememberInstances = 4096
+)
+
+// WithDefaults returns p with its zero (or inconsistent) fields defaulted.
+func (p Pacing) WithDefaults() Pacing {
+	if p.Interval <= 0 {
+		p.Interval = DefaultInterval
+	}
+	if p.Burst <= 0 {
+		p.Burst = DefaultBurst
+	}
+	if p.RetryBase <= 0 {
+		p.RetryBase = DefaultRetryBase
+	}
+	if p.RetryMax < p.RetryBase {
+		p.RetryMax = max(DefaultRetryMax, p.RetryBase)
+	}
+	if p.MaxAttempts <= 0 {
+		p.MaxAttempts = DefaultMaxAttempts
+	}
+	if p.RememberInstances <= 0 {
+		p.RememberInstances = DefaultRememberInstances
+	}
+	return p
+}
+
+// Limiters returns the work queue's rate limiter of a cluster actuator
+// paced by p (defaulted): an item waits for the later of its own backoff
+// and the node's bucket, which it also returns.
+func Limiters[T comparable](p Pacing, clk clock.PassiveClock) (workqueue.TypedRateLimiter[T], *NodeBucket[T]) {
+	p = p.WithDefaults()
+	node := NewNodeBucket[T](p.Interval, p.Burst, clk)
+	return workqueue.NewTypedMaxOfRateLimiter[T](workqueue.NewTypedItemExponentialFailureRateLimiter[T](p.RetryBase, p.RetryMax), node), node
 }
 
 // NodeBucket is a node's token bucket for an actuator's requests, as a

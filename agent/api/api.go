@@ -2,7 +2,8 @@
 // kubelet's /pods) and /pods/{namespace}/{name} (one v1.Pod), /healthz
 // (with ?verbose: the reason and the build's version), /version (the
 // build's version.Info), the kubelet's probe metrics on /metrics/probes
-// (spec X3), the runtime's metrics on /metrics, /events, /manifests (the
+// (spec X3), the runtime's metrics on /metrics, /events (and the
+// health-event log, /events?type=transition), /manifests (the
 // manifests rejected and skipped), /debug/scheduler and the status page at
 // / (package statuspage), from a server that bounds itself (NewServer,
 // Listen: timeouts, a header cap, a cap on connections).
@@ -11,6 +12,7 @@ package api
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,6 +44,9 @@ type Options struct {
 	Metrics prometheus.Gatherer
 	// Events, when set, are served on /events.
 	Events *events.Recorder
+	// Transitions, when set, is the health-event log served on
+	// /events?type=transition.
+	Transitions *events.Transitions
 	// Debug, when set, returns the scheduler and pool state for
 	// /debug/scheduler.
 	Debug func() any
@@ -147,9 +152,7 @@ func New(opts Options) http.Handler {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Metrics, promhttp.HandlerOpts{}))
 	}
 	if opts.Events != nil {
-		mux.HandleFunc("GET /events", func(w http.ResponseWriter, _ *http.Request) {
-			writeJSON(w, map[string]any{"events": opts.Events.List()})
-		})
+		mux.HandleFunc("GET /events", func(w http.ResponseWriter, r *http.Request) { serveEvents(w, r, opts) })
 	}
 	if opts.Debug != nil {
 		mux.HandleFunc("GET /debug/scheduler", func(w http.ResponseWriter, _ *http.Request) {
@@ -157,6 +160,45 @@ func New(opts Options) http.Handler {
 		})
 	}
 	return mux
+}
+
+// serveEvents is GET /events: the recorded events ({"events": [...]},
+// oldest first), only those of one type with ?type=Normal or
+// ?type=Warning, and with ?type=transition the health-event log instead
+// (events.TransitionList; with ?since=N only the entries after Seq N: what
+// `probed events --watch` polls).
+func serveEvents(w http.ResponseWriter, r *http.Request, opts Options) {
+	q := r.URL.Query()
+	switch typ := q.Get("type"); typ {
+	case "":
+		writeJSON(w, map[string]any{"events": opts.Events.List()})
+	case v1.EventTypeNormal, v1.EventTypeWarning:
+		list := []events.Event{}
+		for _, e := range opts.Events.List() {
+			if e.Type == typ {
+				list = append(list, e)
+			}
+		}
+		writeJSON(w, map[string]any{"events": list})
+	case "transition":
+		if opts.Transitions == nil {
+			http.Error(w, "this agent keeps no health-event log", http.StatusNotFound)
+			return
+		}
+		var since uint64
+		if s := q.Get("since"); s != "" {
+			n, err := strconv.ParseUint(s, 10, 64)
+			if err != nil {
+				http.Error(w, "since: want the seq of the last entry seen, a non-negative integer", http.StatusBadRequest)
+				return
+			}
+			since = n
+		}
+		list, last := opts.Transitions.Since(since)
+		writeJSON(w, events.TransitionList{Transitions: list, Last: last})
+	default:
+		http.Error(w, "type: want Normal, Warning or transition", http.StatusBadRequest)
+	}
 }
 
 // redactedPods lists the pods as /pods serves them: redacted (redactPod).

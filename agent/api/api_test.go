@@ -52,7 +52,10 @@ func get(t *testing.T, srv *httptest.Server, path string) (int, http.Header, []b
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.StatusCode, resp.Header, body
+	// The status page's line-break hints (<wbr> after a path's
+	// separators) are not text: without them a value, or a secret, is
+	// matched whole. JSON never holds one (encoding/json escapes "<").
+	return resp.StatusCode, resp.Header, bytes.ReplaceAll(body, []byte("<wbr>"), nil)
 }
 
 func secretPod() *v1.Pod {

@@ -352,7 +352,9 @@ func runOne(ctx context.Context, rt *runtime.Runtime, spec *runtime.Spec, podIP 
 
 // oneLine keeps the table readable: the first line of a message, at most
 // 200 characters; " …" marks a cut. Trailing white space (the newline an
-// exec command's output usually ends with) is not a cut.
+// exec command's output usually ends with) is not a cut. Control
+// characters are escaped (output.Printable), as `probed status` prints
+// them.
 func oneLine(s string) string {
 	s = strings.TrimRight(s, " \t\r\n")
 	if i := strings.IndexAny(s, "\r\n"); i >= 0 {
@@ -366,5 +368,5 @@ func oneLine(s string) string {
 		}
 		s = s[:i] + "…"
 	}
-	return s
+	return output.Printable(s)
 }

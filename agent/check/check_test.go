@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
+	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,6 +25,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/probed/probed/agent/check"
+	"github.com/probed/probed/agent/source"
 )
 
 // TestMain fails the package's tests if a check leaves goroutines behind
@@ -524,5 +529,70 @@ func TestCheck_FilesWithoutProbesSaySoAndFail(t *testing.T) {
 				t.Errorf("Check: code %d, skipped %v", res.Code, res.Skipped)
 			}
 		})
+	}
+}
+
+// TestCheck_DirectoryReadAsTheAgentReadsIt (issue 18 §3): `check -f DIR`
+// reads a directory as `probed run --manifests DIR` does — the same files
+// (source.ManifestFiles) and the same rule that a pod is defined once
+// (source.Conflicts) —, so a pod defined in two files, or a metadata.uid
+// used twice, is the agent's error, word for word, and bad input: nothing
+// is probed twice. Standard input holds to the same rule.
+func TestCheck_DirectoryReadAsTheAgentReadsIt(t *testing.T) {
+	web := target(t)
+	dir := t.TempDir()
+	pod := func(name, uid string) string {
+		meta := "{name: " + name + ", namespace: shop}"
+		if uid != "" {
+			meta = "{name: " + name + ", namespace: shop, uid: " + uid + "}"
+		}
+		return fmt.Sprintf("apiVersion: v1\nkind: Pod\nmetadata: %s\nspec:\n  containers:\n  - name: app\n    image: app\n    readinessProbe:\n      httpGet: {path: /ok, port: %d}\n", meta, web)
+	}
+	for name, body := range map[string]string{
+		"a-web.yaml":   pod("web", ""),
+		"b-web.yaml":   pod("web", ""), // web again
+		"c-api.yaml":   pod("api", "4c2d1f3e-0000-4000-8000-000000000001"),
+		"d-other.yaml": pod("other", "4c2d1f3e-0000-4000-8000-000000000001"), // api's UID
+		".hidden.yaml": pod("hidden", ""),                                    // not read by either
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src, err := source.New(source.Options{Path: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := src.Scan()
+	var agentErrors []string
+	for _, e := range snap.Errors {
+		agentErrors = append(agentErrors, e.Error())
+	}
+	if len(agentErrors) != 2 {
+		t.Fatalf("the agent's errors %q, want the two conflicts", agentErrors)
+	}
+	res := check.Check(context.Background(), check.Options{File: dir})
+	sort.Strings(agentErrors)
+	sort.Strings(res.Errors)
+	if !reflect.DeepEqual(res.Errors, agentErrors) {
+		t.Errorf("check's errors\n %q\nthe agent's\n %q", res.Errors, agentErrors)
+	}
+	if res.Code != check.ExitBadInput || len(res.Rows) != 0 {
+		t.Errorf("exit %d, rows %d: want bad input and nothing probed", res.Code, len(res.Rows))
+	}
+	wantFiles := []string{filepath.Join(dir, "a-web.yaml"), filepath.Join(dir, "b-web.yaml"), filepath.Join(dir, "c-api.yaml"), filepath.Join(dir, "d-other.yaml")}
+	if !reflect.DeepEqual(res.Files, wantFiles) || snap.Files != len(wantFiles) {
+		t.Errorf("files %q (agent: %d), want %q", res.Files, snap.Files, wantFiles)
+	}
+	for _, want := range []string{"b-web.yaml: document 1: pod shop/web: already defined in " + filepath.Join(dir, "a-web.yaml") + " (document 1)",
+		"d-other.yaml: document 1: pod shop/other: metadata.uid: \"4c2d1f3e-0000-4000-8000-000000000001\" is already used by pod shop/api"} {
+		if !strings.Contains(strings.Join(res.Errors, "\n"), want) {
+			t.Errorf("errors lack %q:\n%s", want, strings.Join(res.Errors, "\n"))
+		}
+	}
+
+	_, errOut, code := run(t, check.Options{File: check.Stdin, Stdin: strings.NewReader(pod("web", "") + "---\n" + pod("web", ""))})
+	if code != check.ExitBadInput || !strings.Contains(errOut, "-: document 2: pod shop/web: already defined in - (document 1)") {
+		t.Errorf("stdin with a pod twice: exit %d, stderr %q", code, errOut)
 	}
 }

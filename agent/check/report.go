@@ -3,9 +3,6 @@ package check
 import (
 	"io"
 	"os"
-	"path/filepath"
-	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/probed/probed/agent/manifest"
@@ -117,12 +114,22 @@ type loaded struct {
 }
 
 // load reads Options.File: one file, every manifest file of a directory,
-// or stdin, each bounded by manifest.DefaultMaxFileBytes.
+// or stdin, each bounded by manifest.DefaultMaxFileBytes. A directory is
+// read as the agent reads it (source.ManifestFiles), and a pod defined
+// twice is rejected as the agent rejects it (source.Conflicts): check
+// probes what probed run would, no more.
 func load(opts Options) *loaded {
 	res := &loaded{files: []string{}}
+	conflicts := source.NewConflicts()
 	add := func(file string, r *manifest.Result) {
 		res.files = append(res.files, file)
-		res.Entries = append(res.Entries, r.Entries...)
+		for i := range r.Entries {
+			if err := conflicts.Admit(source.NewPod(&r.Entries[i])); err != nil {
+				res.Errors = append(res.Errors, err)
+				continue
+			}
+			res.Entries = append(res.Entries, r.Entries[i])
+		}
 		res.Errors = append(res.Errors, r.Errors...)
 		for _, sk := range r.Skipped {
 			res.skipped = append(res.skipped, Skipped{File: file, Skipped: sk})
@@ -151,7 +158,7 @@ func load(opts Options) *loaded {
 		add(opts.File, manifest.LoadFileAll(opts.File, manifest.Options{}))
 		return res
 	}
-	files, err := manifestFiles(opts.File)
+	files, err := source.ManifestFiles(opts.File)
 	if err != nil {
 		res.Errors = append(res.Errors, &manifest.Error{File: opts.File, Detail: "reading the directory", Err: err})
 		return res
@@ -165,28 +172,10 @@ func load(opts Options) *loaded {
 	return res
 }
 
-// manifestFiles lists the manifest files at the top level of dir, in
-// lexical order: the files the agent reads from a --manifests directory
-// (source.IsManifest).
-func manifestFiles(dir string) ([]string, error) {
-	dirents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	var files []string
-	for _, d := range dirents {
-		if !d.IsDir() && source.IsManifest(d.Name()) {
-			files = append(files, filepath.Join(dir, d.Name()))
-		}
-	}
-	sort.Strings(files)
-	return files, nil
-}
-
 // wholeLine is the wide MESSAGE column: the whole message on one line,
 // trailing white space dropped, line breaks and other control characters
-// escaped as strconv.Quote escapes them ("\n").
+// escaped as `probed status` escapes them (output.Printable: "\n",
+// "\x1b"); quotes stay quotes (Get "http://…").
 func wholeLine(s string) string {
-	q := strconv.Quote(strings.TrimRight(s, " \t\r\n"))
-	return q[1 : len(q)-1]
+	return output.Printable(strings.TrimRight(s, " \t\r\n"))
 }

@@ -137,9 +137,10 @@ func TestRunStdin(t *testing.T) {
 }
 
 // TestRunWide: -o wide adds the pod IP and prints the whole message on one
-// line, its line breaks escaped.
+// line, its line breaks and control characters escaped and its quotes left
+// as they are (issue 18 §7: not `Get \"http://…\"`).
 func TestRunWide(t *testing.T) {
-	path := manifest(t, "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nstatus: {podIP: 127.0.0.1}\nspec:\n  containers:\n  - name: app\n    image: app\n    readinessProbe:\n      exec: {command: [sh, -c, 'printf \"one\\ntwo\\n\"; exit 1']}\n")
+	path := manifest(t, "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nstatus: {podIP: 127.0.0.1}\nspec:\n  containers:\n  - name: app\n    image: app\n    readinessProbe:\n      exec: {command: [sh, -c, 'printf \"one\\ntwo \\\"q\\\"\\033\\n\"; exit 1']}\n")
 	var out, errBuf bytes.Buffer
 	code := check.Run(context.Background(), check.Options{File: path, Output: output.Wide, AllowHostExec: true}, &out, &errBuf)
 	lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
@@ -149,7 +150,7 @@ func TestRunWide(t *testing.T) {
 	if got := strings.Join(strings.Fields(lines[0]), " "); got != "POD CONTAINER PROBE HANDLER RESULT DURATION POD IP MESSAGE" {
 		t.Errorf("header %q", lines[0])
 	}
-	if f := strings.Fields(lines[1]); len(f) != 8 || f[6] != "127.0.0.1" || f[7] != `one\ntwo` {
+	if f := strings.Fields(lines[1]); len(f) != 9 || f[6] != "127.0.0.1" || f[7] != `one\ntwo` || f[8] != `"q"\x1b` {
 		t.Errorf("row %q", lines[1])
 	}
 }

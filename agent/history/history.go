@@ -48,9 +48,16 @@ type Probe struct {
 	// PeriodMS and TimeoutMS are the probe's period and timeout in
 	// milliseconds (periodSeconds plus periodMilliseconds for an
 	// annotation probe, runtime.TimingOf), as of its newest run.
-	PeriodMS  float64  `json:"periodMs"`
-	TimeoutMS float64  `json:"timeoutMs"`
-	Results   []Record `json:"results"` // oldest first
+	PeriodMS  float64 `json:"periodMs"`
+	TimeoutMS float64 `json:"timeoutMs"`
+	// ExecMode is how an exec probe runs now (the agent sets it, for its
+	// newest record's container): "resident" (through the container's
+	// resident helper), "resident (starting)", "execsync" (CRI ExecSync),
+	// "execsync (<why the container cannot host a helper>)", "host"
+	// (manifest mode, --allow-host-exec) or "disabled"; empty for other
+	// kinds.
+	ExecMode string   `json:"execMode,omitempty"`
+	Results  []Record `json:"results"` // oldest first
 	// LastFailure is the newest failed or errored record, kept even when
 	// it has left the ring.
 	LastFailure *Record `json:"lastFailure,omitempty"`

@@ -613,7 +613,7 @@ spec:
         ports: [{name: metrics, containerPort: 90}]
         livenessProbe: {tcpSocket: {port: http}}
 `)
-	want := `container "b": spec.template.spec.containers[1].livenessProbe.tcpSocket.port: port "http" is not among the container's ports; the kubelet reports every run of this probe as errored (port "http" not found; BR-20)`
+	want := `container "b": spec.template.spec.containers[1].livenessProbe.tcpSocket.port: port "http" is not among the container's ports; the kubelet reports every run of this probe as errored (port "http" not found)`
 	if len(e.Warnings) != 1 || e.Warnings[0] != want {
 		t.Errorf("warnings\n  %s\nwant\n  %s", strings.Join(e.Warnings, "\n  "), want)
 	}

@@ -204,7 +204,7 @@ func podWarnings(pod *v1.Pod) []warning {
 			if port != nil && port.Type == intstr.String {
 				if _, err := runtime.ResolvePort(*port, c); err != nil {
 					out = append(out, warning{c.Name, portPath.String(),
-						fmt.Sprintf("port %q is not among the container's ports; the kubelet reports every run of this probe as errored (%v; BR-20)", port.StrVal, err)})
+						fmt.Sprintf("port %q is not among the container's ports; the kubelet reports every run of this probe as errored (%v)", port.StrVal, err)})
 				}
 			}
 			for _, v := range probeStrings(pr.probe, pp) {

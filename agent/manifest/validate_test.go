@@ -291,8 +291,8 @@ func TestWarnings(t *testing.T) {
 	p.Spec.InitContainers = append(p.Spec.InitContainers, v1.Container{Name: "setup", LivenessProbe: &v1.Probe{
 		ProbeHandler: v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{Port: intstr.FromString("nope")}}}})
 	want := []string{
-		`container "proxy": spec.initContainers[0].readinessProbe.tcpSocket.port: port "admin" is not among the container's ports; the kubelet reports every run of this probe as errored (port "admin" not found; BR-20)`,
-		`container "app": spec.containers[0].livenessProbe.httpGet.port: port "metrcis" is not among the container's ports; the kubelet reports every run of this probe as errored (port "metrcis" not found; BR-20)`,
+		`container "proxy": spec.initContainers[0].readinessProbe.tcpSocket.port: port "admin" is not among the container's ports; the kubelet reports every run of this probe as errored (port "admin" not found)`,
+		`container "app": spec.containers[0].livenessProbe.httpGet.port: port "metrcis" is not among the container's ports; the kubelet reports every run of this probe as errored (port "metrcis" not found)`,
 		`container "app": spec.containers[0].livenessProbe.httpGet.host: "__PILLAR__LOCAL__DNS__" looks like an unfilled template placeholder (__PILLAR__LOCAL__DNS__)`,
 	}
 	if got := Warnings(p); !reflect.DeepEqual(got, want) {

@@ -77,6 +77,9 @@ func TestScan_InvalidatedPodStaysStaleUntilFixedOrDeleted(t *testing.T) {
 			!rej[0].Since.Equal(t0.Add(time.Minute)) || rej[0].Line != 11 { // the line of readinesProbe
 			t.Errorf("scan %d: rejected %+v", i, rej)
 		}
+		if st := got.Stale; st.Field != "spec.containers[0].readinesProbe" || !strings.HasPrefix(st.Detail, `unknown field "readinesProbe"`) {
+			t.Errorf("scan %d: stale field %q, detail %q", i, st.Field, st.Detail)
+		}
 	}
 	if n := logs.count("still probing the pod's last valid version"); n != 1 {
 		t.Errorf("stale logged %d times, want once", n)
@@ -165,6 +168,15 @@ func TestReport_JSONShape(t *testing.T) {
 	// b.yaml's error is older: first, although a.yaml sorts first.
 	if r.Rejected[0].File != filepath.Join(dir, "b.yaml") || !r.Rejected[0].Since.Equal(t0) || r.Rejected[0].Pod != "default/b" || r.Rejected[0].Stale {
 		t.Errorf("first rejected %+v", r.Rejected[0])
+	}
+	// The field and what is wrong with it, apart (issue 18 §4: what
+	// `probed status` shows), and together in the message.
+	if b := r.Rejected[0]; b.Field != "spec.containers[0].readinessProbe.tcpSocket.port" || !strings.HasPrefix(b.Detail, "Invalid value: 0") ||
+		!strings.HasSuffix(b.Error, ": "+b.Field+": "+b.Detail) {
+		t.Errorf("first rejected: field %q, detail %q, error %q", b.Field, b.Detail, b.Error)
+	}
+	if a := r.Rejected[1]; a.Field != "" || !strings.HasPrefix(a.Detail, "invalid YAML: line 9") {
+		t.Errorf("a YAML error: field %q, detail %q", a.Field, a.Detail)
 	}
 	if a := r.Rejected[1]; a.File != filepath.Join(dir, "a.yaml") || a.Document != 3 || a.Line != 9 || a.Pod != "default/a" || !a.Since.Equal(t0.Add(90*time.Second)) {
 		t.Errorf("second rejected %+v", a)

@@ -129,6 +129,15 @@ type Rejection struct {
 	// Error is the message (file, document, pod, container, field),
 	// passed through runtime/redact and cut to bound.MessageBytes.
 	Error string `json:"error"`
+	// Field is the path of the offending field in the document
+	// (manifest.Error.Field, e.g.
+	// spec.containers[0].livenessProbe.httpGet.port); "" when the error
+	// concerns a whole document or file.
+	Field string `json:"field,omitempty"`
+	// Detail is what is wrong, without the file, document, pod, container
+	// and field the message starts with (manifest.Error.Detail): the part
+	// of Error a user acts on beside Field. Redacted and cut as Error.
+	Detail string `json:"detail,omitempty"`
 	// Since is when this document was first seen with this error (UTC,
 	// whole seconds).
 	Since time.Time `json:"since"`
@@ -196,6 +205,8 @@ type Source struct {
 	reported map[string]bool
 	report   Report
 	stale    map[types.UID]Rejection // the stale pods of the last scan
+	// waiting: the last scan found no pod, and said so (logNew).
+	waiting bool
 
 	synced atomic.Bool // the first scan was delivered (Run)
 }
@@ -313,11 +324,20 @@ func (s *Source) paths() ([]string, error) {
 		}
 		return []string{s.opts.Path}, nil
 	}
-	dirents, err := os.ReadDir(s.opts.Path)
+	paths, err := ManifestFiles(s.opts.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	return paths, err
+}
+
+// ManifestFiles lists the manifest files of a directory as the agent reads
+// them: the entries at its top level that are not directories and are named
+// as manifests (IsManifest), in lexical order. `probed check -f DIR` reads
+// the same list.
+func ManifestFiles(dir string) ([]string, error) {
+	dirents, err := os.ReadDir(dir)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil
-		}
 		return nil, err
 	}
 	var paths []string
@@ -325,10 +345,42 @@ func (s *Source) paths() ([]string, error) {
 		if d.IsDir() || !IsManifest(d.Name()) {
 			continue
 		}
-		paths = append(paths, filepath.Join(s.opts.Path, d.Name()))
+		paths = append(paths, filepath.Join(dir, d.Name()))
 	}
 	sort.Strings(paths)
 	return paths, nil
+}
+
+// Conflicts holds the rule that a pod is defined once among the manifests
+// read together: a second definition of a namespace/name, or of a
+// metadata.uid, is rejected and the first one (in file order) kept, the
+// error naming both files. Scan applies it to a directory; `probed check`
+// to what it reads, so that it probes what the agent would. The zero
+// value is not ready: use NewConflicts.
+type Conflicts struct {
+	byName map[string]*Pod
+	byUID  map[types.UID]*Pod
+}
+
+// NewConflicts returns an empty Conflicts.
+func NewConflicts() *Conflicts {
+	return &Conflicts{byName: map[string]*Pod{}, byUID: map[types.UID]*Pod{}}
+}
+
+// Admit records p, or returns the error that rejects it (file, document,
+// pod and, for a UID, the field), leaving the first definition recorded.
+func (c *Conflicts) Admit(p *Pod) *manifest.Error {
+	name := p.Pod.Namespace + "/" + p.Pod.Name
+	if first, dup := c.byName[name]; dup {
+		return &manifest.Error{File: p.Source, Doc: p.Doc, Pod: name,
+			Detail: fmt.Sprintf("already defined in %s (document %d); this definition is ignored", first.Source, first.Doc)}
+	}
+	if other, dup := c.byUID[p.Pod.UID]; dup {
+		return &manifest.Error{File: p.Source, Doc: p.Doc, Pod: name,
+			Field: "metadata.uid", Detail: fmt.Sprintf("%q is already used by pod %s/%s in %s; this definition is ignored", p.Pod.UID, other.Pod.Namespace, other.Pod.Name, other.Source)}
+	}
+	c.byName[name], c.byUID[p.Pod.UID] = p, p
+	return nil
 }
 
 // Scan reads the directory once. Unchanged files are not decoded again.
@@ -374,7 +426,7 @@ func (s *Source) Scan() Snapshot {
 		return snap
 	}
 	seen := map[string]bool{}
-	byName := map[string]*Pod{} // namespace/name → first definition
+	conflicts := NewConflicts()
 	staleBy := map[*manifest.Error]*Pod{}
 	delivered := map[string][]*Pod{}
 	for _, path := range paths {
@@ -404,25 +456,17 @@ func (s *Source) Scan() Snapshot {
 				skipped = append(skipped, SkippedDocument{File: path, Document: sk.Doc, Kind: sk.Kind, Reason: sk.Reason})
 			}
 			for i := range res.Entries {
-				fresh = append(fresh, newPod(&res.Entries[i]))
+				fresh = append(fresh, NewPod(&res.Entries[i]))
 			}
 		}
 		pods := append([]*Pod{}, fresh...)
 		pods = append(pods, s.keepStale(path, fresh, errs, staleBy)...)
 		rejected = append(rejected, errs...)
 		for _, p := range pods {
-			name := p.Pod.Namespace + "/" + p.Pod.Name
-			if first, dup := byName[name]; dup {
-				rejected = append(rejected, &manifest.Error{File: p.Source, Doc: p.Doc, Pod: name,
-					Detail: fmt.Sprintf("already defined in %s (document %d); this definition is ignored", first.Source, first.Doc)})
+			if err := conflicts.Admit(p); err != nil {
+				rejected = append(rejected, err)
 				continue
 			}
-			if other, dup := snap.Pods[p.Pod.UID]; dup {
-				rejected = append(rejected, &manifest.Error{File: p.Source, Doc: p.Doc, Pod: name,
-					Field: "metadata.uid", Detail: fmt.Sprintf("%q is already used by pod %s/%s in %s; this definition is ignored", p.Pod.UID, other.Pod.Namespace, other.Pod.Name, other.Source)})
-				continue
-			}
-			byName[name] = p
 			snap.Pods[p.Pod.UID] = p
 			delivered[path] = append(delivered[path], p)
 		}
@@ -470,8 +514,28 @@ func (s *Source) keepStale(path string, fresh []*Pod, errs []*manifest.Error, st
 // staleCopy returns p marked stale by e (Rejection filled in by finish).
 func staleCopy(p *Pod, e *manifest.Error) *Pod {
 	c := *p
-	c.Stale = &Rejection{File: e.File, Document: e.Doc, Line: e.Line, Pod: p.Pod.Namespace + "/" + p.Pod.Name, Error: e.Error(), Stale: true}
+	r := rejectionOf(e)
+	r.Pod, r.Stale = p.Pod.Namespace+"/"+p.Pod.Name, true
+	c.Stale = &r
 	return &c
+}
+
+// rejectionOf is the Rejection of e, its texts as they are (finish dates
+// it and redacts and cuts them: cleaned).
+func rejectionOf(e *manifest.Error) Rejection {
+	detail := e.Detail
+	if detail == "" && e.Err != nil {
+		detail = e.Err.Error()
+	}
+	return Rejection{File: e.File, Document: e.Doc, Line: e.Line, Pod: e.Pod, Error: e.Error(), Field: e.Field, Detail: detail}
+}
+
+// cleaned returns r with its texts redacted (runtime/redact) and cut to
+// bound.MessageBytes, as GET /manifests serves them.
+func (r Rejection) cleaned() Rejection {
+	clean := func(s string) string { return bound.Cut(redact.Text(s), bound.MessageBytes) }
+	r.Error, r.Field, r.Detail = clean(r.Error), clean(r.Field), clean(r.Detail)
+	return r
 }
 
 // asManifestError returns err as a *manifest.Error of path (the whole file
@@ -503,7 +567,8 @@ func (s *Source) finish(snap *Snapshot, rejected []*manifest.Error, staleBy map[
 			t = now
 		}
 		since[key] = t
-		r := Rejection{File: e.File, Document: e.Doc, Line: e.Line, Pod: e.Pod, Error: bound.Cut(redact.Text(msg), bound.MessageBytes), Since: t}
+		r := rejectionOf(e).cleaned()
+		r.Since = t
 		if p, ok := staleBy[e]; ok {
 			r.Stale = true
 			if r.Pod == "" && p != nil {
@@ -528,8 +593,8 @@ func (s *Source) finish(snap *Snapshot, rejected []*manifest.Error, staleBy map[
 		if p.Stale != nil {
 			st := *p.Stale
 			key := st.File + "#" + strconv.Itoa(st.Document) + "\x00" + st.Error
+			st = st.cleaned()
 			st.Since = since[key]
-			st.Error = bound.Cut(redact.Text(st.Error), bound.MessageBytes)
 			p.Stale = &st
 			s.stale[p.Pod.UID] = st
 		}
@@ -597,9 +662,25 @@ func (s *Source) logNew(snap Snapshot) {
 		}
 	}
 	s.reported = current
+	// A scan without a pod says so once, and where it waits: `probed run`
+	// on an empty directory is otherwise silent.
+	if empty := len(snap.Pods) == 0; empty && !s.waiting {
+		what := "the manifest directory"
+		if s.file {
+			what = "the manifest file"
+		}
+		s.log.Info("no pod to probe: waiting for manifests in "+what+" (*.yaml, *.yml, *.json; read as they appear)",
+			"path", s.opts.Path, "files", snap.Files, "rejected", len(snap.Errors))
+		s.waiting = true
+	} else if !empty {
+		s.waiting = false
+	}
 }
 
-func newPod(e *manifest.Entry) *Pod {
+// NewPod is the Pod of a decoded manifest entry: a copy of its pod with
+// the spec and status hashes and, when the manifest gives none, the UID a
+// hash of the pod's metadata and spec (as a static pod's).
+func NewPod(e *manifest.Entry) *Pod {
 	pod := e.Pod.DeepCopy()
 	p := &Pod{Pod: pod, Source: e.Source, Doc: e.Doc, Warnings: e.Warnings}
 	p.SpecHash = hashOf(struct {

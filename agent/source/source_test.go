@@ -366,3 +366,29 @@ func watchSnapshots(t *testing.T, s *source.Source) (wait func(what string, ok f
 		}
 	}
 }
+
+// TestScan_NoPodSaysItWaits (issue 18 §7): a scan that finds no pod logs
+// once that the agent waits for manifests, and where; not again while it
+// stays empty; again when the pods are gone after some were there.
+func TestScan_NoPodSaysItWaits(t *testing.T) {
+	dir := t.TempDir()
+	logs := &logBuffer{}
+	s := newSource(t, dir, logs)
+	const line = "no pod to probe: waiting for manifests in the manifest directory"
+	s.Scan()
+	s.Scan()
+	if n := logs.count(line); n != 1 || logs.count("path="+dir) != 1 {
+		t.Fatalf("empty directory: %d lines, want 1 naming %s:\n%s", n, dir, logs.buf.String())
+	}
+	path := write(t, dir, "web.yaml", podYAML("web", "8080"))
+	if snap := s.Scan(); len(snap.Pods) != 1 || logs.count(line) != 1 {
+		t.Fatalf("a pod: %d pods, %d lines", len(snap.Pods), logs.count(line))
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	s.Scan()
+	if n := logs.count(line); n != 2 {
+		t.Errorf("emptied again: %d lines, want 2", n)
+	}
+}

@@ -225,15 +225,44 @@ spec:
 		// 17 §6): the rejected-manifests table shows it escaped.
 		rejectedFile: "kind: Pod\nmetadata: {name: [\n",
 	}
+	writeManifests(t, dir, manifests)
+	return runAgent(t, dir, "", nil), tcp
+}
+
+// writeManifests writes each manifest under its file name in dir.
+func writeManifests(t *testing.T, dir string, manifests map[string]string) {
+	t.Helper()
 	for name, body := range manifests {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	a, err := agent.New(agent.Options{ManifestDir: dir, Listen: "127.0.0.1:0", AllowHostExec: true, PoolSize: 8, ExecPoolSize: 2,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+}
+
+// runAgent runs a real agent (agent.New and Run, manifest mode, host exec
+// allowed) over dir until the test's cleanup, and returns its base URL. It
+// listens on listen, or on a free loopback port when listen is "" or
+// taken. prepare, when set, is called with the agent's listen address after
+// New and before Run: the manifests are read at Run.
+func runAgent(t *testing.T, dir, listen string, prepare func(addr string)) string {
+	t.Helper()
+	free := "127.0.0.1:0"
+	if listen == "" {
+		listen = free
+	}
+	opts := agent.Options{ManifestDir: dir, Listen: listen, AllowHostExec: true, PoolSize: 8, ExecPoolSize: 2,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	a, err := agent.New(opts)
+	if err != nil && listen != free {
+		t.Logf("listening on %s: %v; on a free port instead", listen, err)
+		opts.Listen = free
+		a, err = agent.New(opts)
+	}
 	if err != nil {
 		t.Fatal(err)
+	}
+	if prepare != nil {
+		prepare(a.Addr().String())
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -249,7 +278,7 @@ spec:
 			t.Error("agent Run did not return")
 		}
 	})
-	return "http://" + a.Addr().String(), tcp
+	return "http://" + a.Addr().String()
 }
 
 // attribute reads an attribute of the first element a CSS selector
@@ -375,8 +404,6 @@ func TestBrowser_RowsTurnFailingAndHostileValuesAreInert(t *testing.T) {
 		t.Errorf("shop/vault's page misses its redacted target:\n%s", text)
 	}
 	assertRedactedAndEscaped(ctx, t, false)
-	screenshot(ctx, t, base+"/pod/shop/web?refresh=0", "status-page-pod.png")
-	screenshot(ctx, t, base+"/?refresh=0", "status-page.png")
 }
 
 // assertRedactedAndEscaped: the page's text holds neither shop/vault's
@@ -477,7 +504,8 @@ func TestBrowser_WorksWithJavaScriptDisabled(t *testing.T) {
 
 // screenshot writes a full-page PNG of url to $PROBED_SCREENSHOT_DIR/name
 // when that variable is set: PROBED_SCREENSHOT_DIR=$PWD/docs go test -run
-// TestBrowser_Rows ./agent/statuspage/ renews docs/status-page*.png.
+// TestBrowser_BundledDemo ./agent/statuspage/ renews docs/status-page*.png
+// (the README's and docs/operations.md's) from the bundled demo.
 func screenshot(ctx context.Context, t *testing.T, url, name string) {
 	t.Helper()
 	dir := os.Getenv("PROBED_SCREENSHOT_DIR")

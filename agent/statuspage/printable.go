@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"html/template"
 	"reflect"
+	"strings"
 	"text/template/parse"
 
 	"github.com/probed/probed/agent/output"
@@ -18,6 +19,8 @@ func printableFunc(v any) any {
 	switch x := v.(type) {
 	case nil:
 		return v
+	case wrapped:
+		return template.HTML(x) // made by breakable, from printable text
 	case string:
 		return output.Printable(x)
 	case error:
@@ -29,6 +32,36 @@ func printableFunc(v any) any {
 		return output.Printable(rv.String())
 	}
 	return v
+}
+
+// wrapped is text that breakable made printable and HTML-escaped, with
+// <wbr> line-break opportunities after its separators.
+type wrapped template.HTML
+
+// wrapAfter are the characters a long target, path or message may wrap
+// after: path and query separators. A line never breaks inside a word,
+// a host:port or a number (the stylesheet breaks a word only when it
+// alone is wider than its column).
+const wrapAfter = "/?&=,;"
+
+// breakable is the template function of long values without spaces
+// (targets, file names, container IDs, messages): the value made
+// printable (output.Printable) and HTML-escaped, with a <wbr> after each
+// run of wrapAfter characters, so that a browser wraps it there and not
+// mid-word (issue 18 §8).
+func breakable(v any) wrapped {
+	s, _ := printableFunc(v).(string)
+	if s == "" {
+		s = fmt.Sprint(printableFunc(v))
+	}
+	var b strings.Builder
+	for i, r := range s {
+		b.WriteString(template.HTMLEscapeString(string(r)))
+		if strings.ContainsRune(wrapAfter, r) && i+1 < len(s) && !strings.ContainsRune(wrapAfter, rune(s[i+1])) {
+			b.WriteString("<wbr>")
+		}
+	}
+	return wrapped(b.String())
 }
 
 // printableActions makes every value the page prints pass printableFunc: it

@@ -133,7 +133,7 @@ func New(opts Options) *Page {
 	}
 	funcs := template.FuncMap{"ms": formatMS, "ago": func(t time.Time) string { return ago(opts.Now(), t) }, "stamp": stamp,
 		"resultClass": func(result string) string { return resultClasses[result] }, "newestFirst": newestFirst,
-		"printable": printableFunc}
+		"printable": printableFunc, "breakable": breakable}
 	parse := func(page string) *template.Template {
 		t := template.Must(template.New(page).Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/parts.html", "templates/"+page))
 		printableActions(t)

@@ -588,11 +588,200 @@ func TestPage_TargetsAndAnnotationsCut(t *testing.T) {
 	srv := (&fixture{specProbe: true, pods: []*v1.Pod{p}}).serve(t)
 	for page, limit := range map[string]int{"/": 16 << 10, "/pod/default/web": 16 << 10} {
 		_, _, body := get(t, srv, page)
-		if len(body) > limit || !strings.Contains(body, "GET http://10.1.2.3:8080/aaa") || !strings.Contains(body, " bytes cut]…") {
+		doc, err := html.Parse(strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(body) > limit || !strings.Contains(textOf(doc), "GET http://10.1.2.3:8080/aaa") || !strings.Contains(body, " bytes cut]…") {
 			t.Errorf("GET %s: %d bytes (want at most %d), target shown cut: %v", page, len(body), limit, strings.Contains(body, " bytes cut]…"))
 		}
 	}
 	if _, _, body := get(t, srv, "/pod/default/web"); !strings.Contains(body, "END</pre>") {
 		t.Errorf("the annotation's end is not shown")
 	}
+}
+
+// cellByClass returns the text of the first element of class class inside
+// the tbody of podKey; "" when there is none.
+func cellByClass(t *testing.T, body, podKey, class string) string {
+	t.Helper()
+	for _, tb := range elements(t, body)["tbody"] {
+		if attr(tb, "data-pod") != podKey {
+			continue
+		}
+		var found *html.Node
+		var walk func(*html.Node)
+		walk = func(n *html.Node) {
+			if found != nil {
+				return
+			}
+			if n.Type == html.ElementNode && strings.Contains(" "+attr(n, "class")+" ", " "+class+" ") {
+				found = n
+				return
+			}
+			for c := n.FirstChild; c != nil; c = c.NextSibling {
+				walk(c)
+			}
+		}
+		for c := tb.FirstChild; c != nil; c = c.NextSibling {
+			walk(c)
+		}
+		if found != nil {
+			return strings.TrimSpace(textOf(found))
+		}
+	}
+	return ""
+}
+
+// crashLooping is demo/crashy as the simulator leaves it between restarts:
+// its container waiting in CrashLoopBackOff (back-off 20s, killed 7.5 s
+// ago), a sidecar running, a second container left terminated.
+func crashLooping() *v1.Pod {
+	p := pod("demo", "crashy", v1.Container{Name: "app", LivenessProbe: httpProbe("/no-such-page", intstr.FromInt32(8089), 2)},
+		v1.Container{Name: "once", ReadinessProbe: httpProbe("/ready", intstr.FromInt32(8089), 3)})
+	always := v1.ContainerRestartPolicyAlways
+	p.Spec.InitContainers = []v1.Container{{Name: "proxy", RestartPolicy: &always}}
+	p.Status.Conditions = []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionFalse}}
+	app := &p.Status.ContainerStatuses[0]
+	app.Ready, app.RestartCount = false, 3
+	app.State.Waiting = &v1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off 20s restarting failed container=app pod=crashy_demo(u)"}
+	app.LastTerminationState.Terminated = &v1.ContainerStateTerminated{ExitCode: 137, Reason: "Error", FinishedAt: metav1.NewTime(now.Add(-7500 * time.Millisecond))}
+	once := &p.Status.ContainerStatuses[1]
+	once.Ready = false
+	once.State.Terminated = &v1.ContainerStateTerminated{ExitCode: 3, Reason: "Error", Message: "exited"}
+	p.Status.InitContainerStatuses = []v1.ContainerStatus{{Name: "proxy", Ready: true, State: v1.ContainerState{Running: &v1.ContainerStateRunning{}}}}
+	return p
+}
+
+// TestIndex_ContainerStates (issue 18 §2): the index shows the pod's STATUS
+// as kubectl get pods does (CrashLoopBackOff, not the phase Running) and,
+// beside each probe's container, that container's state: waiting in
+// CrashLoopBackOff with the time left of its back-off, terminated with its
+// reason and exit code; the pod's page lists every container (the sidecar
+// too) with its state, restarts and last termination.
+func TestIndex_ContainerStates(t *testing.T) {
+	f := &fixture{specProbe: true, pods: []*v1.Pod{crashLooping()}}
+	srv := f.serve(t)
+	_, _, body := get(t, srv, "/")
+	if got := cellByClass(t, body, "demo/crashy", "status"); got != "CrashLoopBackOff" {
+		t.Errorf("status cell %q, want CrashLoopBackOff", got)
+	}
+	if got := cell(t, body, "demo/crashy", "app/liveness", "container"); got != "app waiting: CrashLoopBackOff, restart in 13s (back-off 20s)" {
+		t.Errorf("app's container cell %q", got)
+	}
+	if got := cell(t, body, "demo/crashy", "once/readiness", "container"); got != "once terminated: Error, exit code 3" {
+		t.Errorf("once's container cell %q", got)
+	}
+	if !strings.Contains(body, `data-state="waiting"`) || !strings.Contains(body, `data-status="CrashLoopBackOff"`) {
+		t.Errorf("no data-state or data-status attributes")
+	}
+
+	_, _, body = get(t, srv, "/pod/demo/crashy")
+	rows := map[string]string{}
+	for _, tr := range elements(t, body)["tr"] {
+		if name := attr(tr, "data-container"); name != "" {
+			rows[name] = rowText(tr)
+		}
+	}
+	for name, want := range map[string]string{
+		"proxy": "proxy (sidecar) | running | true | false | 0 | - | -",
+		"app":   "app | waiting: CrashLoopBackOff, restart in 13s (back-off 20s) | false | false | 3 | terminated: Error, exit code 137 at 2026-12-01T23:49:52Z | back-off 20s restarting failed container=app pod=crashy_demo(u)",
+		"once":  "once | terminated: Error, exit code 3 | false | false | 0 | - | exited",
+	} {
+		if rows[name] != want {
+			t.Errorf("pod page, container %s:\n got %q\nwant %q", name, rows[name], want)
+		}
+	}
+	if !strings.Contains(body, `<dd id="pod-status">CrashLoopBackOff</dd>`) {
+		t.Errorf("the pod page's status is not CrashLoopBackOff")
+	}
+}
+
+// TestPage_StalePodMarked (issue 18 §6): a pod probed at its last valid
+// version (the probed.io/ManifestStale condition, source.MarkStale) is
+// marked stale on the index, and its page shows why and lists the pod's
+// conditions, the stale one among them.
+func TestPage_StalePodMarked(t *testing.T) {
+	stale := pod("shop", "web", v1.Container{Name: "app", LivenessProbe: httpProbe("/healthz", intstr.FromInt32(8080), 3)})
+	stale.Status.Conditions = []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))}}
+	rej := source.Rejection{File: "/m/web.yaml", Document: 1, Pod: "shop/web", Error: `/m/web.yaml: document 1: pod shop/web: container "app": spec.containers[0].readinesProbe: unknown field "readinesProbe"`, Since: now.Add(-time.Minute), Stale: true}
+	source.MarkStale(stale, rej)
+	fresh := pod("shop", "api", v1.Container{Name: "api", ReadinessProbe: httpProbe("/ready", intstr.FromInt32(8080), 3)})
+	srv := (&fixture{specProbe: true, pods: []*v1.Pod{stale, fresh}, rejected: []source.Rejection{rej}}).serve(t)
+
+	_, _, body := get(t, srv, "/")
+	for _, tb := range elements(t, body)["tbody"] {
+		want := map[string]string{"shop/web": "true", "shop/api": "false"}[attr(tb, "data-pod")]
+		if got := attr(tb, "data-stale"); got != want {
+			t.Errorf("%s data-stale=%q, want %q", attr(tb, "data-pod"), got, want)
+		}
+	}
+	if got := cellByClass(t, body, "shop/web", "stale"); got != "stale manifest" {
+		t.Errorf("shop/web's stale mark %q", got)
+	}
+	if got := cellByClass(t, body, "shop/api", "stale"); got != "" {
+		t.Errorf("shop/api is marked stale: %q", got)
+	}
+
+	_, _, body = get(t, srv, "/pod/shop/web")
+	doc, err := html.Parse(strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(strings.Fields(textOf(doc)), " ")
+	if !strings.Contains(text, `Stale manifest: the manifest no longer loads; probing the last valid version: `+rej.Error) {
+		t.Errorf("the pod page does not say why it is stale:\n%s", text)
+	}
+	conds := map[string]string{}
+	for _, tr := range elements(t, body)["tr"] {
+		if c := attr(tr, "data-condition"); c != "" {
+			conds[c] = rowText(tr)
+			if c == string(source.ConditionManifestStale) && !strings.Contains(attr(tr, "class"), "stale") {
+				t.Errorf("the stale condition's row is not marked")
+			}
+		}
+	}
+	if got, want := conds["Ready"], "Ready | True | - | 2026-12-01T22:50:00Z | -"; got != want {
+		t.Errorf("Ready condition %q, want %q", got, want)
+	}
+	if got := conds[string(source.ConditionManifestStale)]; !strings.HasPrefix(got, "probed.io/ManifestStale | True | ManifestInvalid | 2026-12-01T23:49:00Z | the manifest no longer loads") {
+		t.Errorf("stale condition %q", got)
+	}
+	_, _, body = get(t, srv, "/pod/shop/api")
+	if strings.Contains(body, `id="stale"`) {
+		t.Errorf("the fresh pod's page says stale")
+	}
+}
+
+// TestPage_LongValuesBreakOnlyAfterSeparators: targets, file names and
+// messages carry a line-break opportunity (<wbr>) after each run of path
+// and query separators and nowhere else, and their text is unchanged (the
+// browser test checks where lines really break).
+func TestPage_LongValuesBreakOnlyAfterSeparators(t *testing.T) {
+	path := "/api/v1/namespaces/shop/services/payments-backend-production/healthz?verbose=1&deep=true"
+	p := pod("default", "web", v1.Container{Name: "app", LivenessProbe: httpProbe(path, intstr.FromInt32(8080), 3)})
+	srv := (&fixture{specProbe: true, pods: []*v1.Pod{p},
+		rejected: []source.Rejection{{File: "/srv/manifests/team-payments/payments-api.yaml", Document: 1, Error: "bad <b>", Since: now}}}).serve(t)
+	_, _, body := get(t, srv, "/")
+	if got := cell(t, body, "default/web", "app/liveness", "target"); got != "GET http://10.1.2.3:8080"+path {
+		t.Errorf("target text %q", got)
+	}
+	want := "GET http://<wbr>10.1.2.3:8080/<wbr>api/<wbr>v1/<wbr>namespaces/<wbr>shop/<wbr>services/<wbr>payments-backend-production/<wbr>healthz?<wbr>verbose=<wbr>1&amp;<wbr>deep=<wbr>true"
+	if !strings.Contains(body, want) {
+		t.Errorf("target markup lacks %s", want)
+	}
+	if !strings.Contains(body, "<code>/<wbr>srv/<wbr>manifests/<wbr>team-payments/<wbr>payments-api.yaml</code>") || !strings.Contains(body, "bad &lt;b&gt;") {
+		t.Errorf("file name or error markup:\n%s", body)
+	}
+}
+
+// rowText is a table row's cells' texts, spaces folded, joined by " | ".
+func rowText(tr *html.Node) string {
+	var cells []string
+	for td := tr.FirstChild; td != nil; td = td.NextSibling {
+		if td.Type == html.ElementNode {
+			cells = append(cells, strings.Join(strings.Fields(textOf(td)), " "))
+		}
+	}
+	return strings.Join(cells, " | ")
 }

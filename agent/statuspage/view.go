@@ -65,9 +65,19 @@ type podView struct {
 	Namespace   string
 	Name        string
 	Pod         podRow
+	Conditions  []conditionRow
 	Annotations []keyValue
 	Events      []events.Event
 	ShowEvents  bool
+}
+
+// conditionRow is one of the pod's conditions, as kubectl describe lists
+// them.
+type conditionRow struct {
+	Type, Status, Reason, Message string
+	Since                         time.Time // lastTransitionTime
+	// Stale: the probed.io/ManifestStale condition, true.
+	Stale bool
 }
 
 type keyValue struct{ Key, Value string }
@@ -76,21 +86,51 @@ type keyValue struct{ Key, Value string }
 type podRow struct {
 	Namespace, Name, UID string
 	Phase                string
-	Ready                string // ready/total containers, sidecars included
-	Restarts             int32
-	Failing              bool
-	Probes               []probeRow
-	PageURL              string // this pod's page
-	ProbesURL            string // GET /pods/{namespace}/{name}/probes
-	JSONURL              string // GET /pods/{namespace}/{name}
-	Rowspan              int    // table rows of the pod: one per probe, at least one
+	// Status is kubectl's STATUS (statusview.StatusOf): CrashLoopBackOff
+	// while a container backs off, Terminating, the phase otherwise.
+	Status   string
+	Ready    string // ready/total containers, sidecars included
+	Restarts int32
+	Failing  bool
+	// Stale is the message of the probed.io/ManifestStale condition when
+	// it is true: the pod's manifest no longer loads and its last valid
+	// version is probed (source.MarkStale); "" otherwise.
+	Stale string
+	// Containers are the sidecars' and containers' states, in spec order.
+	Containers []containerRow
+	Probes     []probeRow
+	PageURL    string // this pod's page
+	ProbesURL  string // GET /pods/{namespace}/{name}/probes
+	JSONURL    string // GET /pods/{namespace}/{name}
+	Rowspan    int    // table rows of the pod: one per probe, at least one
+}
+
+// containerRow is one container's state (statusview.ContainerState).
+type containerRow struct {
+	Name    string
+	Sidecar bool
+	// State is running, waiting, terminated or unknown; Summary says it in
+	// one line at the page's time ("waiting: CrashLoopBackOff, restart in
+	// 12s (back-off 20s)", "terminated: Error, exit code 137").
+	State, Summary string
+	// Message is the waiting or terminated state's message.
+	Message         string
+	Ready, Started  bool
+	Restarts        int32
+	LastTermination string // "Error, exit code 137 at 2026-...Z"; "" when none
 }
 
 // probeRow is one probe of one container.
 type probeRow struct {
 	Container string
+	// State is the container's state; nil when the status does not list
+	// the container. ShowState: the first row of the container's probes,
+	// which shows it.
+	State     *containerRow
+	ShowState bool
 	Type      string // liveness, readiness, startup
 	Kind      string // http, tcp, grpc, exec or a plugin kind
+	ExecMode  string // an exec probe's mode (history.Probe.ExecMode)
 	Target    string // GET http://10.1.2.3:8080/healthz, tcp :6379, grpc :9090, plugin redis
 	// Declared: annotation (probed.io/probes) or spec; "" for a probe
 	// known only from its history.
@@ -171,7 +211,10 @@ func (f filter) matches(r *podRow) bool {
 		return true
 	}
 	needle := strings.ToLower(f.Text)
-	hay := []string{r.Namespace + "/" + r.Name, r.Phase}
+	hay := []string{r.Namespace + "/" + r.Name, r.Phase, r.Status}
+	for _, c := range r.Containers {
+		hay = append(hay, c.Summary)
+	}
 	for _, pr := range r.Probes {
 		hay = append(hay, pr.Container, pr.Type, pr.Kind, pr.Target)
 		if pr.LastFailure != nil {
@@ -224,6 +267,10 @@ func (p *Page) podView(namespace, name string, refresh int) (podView, bool) {
 	hist, _ := p.opts.Probes(namespace, name)
 	v.Found = true
 	v.Pod = p.row(pod, hist.Probes)
+	for _, c := range pod.Status.Conditions {
+		v.Conditions = append(v.Conditions, conditionRow{Type: string(c.Type), Status: string(c.Status), Reason: c.Reason,
+			Message: c.Message, Since: c.LastTransitionTime.Time, Stale: isStale(c)})
+	}
 	for k, val := range pod.Annotations {
 		v.Annotations = append(v.Annotations, keyValue{k, bound.Cut(val, bound.AnnotationBytes)}) // whole in the pod's JSON
 	}
@@ -253,13 +300,31 @@ type declaredProbe struct {
 // is listed too, without a target.
 func (p *Page) row(pod *v1.Pod, probes []history.Probe) podRow {
 	r := podRow{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID), Phase: string(pod.Status.Phase),
+		Status:  statusview.StatusOf(pod),
 		PageURL: "/pod/" + url.PathEscape(pod.Namespace) + "/" + url.PathEscape(pod.Name),
 		JSONURL: "/pods/" + url.PathEscape(pod.Namespace) + "/" + url.PathEscape(pod.Name)}
 	r.ProbesURL = r.JSONURL + "/probes"
 	if r.Phase == "" {
 		r.Phase = "Pending"
 	}
+	if r.Status == "" {
+		r.Status = r.Phase
+	}
+	for _, c := range pod.Status.Conditions {
+		if isStale(c) {
+			r.Stale = c.Message
+		}
+	}
 	r.Ready, r.Restarts = readiness(pod)
+	r.Containers = p.containers(pod)
+	stateOf := func(name string) *containerRow {
+		for i := range r.Containers {
+			if r.Containers[i].Name == name {
+				return &r.Containers[i]
+			}
+		}
+		return nil
+	}
 	byKey := map[string]*history.Probe{}
 	for i := range probes {
 		byKey[probes[i].Container+"/"+probes[i].Type] = &probes[i]
@@ -268,7 +333,7 @@ func (p *Page) row(pod *v1.Pod, probes []history.Probe) podRow {
 	for _, d := range p.declared(pod) {
 		key := d.container.Name + "/" + d.typ.Lower()
 		used[key] = true
-		pr := probeRow{Container: d.container.Name, Type: d.typ.Lower(), Declared: d.declared}
+		pr := probeRow{Container: d.container.Name, State: stateOf(d.container.Name), Type: d.typ.Lower(), Declared: d.declared}
 		pr.Kind, pr.Target = target(pod, d)
 		pr.Target = bound.Cut(pr.Target, bound.TargetBytes) // a path is the manifest's length otherwise
 		threshold := [2]int32{d.probe.SuccessThreshold, d.probe.FailureThreshold}
@@ -280,11 +345,14 @@ func (p *Page) row(pod *v1.Pod, probes []history.Probe) podRow {
 		if used[h.Container+"/"+h.Type] {
 			continue
 		}
-		pr := probeRow{Container: h.Container, Type: h.Type, Kind: h.Handler}
+		pr := probeRow{Container: h.Container, State: stateOf(h.Container), Type: h.Type, Kind: h.Handler}
 		fill(&pr, h, [2]int32{}, p.opts.HistorySize)
 		r.Probes = append(r.Probes, pr)
 	}
-	for _, pr := range r.Probes {
+	shown := map[string]bool{}
+	for i := range r.Probes {
+		pr := &r.Probes[i]
+		pr.ShowState, shown[pr.Container] = !shown[pr.Container], true
 		if pr.Failing {
 			r.Failing = true
 		}
@@ -294,6 +362,37 @@ func (p *Page) row(pod *v1.Pod, probes []history.Probe) podRow {
 	}
 	r.Rowspan = max(1, len(r.Probes))
 	return r
+}
+
+// containers are the states of the pod's sidecars and containers at the
+// page's time (statusview.ContainerStates: kubectl describe's State, with
+// the time left of a crash-loop back-off).
+func (p *Page) containers(pod *v1.Pod) []containerRow {
+	now := p.opts.Now()
+	last := map[string]*v1.ContainerStateTerminated{}
+	for _, list := range [][]v1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for i := range list {
+			last[list[i].Name] = list[i].LastTerminationState.Terminated
+		}
+	}
+	var out []containerRow
+	for _, s := range statusview.ContainerStates(pod) {
+		c := containerRow{Name: s.Name, Sidecar: s.Sidecar, State: s.State, Summary: s.Summary(now), Message: s.Message,
+			Ready: s.Ready, Started: s.Started, Restarts: s.Restarts}
+		if t := last[s.Name]; t != nil {
+			c.LastTermination = statusview.ContainerState{State: statusview.StateTerminated, Reason: t.Reason, ExitCode: t.ExitCode, Signal: t.Signal}.Summary(now)
+			if !t.FinishedAt.IsZero() {
+				c.LastTermination += " at " + stamp(t.FinishedAt.Time)
+			}
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// isStale reports whether c is the probed.io/ManifestStale condition, true.
+func isStale(c v1.PodCondition) bool {
+	return c.Type == source.ConditionManifestStale && c.Status == v1.ConditionTrue
 }
 
 // fill sets the row's results from the probe's history; threshold holds
@@ -311,6 +410,7 @@ func fill(pr *probeRow, h *history.Probe, threshold [2]int32, kept int) {
 	if pr.Kind == "" {
 		pr.Kind = h.Handler
 	}
+	pr.ExecMode = h.ExecMode
 	pr.Results = h.Results
 	pr.LastFailure = h.LastFailure
 	if n := len(h.Results); n > 0 {

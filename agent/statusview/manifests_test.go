@@ -132,3 +132,50 @@ func TestPrintManifests(t *testing.T) {
 		t.Errorf("a broken /manifests: %v, want an error naming it", err)
 	}
 }
+
+// TestPrintRejectedShowsFieldAndReason (issue 18 §4): the table's ERROR
+// column of a rejected document is its field and what is wrong with it,
+// whole, not the message that repeats the file, document and pod the
+// other columns show (cut before the field name); -o wide prints the
+// whole message.
+func TestPrintRejectedShowsFieldAndReason(t *testing.T) {
+	field := "spec.template.spec.containers[0].livenessProbe.httpGet.port"
+	detail := `Invalid value: "metrics-http-port-x": must be no more than 15 characters`
+	full := "/srv/deployments/team-payments/payments-api-production.yaml: document 3: deployment payments/payments-api: container \"payments-api\": " + field + ": " + detail
+	report := map[string]any{"kind": "ManifestReport", "source": "directory", "path": "/srv", "files": 1, "skipped": []any{},
+		"rejected": []any{
+			map[string]any{"file": "/srv/deployments/team-payments/payments-api-production.yaml", "document": 3, "line": 40, "pod": "payments/payments-api",
+				"error": full, "field": field, "detail": detail, "since": "2026-11-29T12:00:00Z", "stale": false},
+			// An agent that serves no field or detail: the message, cut.
+			map[string]any{"file": "/srv/old.yaml", "document": 1, "line": 1, "pod": "", "error": strings.Repeat("x", 200), "since": "2026-11-29T12:00:00Z", "stale": false},
+		}}
+	body, err := json.Marshal(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stub := newAgentStub(t, nil, nil)
+	stub.setManifests(string(body))
+	var buf bytes.Buffer
+	opts := statusview.Options{Server: stub.srv.URL, Now: func() time.Time { return now }}
+	if err := statusview.Print(context.Background(), opts, &buf); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	if !strings.Contains(out, "  "+field+": "+detail+"\n") {
+		t.Errorf("the table does not end the row with the field and the reason:\n%s", out)
+	}
+	if strings.Contains(out, "document 3: deployment") {
+		t.Errorf("the table repeats the columns in the error:\n%s", out)
+	}
+	if !strings.Contains(out, strings.Repeat("x", 160)+"…\n") || strings.Contains(out, strings.Repeat("x", 161)) {
+		t.Errorf("an error without detail is not cut at 160 characters:\n%s", out)
+	}
+	buf.Reset()
+	opts.Output = output.Wide
+	if err := statusview.Print(context.Background(), opts, &buf); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), full+"\n") {
+		t.Errorf("-o wide does not print the whole message:\n%s", buf.String())
+	}
+}

@@ -156,13 +156,9 @@ func filterRejected(in []source.Rejection, namespace string) []source.Rejection 
 func podOf(p *v1.Pod, probes []history.Probe) Pod {
 	out := Pod{
 		Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), PodIP: p.Status.PodIP,
-		Phase: string(p.Status.Phase), Status: phase(p), Probes: []Probe{},
+		Phase: string(p.Status.Phase), Status: StatusOf(p), Probes: []Probe{},
 	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == v1.PodReady {
-			out.Ready = c.Status == v1.ConditionTrue
-		}
-	}
+	out.Ready = podReady(p)
 	if p.Status.StartTime != nil {
 		t := p.Status.StartTime.UTC()
 		out.StartTime = &t
@@ -171,7 +167,7 @@ func podOf(p *v1.Pod, probes []history.Probe) Pod {
 	out.Containers, out.ReadyContainers, out.StartedContainers, out.Restarts = c.Containers, c.Ready, c.Started, c.Restarts
 	for i := range probes {
 		hp := &probes[i]
-		pr := Probe{Container: hp.Container, Type: hp.Type, Handler: hp.Handler}
+		pr := Probe{Container: hp.Container, Type: hp.Type, Handler: hp.Handler, ExecMode: hp.ExecMode}
 		if n := len(hp.Results); n > 0 {
 			last := hp.Results[n-1]
 			pr.LastResult = last.Result
@@ -236,40 +232,6 @@ func CountContainers(p *v1.Pod) ContainerCounts {
 	// A pod listed without its spec still counts the statuses it has.
 	out.Containers = max(out.Containers, statuses)
 	return out
-}
-
-// phase is the STATUS column as kubectl's printPod computes it for the
-// regular containers: the pod's reason or phase, replaced by the reason of
-// the first container that is waiting (CrashLoopBackOff while a restart backs
-// off) or terminated (its reason, else Signal:N or ExitCode:N); a Running
-// pod whose Ready condition is not true is NotReady.
-func phase(p *v1.Pod) string {
-	reason := string(p.Status.Phase)
-	if p.Status.Reason != "" {
-		reason = p.Status.Reason
-	}
-	for i := len(p.Status.ContainerStatuses) - 1; i >= 0; i-- {
-		st := p.Status.ContainerStatuses[i].State
-		switch {
-		case st.Waiting != nil && st.Waiting.Reason != "":
-			reason = st.Waiting.Reason
-		case st.Terminated != nil && st.Terminated.Reason != "":
-			reason = st.Terminated.Reason
-		case st.Terminated != nil && st.Terminated.Signal != 0:
-			reason = fmt.Sprintf("Signal:%d", st.Terminated.Signal)
-		case st.Terminated != nil:
-			reason = fmt.Sprintf("ExitCode:%d", st.Terminated.ExitCode)
-		}
-	}
-	if reason != string(v1.PodRunning) {
-		return reason
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == v1.PodReady && c.Status != v1.ConditionTrue {
-			return "NotReady"
-		}
-	}
-	return reason
 }
 
 // httpError is an answer other than 200 OK.

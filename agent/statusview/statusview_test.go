@@ -144,8 +144,9 @@ func readyCondition(s v1.ConditionStatus) []v1.PodCondition {
 
 // TestPrintTable: one row per pod, in the API's order: READY and STARTED
 // count containers and sidecars (restartable init containers, not plain
-// init containers), RESTARTS sums them, STATUS is the phase or NotReady
-// for a running pod that is not Ready, AGE comes from the start time, and
+// init containers), RESTARTS sums them, STATUS is the phase — Running for
+// a running pod that is not Ready, as kubectl shows it (READY says 2/3) —,
+// AGE comes from the start time, and
 // LAST FAILURE is the newest failed or errored run over the pod's probes.
 func TestPrintTable(t *testing.T) {
 	start := metav1.NewTime(now.Add(-90 * time.Second))
@@ -190,7 +191,7 @@ func TestPrintTable(t *testing.T) {
 	want := []map[string]string{
 		{"NAMESPACE": "demo", "NAME": "crashy", "READY": "1/1", "STARTED": "1/1", "RESTARTS": "2", "STATUS": "Running", "AGE": "1m30s",
 			"LAST_FAILURE": "app liveness: HTTP probe failed with statuscode: 404 (2026-11-29T12:03:44Z)"},
-		{"NAMESPACE": "demo", "NAME": "web", "READY": "2/3", "STARTED": "2/3", "RESTARTS": "4", "STATUS": "NotReady", "AGE": "1m30s",
+		{"NAMESPACE": "demo", "NAME": "web", "READY": "2/3", "STARTED": "2/3", "RESTARTS": "4", "STATUS": "Running", "AGE": "1m30s",
 			"LAST_FAILURE": "cache liveness: errored (2026-11-29T12:04:50Z)"},
 		{"NAMESPACE": "other", "NAME": "pending", "READY": "0/1", "STARTED": "0/1", "RESTARTS": "0", "STATUS": "Pending", "AGE": "-", "LAST_FAILURE": ""},
 	}
@@ -342,5 +343,99 @@ func TestCountContainersAsKubectl(t *testing.T) {
 	want := statusview.ContainerCounts{Containers: 3, Ready: 2, Started: 2, Restarts: 3}
 	if got := statusview.CountContainers(pod); got != want {
 		t.Errorf("running pod: %+v, want %+v (the plain init container's restarts do not count)", got, want)
+	}
+}
+
+// TestStatusOfAsKubectl: STATUS follows kubectl's printPod beyond the
+// waiting and terminated reasons: a running pod that is not ready is
+// Running (not NotReady); a pod whose completed container sits beside a
+// running ready one is Running, or NotReady when the pod is not Ready; a
+// pod being deleted is Terminating unless its phase is terminal; the pod's
+// own reason (Evicted) replaces the phase.
+func TestStatusOfAsKubectl(t *testing.T) {
+	running := status("app", false, true, 0)
+	running.State.Running = &v1.ContainerStateRunning{}
+	readyRunning := status("side", true, true, 0)
+	readyRunning.State.Running = &v1.ContainerStateRunning{}
+	completed := status("job", false, false, 0)
+	completed.State.Terminated = &v1.ContainerStateTerminated{Reason: "Completed"}
+	deleting := metav1.NewTime(now)
+	for _, c := range []struct {
+		name string
+		pod  v1.Pod
+		want string
+	}{
+		{"running, not ready", v1.Pod{Status: v1.PodStatus{Phase: v1.PodRunning, Conditions: readyCondition(v1.ConditionFalse),
+			ContainerStatuses: []v1.ContainerStatus{running}}}, "Running"},
+		{"completed beside a ready running container, pod ready", v1.Pod{Status: v1.PodStatus{Phase: v1.PodRunning,
+			Conditions: readyCondition(v1.ConditionTrue), ContainerStatuses: []v1.ContainerStatus{completed, readyRunning}}}, "Running"},
+		{"completed beside a ready running container, pod not ready", v1.Pod{Status: v1.PodStatus{Phase: v1.PodRunning,
+			Conditions: readyCondition(v1.ConditionFalse), ContainerStatuses: []v1.ContainerStatus{completed, readyRunning}}}, "NotReady"},
+		{"completed alone", v1.Pod{Status: v1.PodStatus{Phase: v1.PodSucceeded, ContainerStatuses: []v1.ContainerStatus{completed}}}, "Completed"},
+		{"deleted while running", v1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &deleting},
+			Status: v1.PodStatus{Phase: v1.PodRunning, ContainerStatuses: []v1.ContainerStatus{running}}}, "Terminating"},
+		{"deleted after it succeeded", v1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &deleting},
+			Status: v1.PodStatus{Phase: v1.PodSucceeded, ContainerStatuses: []v1.ContainerStatus{completed}}}, "Completed"},
+		{"evicted", v1.Pod{Status: v1.PodStatus{Phase: v1.PodFailed, Reason: "Evicted"}}, "Evicted"},
+	} {
+		if got := statusview.StatusOf(&c.pod); got != c.want {
+			t.Errorf("%s: STATUS %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+// TestContainerStates: each container's state as kubectl describe shows
+// it, sidecars first: running; waiting in CrashLoopBackOff with the time
+// left until the kubelet starts it again — the previous instance's exit
+// plus the back-off its waiting message gives, rounded up to whole
+// seconds, "restart due" once passed —; another waiting reason; terminated
+// with reason and exit code, or signal; unknown without a status.
+func TestContainerStates(t *testing.T) {
+	sidecar := status("proxy", true, true, 0)
+	sidecar.State.Running = &v1.ContainerStateRunning{}
+	crashing := status("app", false, false, 3)
+	crashing.State.Waiting = &v1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off 20s restarting failed container=app pod=crashy_demo(u1)"}
+	crashing.LastTerminationState.Terminated = &v1.ContainerStateTerminated{ExitCode: 137, Reason: "Error", FinishedAt: metav1.NewTime(now.Add(-7500 * time.Millisecond))}
+	creating := status("init-db", false, false, 0)
+	creating.State.Waiting = &v1.ContainerStateWaiting{Reason: "ContainerCreating"}
+	killed := status("job", false, false, 0)
+	killed.State.Terminated = &v1.ContainerStateTerminated{ExitCode: 137, Reason: "Error"}
+	signalled := status("sig", false, false, 0)
+	signalled.State.Terminated = &v1.ContainerStateTerminated{Signal: 9}
+	pod := &v1.Pod{
+		Spec: v1.PodSpec{
+			InitContainers: []v1.Container{{Name: "setup"}, {Name: "proxy", RestartPolicy: ptr(v1.ContainerRestartPolicyAlways)}},
+			Containers:     []v1.Container{{Name: "app"}, {Name: "init-db"}, {Name: "job"}, {Name: "sig"}, {Name: "later"}},
+		},
+		Status: v1.PodStatus{InitContainerStatuses: []v1.ContainerStatus{sidecar},
+			ContainerStatuses: []v1.ContainerStatus{crashing, creating, killed, signalled}},
+	}
+	states := statusview.ContainerStates(pod)
+	var got []string
+	for _, s := range states {
+		got = append(got, s.Name+"="+s.Summary(now))
+	}
+	want := []string{
+		"proxy=running",
+		"app=waiting: CrashLoopBackOff, restart in 13s (back-off 20s)",
+		"init-db=waiting: ContainerCreating",
+		"job=terminated: Error, exit code 137",
+		"sig=terminated: signal 9",
+		"later=unknown",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("states\n %q\nwant %q", got, want)
+	}
+	if !states[0].Sidecar || states[1].Sidecar || states[1].Restarts != 3 || states[1].BackOff != 20*time.Second {
+		t.Errorf("states %+v", states)
+	}
+	if got := states[1].Summary(now.Add(13 * time.Second)); got != "waiting: CrashLoopBackOff, restart due (back-off 20s)" {
+		t.Errorf("after the back-off: %q", got)
+	}
+	// A waiting message in another form: the reason alone.
+	crashing.State.Waiting.Message = "something else"
+	pod.Status.ContainerStatuses[0] = crashing
+	if got := statusview.ContainerStates(pod)[1].Summary(now); got != "waiting: CrashLoopBackOff" {
+		t.Errorf("unparsed back-off: %q", got)
 	}
 }

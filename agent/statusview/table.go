@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/probed/probed/agent/output"
+	"github.com/probed/probed/agent/source"
 )
 
 // writeTable prints st as `probed status` does without -o json|yaml: the
@@ -56,7 +57,7 @@ func writeTable(out io.Writer, st *Status, wide bool, now time.Time) error {
 				stale = "yes"
 			}
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", fileCell(r.File, wide), r.Document, line, orDash(output.Printable(r.Pod)),
-				r.Since.UTC().Format(time.RFC3339), stale, cut(r.Error, wide))
+				r.Since.UTC().Format(time.RFC3339), stale, rejectionCell(r, wide))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -82,9 +83,34 @@ func fileCell(path string, wide bool) string {
 	return output.Printable(path)
 }
 
+// rejectionCell is the ERROR column of a rejected manifest document:
+// wide, the whole message; else the part a user acts on, the field and
+// what is wrong with it (the file, document and pod have their own
+// columns), cut at errorRunes. An agent that serves no detail (older than
+// the field) shows the message cut alike.
+func rejectionCell(r source.Rejection, wide bool) string {
+	if wide {
+		return cut(r.Error, true)
+	}
+	msg := r.Error
+	if r.Detail != "" {
+		msg = r.Detail
+		if r.Field != "" {
+			msg = r.Field + ": " + r.Detail
+		}
+	}
+	return cutAt(msg, errorRunes)
+}
+
+// errorRunes is the most of a rejected document's error the table prints
+// without -o wide: a field path of a pod template's probe and the API
+// server's words about it fit.
+const errorRunes = 160
+
 // probesCell is the wide PROBES column: container/type=last result of each
-// probe ("app/readiness=success,app/liveness=failure"); "-" without probes,
-// "none" for a probe that has not run yet.
+// probe ("app/readiness=success,app/liveness=failure"), an exec probe's
+// mode in parentheses ("app/liveness(resident)=success"); "-" without
+// probes, "none" for a probe that has not run yet.
 func probesCell(probes []Probe) string {
 	if len(probes) == 0 {
 		return "-"
@@ -95,7 +121,11 @@ func probesCell(probes []Probe) string {
 		if r == "" {
 			r = "none"
 		}
-		parts = append(parts, output.Printable(p.Container+"/"+p.Type+"="+r))
+		mode := ""
+		if p.ExecMode != "" {
+			mode = "(" + p.ExecMode + ")"
+		}
+		parts = append(parts, output.Printable(p.Container+"/"+p.Type+mode+"="+r))
 	}
 	return strings.Join(parts, ",")
 }
@@ -117,9 +147,17 @@ func failureCell(f *Failure) string {
 // unless wide, it is cut at 80 characters (whole characters: a cut inside
 // a multi-byte character would print invalid UTF-8) with an ellipsis.
 func cut(msg string, wide bool) string {
+	if wide {
+		return cutAt(msg, 0)
+	}
+	return cutAt(msg, 80)
+}
+
+// cutAt is cut at n characters (0: whole).
+func cutAt(msg string, n int) string {
 	msg = strings.ReplaceAll(msg, "\n", " ")
-	if r := []rune(msg); !wide && len(r) > 80 {
-		msg = string(r[:80]) + "…"
+	if r := []rune(msg); n > 0 && len(r) > n {
+		msg = string(r[:n]) + "…"
 	}
 	return output.Printable(msg)
 }

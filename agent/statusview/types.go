@@ -41,9 +41,10 @@ type Pod struct {
 	PodIP     string `json:"podIP,omitempty"`
 	// Phase is status.phase (Pending, Running, Succeeded, Failed).
 	Phase string `json:"phase"`
-	// Status is kubectl's STATUS column: the phase, a container's waiting
-	// or terminated reason (CrashLoopBackOff, Error, ExitCode:N), or
-	// NotReady for a running pod whose Ready condition is not true.
+	// Status is kubectl's STATUS column (StatusOf): the phase, a
+	// container's waiting or terminated reason (CrashLoopBackOff, Error,
+	// ExitCode:N), Terminating; a running pod that is not ready is
+	// Running, as kubectl shows it (READY says so).
 	Status string `json:"status"`
 	// Ready is the pod's Ready condition.
 	Ready bool `json:"ready"`
@@ -68,6 +69,9 @@ type Probe struct {
 	Container string `json:"container"`
 	Type      string `json:"type"`    // liveness, readiness or startup
 	Handler   string `json:"handler"` // http, tcp, exec, grpc or a plugin kind
+	// ExecMode is how an exec probe runs (history.Probe.ExecMode):
+	// resident, execsync, ...; absent for other kinds.
+	ExecMode string `json:"execMode,omitempty"`
 	// LastResult is the newest run's result: success, warning, failure,
 	// unknown or errored; absent before the first run.
 	LastResult string     `json:"lastResult,omitempty"`

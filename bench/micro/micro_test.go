@@ -155,6 +155,35 @@ func countingScheduler(b *testing.B, clk clock.WithTicker, n int) *atomic.Int64 
 	return runs
 }
 
+// BenchmarkSchedulerSetPeriod (issue 22 §1): one period change of an
+// armed entry in a scheduler holding 100k — what a worker pays on a run
+// that changes its state's period (fast until ready, then slow; a
+// transition), never on a run that does not: the grid re-anchored at the
+// entry's last due tick, the stable phase when the period grows, the
+// entry moved in the wheel. One op is one change (1 s ↔ 250 ms).
+func BenchmarkSchedulerSetPeriod(b *testing.B) {
+	clk := testingclock.NewFakeClock(time.Unix(1_000_000, 0))
+	s, err := scheduler.New(scheduler.Options[int]{Clock: clk, Dispatch: func(scheduler.ID, int) error { return nil }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	const n = 100000
+	ids := make([]scheduler.ID, n)
+	for i := range ids {
+		key := uint64(i) * 0x9e3779b97f4a7c15
+		ids[i], _ = s.Add(key, 0, time.Second, i)
+		s.Schedule(ids[i], time.Minute+s.Spread(key, time.Second)) // armed, not due while measured
+	}
+	periods := [2]time.Duration{250 * time.Millisecond, time.Second}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		j := i % n
+		s.SetPeriod(ids[j], uint64(j)*0x9e3779b97f4a7c15, periods[(i/n)%2])
+	}
+}
+
 // BenchmarkSchedulerRealClock: the scheduler's own fixed cost on the real
 // clock — its wheel tick and feeders' wake-ups — with 0, 20 and 2,000
 // entries at period 1 s (0, 20 and 2,000 runs/s; Dispatch calls Done at
@@ -334,6 +363,27 @@ func (f *fixture) runUntil(want int64) {
 	}
 }
 
+// stepIdle steps the fake clock by one period plus a tick and waits until
+// the scheduler has processed it and no run is queued or in flight.
+func (f *fixture) stepIdle(tb testing.TB) {
+	f.clk.Step(time.Second + tick)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st, _ := manager.StatsOf(f.mgr)
+		backlog := 0
+		for _, n := range st.Backlog {
+			backlog += n
+		}
+		if st.Running == 0 && backlog == 0 && !st.WheelAdvanced.Before(st.Now.Add(-tick)) {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("the manager did not settle: %+v", st)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
 // BenchmarkManagerMemoryPerProbe reports the heap a registered probe adds
 // (AddPod, no run yet: "registered") and after its first run ("after first
 // run": the kubelet-compatible metric series and the results entry exist
@@ -398,6 +448,67 @@ func BenchmarkManagerRun(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(f.obs.n.Load()-start), "ns/run")
 	b.ReportMetric(float64(processCPU()-cpu0)/float64(f.obs.n.Load()-start), "cpu-ns/run")
+}
+
+// BenchmarkManagerRunStatePeriods (issue 22 §1): one executed run end to
+// end, as BenchmarkManagerRun, for 20k probes at 1 s that all succeed:
+// "spec" the containers' own probes (today's path), "annotation" the same
+// probes in the probed.io/probes annotation, "state-periods" those with
+// unhealthyPeriodMilliseconds and transitionPeriodMilliseconds (500 ms,
+// used before the first success and while failures count). In steady
+// state the worker's state does not change, so choosing the period costs
+// a nil check and a comparison per run and no scheduler call: ns/run of
+// "state-periods" must match "annotation" within noise (a change of
+// period is BenchmarkSchedulerSetPeriod).
+func BenchmarkManagerRunStatePeriods(b *testing.B) {
+	for _, v := range []struct{ name, annotation string }{
+		{"spec", ""},
+		{"annotation", `"periodSeconds":1,"failureThreshold":3`},
+		{"state-periods", `"periodSeconds":1,"failureThreshold":3,"unhealthyPeriodMilliseconds":500,"transitionPeriodMilliseconds":500`},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			const pods = 10000
+			f := newFixtureAnnotated(b, pods, v.annotation)
+			defer f.close()
+			for _, p := range f.pods {
+				f.mgr.AddPod(context.Background(), p)
+			}
+			// First runs (series and results created), then the switch
+			// to the healthy period and its grow phase (up to a period).
+			for i := 0; i < 4; i++ {
+				f.stepIdle(b)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu0 := processCPU()
+			start := f.obs.n.Load()
+			for f.obs.n.Load()-start < int64(b.N) {
+				f.runUntil(f.obs.n.Load() + 2*pods)
+			}
+			b.StopTimer()
+			runs := f.obs.n.Load() - start
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(runs), "ns/run")
+			b.ReportMetric(float64(processCPU()-cpu0)/float64(runs), "cpu-ns/run")
+		})
+	}
+}
+
+// newFixtureAnnotated is newFixture whose pods declare their readiness and
+// liveness exec probes in the probed.io/probes annotation with the given
+// timing fields instead of the spec ("": the spec's, as newFixture).
+func newFixtureAnnotated(tb testing.TB, n int, timing string) *fixture {
+	f := newFixture(tb, n)
+	if timing == "" {
+		return f
+	}
+	for _, p := range f.pods {
+		c := &p.Spec.Containers[0]
+		c.ReadinessProbe, c.LivenessProbe = nil, nil
+		p.Annotations = map[string]string{"probed.io/probes": `[` +
+			`{"container":"c","type":"readiness",` + timing + `,"exec":{"command":["probe","r"]}},` +
+			`{"container":"c","type":"liveness",` + timing + `,"exec":{"command":["probe","l"]}}]`}
+	}
+	return f
 }
 
 // discardExporter takes spans and drops them: the cost of recording and

@@ -37,6 +37,8 @@ type kubeFlags struct {
 
 	// The container runtime (issue 19).
 	criEndpoint string
+	// How exec probes run in their container (issue 21).
+	execMode string
 }
 
 func (k *kubeFlags) add(cmd *cobra.Command) {
@@ -57,6 +59,7 @@ func (k *kubeFlags) add(cmd *cobra.Command) {
 	f.StringVar(&k.livenessActionNamespaces, "liveness-action-namespaces", agent.DefaultLivenessActionNamespaces,
 		"cluster mode, --liveness-action=evict or restart: a label selector on namespaces; the action is taken only in the namespaces it selects (kubernetes.io/metadata.name selects all), elsewhere a failure is an Event saying why")
 
+	f.StringVar(&k.execMode, "exec-mode", agent.ExecModeExecSync, "cluster mode with --container-runtime-endpoint: how exec probes run in their container: execsync (the runtime's ExecSync per run, as the kubelet does) or resident (through one resident helper process per container, started once through the runtime's streaming exec; about a tenth of the CPU per run; docs/cluster.md)")
 	f.StringVar(&k.criEndpoint, "container-runtime-endpoint", "", "cluster mode: the node's container runtime (CRI), as the kubelet's flag: unix:///run/containerd/containerd.sock; annotation exec probes then run in their container, and --liveness-action=restart is possible. Off by default: the socket is root on the node (docs/cluster.md)")
 }
 
@@ -64,7 +67,7 @@ func (k *kubeFlags) add(cmd *cobra.Command) {
 // --in-cluster (manifest mode). Manifest-mode flags are refused with them.
 func (k *kubeFlags) cluster(cmd *cobra.Command, node string) (*agent.ClusterOptions, error) {
 	if k.kubeconfig == "" && !k.inCluster {
-		for _, name := range []string{"readiness-gate", "liveness-action", "status-qps", "status-burst", "allow-probe-host", "max-probes-per-pod", "min-probe-period", "max-probe-rate", "liveness-action-namespaces", "container-runtime-endpoint"} {
+		for _, name := range []string{"readiness-gate", "liveness-action", "status-qps", "status-burst", "allow-probe-host", "max-probes-per-pod", "min-probe-period", "max-probe-rate", "liveness-action-namespaces", "container-runtime-endpoint", "exec-mode"} {
 			if cmd.Flags().Changed(name) {
 				return nil, fmt.Errorf("--%s needs cluster mode (--kubeconfig or --in-cluster)", name)
 			}
@@ -84,6 +87,15 @@ func (k *kubeFlags) cluster(cmd *cobra.Command, node string) (*agent.ClusterOpti
 	}
 	if k.minProbePeriod != 0 && k.minProbePeriod < customprobe.MinPeriod {
 		return nil, fmt.Errorf("--min-probe-period %v: must be at least %v, the shortest period probed runs", k.minProbePeriod, customprobe.MinPeriod)
+	}
+	switch k.execMode {
+	case agent.ExecModeExecSync:
+	case agent.ExecModeResident:
+		if k.criEndpoint == "" {
+			return nil, errors.New("--exec-mode=resident needs --container-runtime-endpoint (exec probes run in their container through the runtime)")
+		}
+	default:
+		return nil, fmt.Errorf("--exec-mode %q: want execsync or resident", k.execMode)
 	}
 	allow, err := egress.ParseRule(k.allowProbeHost)
 	if err != nil {
@@ -118,5 +130,6 @@ func (k *kubeFlags) cluster(cmd *cobra.Command, node string) (*agent.ClusterOpti
 		LivenessActionNamespaces: k.livenessActionNamespaces,
 
 		ContainerRuntimeEndpoint: k.criEndpoint,
+		ExecMode:                 k.execMode,
 	}, nil
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/probed/probed/examples"
 	"github.com/probed/probed/internal/version"
 	probeexec "github.com/probed/probed/plugins/exec"
+	"github.com/probed/probed/runtime"
 	"github.com/probed/probed/runtime/redact"
 )
 
@@ -58,11 +59,14 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	// `probed --version` prints the line `probed version` prints.
+	// `probed --version` prints the line `probed version` prints. The
+	// flag is declared here so that cobra does not give it the shorthand
+	// -v: kubectl's -v is log verbosity, not the version (issue 18 §7).
 	root.SetVersionTemplate("probed {{.Version}}\n")
+	root.Flags().Bool("version", false, "print the version, the commit and the Go version (as probed version does)")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newRunCmd(stderr), newCheckCmd(stdout, stderr), newStatusCmd(stdout), newPluginCmd(stdout, stderr), newVersionCmd(stdout))
+	root.AddCommand(newRunCmd(stderr), newCheckCmd(stdout, stderr), newStatusCmd(stdout), newEventsCmd(stdout), newPluginCmd(stdout, stderr), newVersionCmd(stdout))
 	return root
 }
 
@@ -123,6 +127,7 @@ func newRunCmd(stderr io.Writer) *cobra.Command {
 	var tel telemetry.Options
 	var runFor time.Duration
 	var kube kubeFlags
+	var eventMode string
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Probe the pods of a manifest directory (default: the bundled examples)",
@@ -156,6 +161,9 @@ that gate, and as Events (docs/cluster.md).`,
 				return err
 			}
 			opts.Logger = log
+			if opts.Events, err = runtime.ParseEventMode(eventMode); err != nil {
+				return err
+			}
 			// client-go logs through klog: its lines go through the same
 			// handler, redacted, cut and within the log budget.
 			klog.SetSlogLogger(slog.New(redact.NewHandler(log.Handler())))
@@ -231,6 +239,7 @@ that gate, and as Events (docs/cluster.md).`,
 	f.DurationVar(&opts.StateInterval, "state-interval", time.Second, "how often changed statuses are written to --state-dir")
 	f.BoolVar(&opts.NoPerPodLabels, "no-per-pod-metric-labels", false, "leave the container, pod, namespace and pod_uid labels of prober_probe_* empty: one series per probe type and result, for very dense nodes")
 	f.IntVar(&opts.History, "history", 10, "results kept per probe for GET /pods/{namespace}/{name}/probes")
+	f.StringVar(&eventMode, "events", "all", "which probe runs record an Event: all (every failed run, the kubelet's) or transitions (one per verdict change, and one when a probe starts erroring)")
 	f.StringVar(&tel.Exporter, "otel-traces-exporter", "", "traces exporter: none, console or otlp (default: $OTEL_TRACES_EXPORTER, else none)")
 	f.StringVar(&tel.Endpoint, "otel-endpoint", "", "OTLP endpoint, host:port (plaintext) or URL (default: $OTEL_EXPORTER_OTLP_ENDPOINT)")
 	f.StringVar(&tel.Protocol, "otel-protocol", "", "OTLP protocol: grpc or http/protobuf (default: $OTEL_EXPORTER_OTLP_PROTOCOL, else grpc)")
@@ -297,6 +306,41 @@ GET /manifests. -o json and -o yaml print the same as a ProbedStatus document
 	f.StringVarP(&server, "server", "s", "http://127.0.0.1:8089", "the agent's API: host:port (http) or an http:// or https:// URL")
 	f.StringVarP(&format, "output", "o", "", "output format: table (the default), wide, json or yaml")
 	f.StringVarP(&namespace, "namespace", "n", "", "only pods of this namespace (default: all)")
+	return cmd
+}
+
+// newEventsCmd is `probed events`: the health-event log of a running
+// agent (GET /events?type=transition), one JSON object per line.
+func newEventsCmd(stdout io.Writer) *cobra.Command {
+	var server string
+	var opts statusview.WatchOptions
+	cmd := &cobra.Command{
+		Use:   "events",
+		Short: "Print the health-event log of a running probed: every verdict change of its probes, one JSON object per line",
+		Long: `Events reads a running probed's health-event log (--server, GET
+/events?type=transition) and prints each entry as one JSON object per line,
+oldest first: the probe (pod, container, type, handler), the verdict before
+and after (UNKNOWN before a container's first), the run that decided it (its
+time, latency, result, attempts and message), whether it was the container's
+first check, and on a container's first Success its time from the
+container's start (docs/operations.md, "The health-event log"). With
+--watch it keeps printing new entries as they come until interrupted.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			base, err := statusview.ParseServer(server)
+			if err != nil {
+				return err
+			}
+			opts.Server = base
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return statusview.Transitions(ctx, opts, stdout)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&server, "server", "s", "http://127.0.0.1:8089", "the agent's API: host:port (http) or an http:// or https:// URL")
+	f.BoolVarP(&opts.Watch, "watch", "w", false, "keep printing new entries until interrupted")
+	f.DurationVar(&opts.Interval, "interval", time.Second, "how often --watch asks the agent for new entries")
 	return cmd
 }
 

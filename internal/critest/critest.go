@@ -144,6 +144,15 @@ type Container struct {
 	Command []string
 	// Mounts are host paths bound into the container.
 	Mounts []*runtimeapi.Mount
+	// Env is the container's environment besides the image's (PATH=/bin).
+	Env []*runtimeapi.KeyValue
+	// RunAsUser runs it as that user (default: the image's, root).
+	RunAsUser *int64
+	// ReadonlyRootfs mounts its root filesystem read-only.
+	ReadonlyRootfs bool
+	// Seccomp is its seccomp profile (default: none, unconfined), e.g.
+	// {ProfileType: RuntimeDefault}.
+	Seccomp *runtimeapi.SecurityProfile
 }
 
 // Start creates and starts c in the sandbox (its own PID namespace, the
@@ -156,11 +165,17 @@ func (s *Sandbox) Start(t testing.TB, c Container) string {
 		Image:    &runtimeapi.ImageSpec{Image: Image()},
 		Command:  c.Command,
 		Mounts:   c.Mounts,
+		Envs:     c.Env,
 		Linux: &runtimeapi.LinuxContainerConfig{
 			SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
 				NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE, Pid: runtimeapi.NamespaceMode_CONTAINER},
+				ReadonlyRootfs:   c.ReadonlyRootfs,
+				Seccomp:          c.Seccomp,
 			},
 		},
+	}
+	if c.RunAsUser != nil {
+		cfg.Linux.SecurityContext.RunAsUser = &runtimeapi.Int64Value{Value: *c.RunAsUser}
 	}
 	ctx := Context(t)
 	id, err := s.rs.CreateContainer(ctx, s.ID, cfg, s.Config)

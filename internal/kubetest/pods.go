@@ -187,6 +187,16 @@ func setCondition(status *v1.PodStatus, t v1.PodConditionType, value bool, reaso
 // restartCount 0 (ContainersReady and Ready derived as PatchPodStatus does).
 func SetPodRunning(t testing.TB, c kubernetes.Interface, ns, name string, ready bool) *v1.Pod {
 	t.Helper()
+	return SetPodRunningWithIDs(t, c, ns, name, ready, nil)
+}
+
+// SetPodRunningWithIDs is SetPodRunning with the container IDs given by
+// container name ("containerd://<id>" of a container the test started in a
+// real runtime); a container not in ids gets a new random ID. The status is
+// written once, so an agent never sees the pod running under an ID that
+// names no container.
+func SetPodRunningWithIDs(t testing.TB, c kubernetes.Interface, ns, name string, ready bool, ids map[string]string) *v1.Pod {
+	t.Helper()
 	pod, err := c.CoreV1().Pods(ns).Get(Context(t), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("get pod %s/%s: %v", ns, name, err)
@@ -202,11 +212,15 @@ func SetPodRunning(t testing.TB, c kubernetes.Interface, ns, name string, ready 
 		s.ContainerStatuses = nil
 		for _, ctr := range pod.Spec.Containers {
 			started := true
+			id := ids[ctr.Name]
+			if id == "" {
+				id = ContainerID()
+			}
 			s.ContainerStatuses = append(s.ContainerStatuses, v1.ContainerStatus{
 				Name:        ctr.Name,
 				Image:       ctr.Image,
 				ImageID:     "registry.invalid/probed-test@sha256:" + hex.EncodeToString(make([]byte, 32)),
-				ContainerID: ContainerID(),
+				ContainerID: id,
 				State:       v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: now}},
 				Started:     &started,
 				Ready:       ready,

@@ -2,8 +2,16 @@
 package nettest
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"math/big"
 	"net"
 	"testing"
+	"time"
 )
 
 // ClosedPort returns a port of 127.0.0.1 that nothing listens on (it was
@@ -18,4 +26,38 @@ func ClosedPort(t testing.TB) int {
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
 	return port
+}
+
+// Certificate returns a self-signed ECDSA server certificate for dnsName
+// that expires at notAfter (valid from a year before, or an hour before
+// now when that is earlier): no verifying client accepts it for 127.0.0.1,
+// and probes, which never verify (H3), see its expiry.
+func Certificate(t testing.TB, dnsName string, notAfter time.Time) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
+	if err != nil {
+		t.Fatal(err)
+	}
+	notBefore := notAfter.Add(-365 * 24 * time.Hour)
+	if hourAgo := time.Now().Add(-time.Hour); hourAgo.Before(notBefore) {
+		notBefore = hourAgo
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: dnsName},
+		DNSNames:     []string{dnsName},
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }

@@ -15,11 +15,16 @@
 //	  "periodMilliseconds": -800,    // optional, -999..999, added to periodSeconds (here: 200 ms)
 //	  "timeoutMilliseconds": 0,      // optional, -999..999, added to timeoutSeconds
 //	  "initialDelayMilliseconds": 0, // optional, -999..999, added to initialDelaySeconds
+//	  "unhealthyPeriodSeconds": 0,   // optional, with unhealthyPeriodMilliseconds: the period while
+//	  "unhealthyPeriodMilliseconds": 250, // the verdict is not Success (no default; >= 100 ms)
+//	  "transitionPeriodSeconds": 1,  // optional, with transitionPeriodMilliseconds: the period while
+//	                                 // results count toward a threshold that would change the verdict
 //	  "successThreshold": 1,         // optional, default 1; must be 1 for liveness and startup
 //	  "failureThreshold": 3,         // optional, default 3
 //	  "terminationGracePeriodSeconds": 30, // optional, seconds, > 0; not on readiness
 //	  // exactly one handler:
-//	  "httpGet": {"path": "/ready", "port": 8080},  // v1.HTTPGetAction
+//	  "httpGet": {"path": "/ready", "port": 8080,   // v1.HTTPGetAction, and optionally
+//	    "expect": {"status": [200], "bodyRegex": "ok"}}, // checks on the answer (runtime/expect)
 //	  "tcpSocket": {"port": "redis"},               // v1.TCPSocketAction
 //	  "grpc": {"port": 9090, "service": "health"},  // v1.GRPCAction
 //	  "exec": {"command": ["cat", "/tmp/ready"]},   // v1.ExecAction; manifest mode only
@@ -32,8 +37,13 @@
 // validation of v1.Probe (spec 1.2, 1.3). The millisecond fields, which
 // v1.Probe lacks, are offsets added to the defaulted seconds fields as in
 // upstream's sub-second probe proposal (kubernetes/kubernetes#107958,
-// KEP-3066; ValidateMilliseconds); the built-in handlers are decoded
-// strictly (an unknown or misspelled field is an error). A named port is
+// KEP-3066; ValidateMilliseconds). The periods by state (issue 22 §1,
+// ValidateStatePeriods) and httpGet.expect/tcpSocket.expect (issue 22 §2,
+// runtime/expect) are what an annotation probe has beyond v1.Probe
+// (Probe.Extension): expect is taken out of the handler's object before
+// the rest is decoded into the v1 type, so a spec probe can never carry
+// it. The built-in handlers are decoded strictly (an unknown or
+// misspelled field is an error). A named port is
 // resolved at run time like an httpGet port (spec 1.4); a name the container
 // does not declare is not a parse error, the probe then errors on every run,
 // as the kubelet does for built-in probes (BR-20).
@@ -57,6 +67,7 @@ import (
 	"github.com/probed/probed/internal/suggest"
 	"github.com/probed/probed/runtime"
 	"github.com/probed/probed/runtime/egress"
+	"github.com/probed/probed/runtime/expect"
 )
 
 // Annotation is the pod annotation that holds the custom probes.
@@ -84,6 +95,16 @@ type Probe struct {
 	// Milliseconds are the periodMilliseconds, timeoutMilliseconds and
 	// initialDelayMilliseconds offsets (zero: whole seconds).
 	Milliseconds runtime.Milliseconds
+	// Periods are the unhealthy and transition periods (zero: none).
+	Periods runtime.StatePeriods
+	// Expect is httpGet.expect or tcpSocket.expect; nil: none.
+	Expect *expect.Expect
+}
+
+// Extension returns what the probe has beyond v1.Probe (never nil: it
+// marks the probe as an annotation probe, runtime.Spec.Extension).
+func (p *Probe) Extension() *runtime.Extension {
+	return &runtime.Extension{Periods: p.Periods, Expect: p.Expect}
 }
 
 // Offsets returns the probe's millisecond offsets, or nil when it has none
@@ -97,7 +118,9 @@ func (p *Probe) Offsets() *runtime.Milliseconds {
 
 // Timing returns the probe's period, timeout and initial delay as
 // durations, millisecond offsets included (runtime.TimingOf).
-func (p *Probe) Timing() runtime.Timing { return runtime.TimingOf(&p.Probe, p.Offsets()) }
+func (p *Probe) Timing() runtime.Timing {
+	return runtime.TimingOf(&p.Probe, p.Offsets()).WithPeriods(&p.Periods)
+}
 
 // Kind is the probe's handler kind: the plugin kind, or the built-in kind
 // of its v1.Probe handler (runtime.KindOf).
@@ -259,6 +282,14 @@ func (p *parser) entry(raw json.RawMessage, path *field.Path, index int) (Probe,
 			out.Milliseconds.Timeout, es = decodeInt32(v, fp)
 		case "periodMilliseconds":
 			out.Milliseconds.Period, es = decodeInt32(v, fp)
+		case "unhealthyPeriodSeconds":
+			out.Periods.UnhealthySeconds, es = decodeInt32(v, fp)
+		case "unhealthyPeriodMilliseconds":
+			out.Periods.UnhealthyMilliseconds, es = decodeInt32(v, fp)
+		case "transitionPeriodSeconds":
+			out.Periods.TransitionSeconds, es = decodeInt32(v, fp)
+		case "transitionPeriodMilliseconds":
+			out.Periods.TransitionMilliseconds, es = decodeInt32(v, fp)
 		case "successThreshold":
 			out.Probe.SuccessThreshold, es = decodeInt32(v, fp)
 		case "failureThreshold":
@@ -274,12 +305,12 @@ func (p *parser) entry(raw json.RawMessage, path *field.Path, index int) (Probe,
 			handlers = append(handlers, k)
 		case "httpGet":
 			out.Probe.HTTPGet = &v1.HTTPGetAction{}
-			es = decodeStrict(v, fp, out.Probe.HTTPGet)
+			out.Expect, es = decodeWithExpect(v, fp, out.Probe.HTTPGet)
 			handlers = append(handlers, k)
 			handlerDecoded = handlerDecoded && es == nil
 		case "tcpSocket":
 			out.Probe.TCPSocket = &v1.TCPSocketAction{}
-			es = decodeStrict(v, fp, out.Probe.TCPSocket)
+			out.Expect, es = decodeWithExpect(v, fp, out.Probe.TCPSocket)
 			handlers = append(handlers, k)
 			handlerDecoded = handlerDecoded && es == nil
 		case "grpc":
@@ -364,23 +395,111 @@ func (p *parser) entry(raw json.RawMessage, path *field.Path, index int) (Probe,
 	errs = append(errs, ValidateTiming(&out.Probe, t, path)...)
 	msErrs := ValidateMilliseconds(&out.Probe, out.Milliseconds, path)
 	errs = append(errs, msErrs...)
-	if len(msErrs) == 0 {
-		errs = append(errs, p.opts.Limits.validatePeriod(&out, path)...)
+	spErrs := ValidateStatePeriods(&out.Probe, out.Periods, path)
+	errs = append(errs, spErrs...)
+	if len(msErrs) == 0 && len(spErrs) == 0 {
+		errs = append(errs, p.opts.Limits.validatePeriods(&out, path)...)
+	}
+	if out.Expect != nil && handlerDecoded && len(handlers) == 1 {
+		errs = append(errs, validateExpect(&out, path)...)
 	}
 	return out, errs
 }
 
-// validatePeriod refuses a period under the node's shortest (Limits.MinPeriod).
-func (l Limits) validatePeriod(p *Probe, path *field.Path) field.ErrorList {
-	period := p.Timing().Period
-	if l.MinPeriod <= 0 || p.Probe.PeriodSeconds < 0 || period >= l.MinPeriod {
+// validatePeriods refuses a period under the node's shortest
+// (Limits.MinPeriod): the probe's period and each of its periods by state,
+// each error naming its field.
+func (l Limits) validatePeriods(p *Probe, path *field.Path) field.ErrorList {
+	if l.MinPeriod <= 0 {
 		return nil
 	}
-	fp, value := path.Child("periodSeconds"), any(p.Probe.PeriodSeconds)
-	if p.Milliseconds.Period != 0 {
-		fp, value = path.Child("periodMilliseconds"), p.Milliseconds.Period
+	var errs field.ErrorList
+	for _, f := range periodFields(p) {
+		if !f.set || f.period >= l.MinPeriod {
+			continue
+		}
+		fp, value := path.Child(f.seconds), any(f.s)
+		if f.ms != 0 {
+			fp, value = path.Child(f.milliseconds), f.ms
+		}
+		errs = append(errs, field.Invalid(fp, value, fmt.Sprintf("the %s is %s; this node's shortest is %s (%s)", f.name, f.period, l.MinPeriod, l.MinPeriodFlag)))
 	}
-	return field.ErrorList{field.Invalid(fp, value, fmt.Sprintf("the period is %s; this node's shortest is %s (%s)", period, l.MinPeriod, l.MinPeriodFlag))}
+	return errs
+}
+
+// periodField is one of a probe's periods with the fields that set it.
+type periodField struct {
+	name                  string // "period", "unhealthy period", ...
+	seconds, milliseconds string // the annotation's field names
+	s, ms                 int32
+	period                time.Duration
+	set                   bool
+}
+
+// periodFields lists the probe's period (always set) and its periods by
+// state (set when either field is).
+func periodFields(p *Probe) []periodField {
+	sp := p.Periods
+	return []periodField{
+		{"period", "periodSeconds", "periodMilliseconds", p.Probe.PeriodSeconds, p.Milliseconds.Period, p.Timing().Period, p.Probe.PeriodSeconds >= 0},
+		{"unhealthy period", "unhealthyPeriodSeconds", "unhealthyPeriodMilliseconds", sp.UnhealthySeconds, sp.UnhealthyMilliseconds, sp.Unhealthy(),
+			sp.UnhealthySeconds != 0 || sp.UnhealthyMilliseconds != 0},
+		{"transition period", "transitionPeriodSeconds", "transitionPeriodMilliseconds", sp.TransitionSeconds, sp.TransitionMilliseconds, sp.Transition(),
+			sp.TransitionSeconds != 0 || sp.TransitionMilliseconds != 0},
+	}
+}
+
+// validateExpect checks httpGet.expect or tcpSocket.expect of a probe
+// whose handler decoded (runtime/expect.Validate), naming each field.
+func validateExpect(p *Probe, path *field.Path) field.ErrorList {
+	handler, http := "tcpSocket", p.Probe.HTTPGet != nil
+	https := http && p.Probe.HTTPGet.Scheme == v1.URISchemeHTTPS
+	if http {
+		handler = "httpGet"
+	}
+	var errs field.ErrorList
+	for _, e := range expect.Validate(p.Expect, http, https, p.Timing().Timeout) {
+		errs = append(errs, field.Invalid(path.Child(handler, "expect", e.Field), e.Value, e.Detail))
+	}
+	return errs
+}
+
+// decodeWithExpect decodes a built-in handler strictly into v, as
+// decodeStrict, except for its "expect" key (issue 22 §2), which v1's
+// handlers lack: it is decoded, strictly too, into an expect.Expect, so
+// that v1.Probe never carries it (a spec probe cannot have one).
+func decodeWithExpect(raw json.RawMessage, path *field.Path, v any) (*expect.Expect, field.ErrorList) {
+	obj, errs := decodeObject(raw, path)
+	if errs != nil && len(obj.keys) == 0 {
+		return nil, errs
+	}
+	ex, ok := obj.values["expect"]
+	if !ok {
+		return nil, decodeStrict(raw, path, v)
+	}
+	var rest bytes.Buffer
+	rest.WriteByte('{')
+	for _, k := range obj.keys {
+		if k == "expect" {
+			continue
+		}
+		if rest.Len() > 1 {
+			rest.WriteByte(',')
+		}
+		name, _ := json.Marshal(k)
+		rest.Write(name)
+		rest.WriteByte(':')
+		rest.Write(obj.values[k])
+	}
+	rest.WriteByte('}')
+	errs = append(errs, decodeStrict(rest.Bytes(), path, v)...)
+	out := &expect.Expect{}
+	es := decodeStrict(ex, path.Child("expect"), out)
+	errs = append(errs, es...)
+	if es != nil {
+		return nil, errs
+	}
+	return out, errs
 }
 
 // hosts applies the egress rule (Options.Egress) to the handler's host
@@ -479,7 +598,9 @@ func podRef(pod *v1.Pod) string {
 
 var (
 	probeFields = []string{"container", "type", "initialDelaySeconds", "timeoutSeconds", "periodSeconds",
-		"initialDelayMilliseconds", "timeoutMilliseconds", "periodMilliseconds", "successThreshold", "failureThreshold", "terminationGracePeriodSeconds", "plugin", "httpGet", "tcpSocket", "grpc", "exec"}
+		"initialDelayMilliseconds", "timeoutMilliseconds", "periodMilliseconds", "unhealthyPeriodSeconds", "unhealthyPeriodMilliseconds",
+		"transitionPeriodSeconds", "transitionPeriodMilliseconds", "successThreshold", "failureThreshold", "terminationGracePeriodSeconds",
+		"plugin", "httpGet", "tcpSocket", "grpc", "exec"}
 	pluginFields = []string{"name", "port", "params"}
 )
 

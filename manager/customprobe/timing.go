@@ -121,3 +121,48 @@ func ValidateMilliseconds(p *v1.Probe, ms runtime.Milliseconds, fldPath *field.P
 	check("initialDelayMilliseconds", "initialDelaySeconds", p.InitialDelaySeconds, ms.InitialDelay, 0, "the initial delay must be greater than or equal to 0")
 	return errs
 }
+
+// ValidateStatePeriods checks an annotation probe's periods by state
+// (unhealthyPeriodSeconds/Milliseconds, transitionPeriodSeconds/
+// Milliseconds; issue 22 §1) as ValidateMilliseconds checks its period: a
+// period is set when either of its fields is; then its seconds must be
+// >= 0, its offset in [-999, 999] and the sum at least MinPeriod (100 ms).
+// A transition period needs a threshold above 1: with successThreshold and
+// failureThreshold 1 no result ever counts toward one, so it would never
+// apply. The errors name the field under fldPath.
+func ValidateStatePeriods(p *v1.Probe, sp runtime.StatePeriods, fldPath *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if p == nil || sp.IsZero() {
+		return errs
+	}
+	check := func(name string, seconds, offset int32) {
+		if seconds == 0 && offset == 0 {
+			return
+		}
+		sName, msName := name+"PeriodSeconds", name+"PeriodMilliseconds"
+		switch {
+		case seconds < 0:
+			errs = append(errs, field.Invalid(fldPath.Child(sName), seconds, "must be greater than or equal to 0"))
+		case offset < -MaxMillisecondOffset || offset > MaxMillisecondOffset:
+			errs = append(errs, field.Invalid(fldPath.Child(msName), offset, fmt.Sprintf("must be between -%d and %d (whole seconds go in %s)", MaxMillisecondOffset, MaxMillisecondOffset, sName)))
+		default:
+			if sum := runtime.SecondsPlusMilliseconds(seconds, offset); sum < MinPeriod {
+				fp, v := fldPath.Child(msName), any(offset)
+				if offset == 0 {
+					fp, v = fldPath.Child(sName), seconds
+				}
+				errs = append(errs, field.Invalid(fp, v, fmt.Sprintf("%s (%d) + %s (%d) is %s: the period must be at least %s", sName, seconds, msName, offset, sum, MinPeriod)))
+			}
+		}
+	}
+	check("unhealthy", sp.UnhealthySeconds, sp.UnhealthyMilliseconds)
+	check("transition", sp.TransitionSeconds, sp.TransitionMilliseconds)
+	if (sp.TransitionSeconds != 0 || sp.TransitionMilliseconds != 0) && p.SuccessThreshold <= 1 && p.FailureThreshold <= 1 {
+		fp := fldPath.Child("transitionPeriodSeconds")
+		if sp.TransitionSeconds == 0 {
+			fp = fldPath.Child("transitionPeriodMilliseconds")
+		}
+		errs = append(errs, field.Forbidden(fp, "has no effect with successThreshold 1 and failureThreshold 1: no result counts toward a threshold"))
+	}
+	return errs
+}

@@ -2,15 +2,9 @@ package grpc_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -27,6 +21,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/probed/probed/internal/nettest"
 	probegrpc "github.com/probed/probed/plugins/grpc"
 	"github.com/probed/probed/runtime"
 )
@@ -286,25 +281,7 @@ func TestG1_IPv6(t *testing.T) {
 
 // selfSigned returns a TLS server certificate nobody signed.
 func selfSigned(t *testing.T) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "svc.example.test"},
-		DNSNames:     []string{"svc.example.test"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return nettest.Certificate(t, "svc.example.test", time.Now().Add(time.Hour))
 }
 
 // TestG1_TLSMode: mode TLS talks TLS without verifying the (self-signed,

@@ -2,13 +2,7 @@ package http
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"math/big"
 	"net"
 	nethttp "net/http"
 	"net/http/httptest"
@@ -19,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/probed/probed/internal/nettest"
 	"github.com/probed/probed/runtime"
 )
 
@@ -97,25 +92,7 @@ func closedPort(t testing.TB) int {
 // selfSignedCert returns a self-signed certificate for dnsName, which no
 // verifying client would accept for 127.0.0.1.
 func selfSignedCert(t testing.TB, dnsName string) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: dnsName},
-		DNSNames:     []string{dnsName},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return nettest.Certificate(t, dnsName, time.Now().Add(time.Hour))
 }
 
 // wantOutcome checks a verdict, its output and a nil error.

@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	nethttp "net/http"
@@ -26,6 +27,7 @@ import (
 	"github.com/probed/probed/plugins/internal/dialer"
 	"github.com/probed/probed/runtime"
 	"github.com/probed/probed/runtime/egress"
+	"github.com/probed/probed/runtime/expect"
 )
 
 // TLSHandshakeTimeout bounds the TLS handshake of HTTPS probes (the
@@ -120,7 +122,14 @@ func (h *handler) Prepare(spec *runtime.Spec) (runtime.Prober, error) {
 	}
 	timeout := spec.Timeout()
 	header, host := buildHeader(g.HTTPHeaders)
+	var checks *expect.Body
+	if ex := runtime.ExpectOf(spec); ex != nil {
+		if checks, err = expect.Compile(ex); err != nil {
+			return nil, fmt.Errorf("http probe: %w", err)
+		}
+	}
 	p := &prober{
+		expect:         checks,
 		client:         h.client(clientKey{timeout: timeout, h2c: h2c}),
 		injectedClient: h.client(clientKey{timeout: timeout, h2c: h2c, onInjectedClock: true}),
 		boundClient:    h.client(clientKey{timeout: timeout, h2c: h2c, deadlineBound: true}),
@@ -292,6 +301,10 @@ type prober struct {
 	header         nethttp.Header // shared read-only by all requests
 	host           string         // request Host from the Host header, or ""
 
+	// expect is an annotation probe's httpGet.expect (runtime/expect), nil
+	// for the kubelet's verdict (H6).
+	expect *expect.Body
+
 	fixed    *url.URL // the URL when it does not depend on the pod IP
 	template url.URL  // otherwise: the URL with a placeholder authority
 	last     atomic.Pointer[podURL]
@@ -422,6 +435,9 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 		redirected := resp.Request != nil && resp.Request.URL != u
 		return runtime.Outcome{Result: runtime.Failure, StatusCode: code}, withhold(ctx, u, redirected, err)
 	}
+	if p.expect != nil {
+		return expected(p.expect, resp, body), nil
+	}
 	switch {
 	case code >= nethttp.StatusOK && code < nethttp.StatusMultipleChoices:
 		return runtime.Outcome{Result: runtime.Success, Output: body, StatusCode: code}, nil
@@ -437,6 +453,38 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 		Output:     "HTTP probe failed with statuscode: " + strconv.Itoa(code),
 		StatusCode: code,
 	}, nil
+}
+
+// expected is the verdict of an annotation probe with httpGet.expect
+// (runtime/expect) on a response whose body (at most
+// runtime.MaxOutputBytes) was read: the status must be one of
+// expect.status (default the kubelet's 200–399), then the body must match
+// expect.bodyRegex and expect.jsonPath. A failed check is a Failure whose
+// output names it and the status, never the body (BR-22). When every check
+// holds: Success with the body as output, except that without
+// expect.status a 3xx is the kubelet's Warning (H6). NotAfter is the
+// leaf certificate's of an HTTPS response, for the runtime's
+// certificateExpiresAfterDays check.
+func expected(b *expect.Body, resp *nethttp.Response, body string) runtime.Outcome {
+	code := resp.StatusCode
+	out := runtime.Outcome{Result: runtime.Failure, StatusCode: code}
+	if resp.TLS != nil && len(resp.TLS.PeerCertificates) > 0 {
+		out.NotAfter = resp.TLS.PeerCertificates[0].NotAfter
+	}
+	if why := b.Status(code); why != "" {
+		out.Output = why
+		return out
+	}
+	if why := b.Check(body); why != "" {
+		out.Output = why
+		return out
+	}
+	if !b.ExplicitStatus() && code >= nethttp.StatusMultipleChoices {
+		out.Result, out.Output = runtime.Warning, "Probe terminated redirects"
+		return out
+	}
+	out.Result, out.Output = runtime.Success, body
+	return out
 }
 
 // withhold returns err as a probe may show it under an egress policy

@@ -380,7 +380,7 @@ func (s *server) Probe(ctx context.Context, req *pb.ProbeRequest) (resp *pb.Prob
 	return &pb.ProbeResponse{
 		Result:     pluginproto.ResultToProto(out.Result),
 		Message:    msg,
-		Details:    out.Details,
+		Details:    pluginproto.DetailsOf(out),
 		StatusCode: int32(out.StatusCode),
 		ExitCode:   int32(out.ExitCode),
 		Duration:   durationpb.New(time.Since(start)),

@@ -9,6 +9,7 @@ package tcp
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"strconv"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/probed/probed/plugins/internal/dialer"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/egress"
+	"github.com/probed/probed/runtime/expect"
 )
 
 // New returns the tcpSocket handler (runtime.KindTCP).
@@ -47,9 +50,13 @@ func (handler) Prepare(spec *runtime.Spec) (runtime.Prober, error) {
 		dialer:  dialer.New(spec.Timeout()),
 		untimed: dialer.New(0),
 		port:    strconv.Itoa(port),
+		tls:     expect.WantsCertificate(runtime.ExpectOf(spec)),
 	}
 	if a.Host != "" {
 		p.fixed = net.JoinHostPort(a.Host, p.port)
+		if net.ParseIP(a.Host) == nil {
+			p.serverName = a.Host
+		}
 	}
 	return p, nil
 }
@@ -63,6 +70,12 @@ type prober struct {
 	port    string
 	fixed   string // host:port when tcpSocket.host is set
 	last    atomic.Pointer[podAddr]
+	// tls: an annotation probe's tcpSocket.expect asks for the
+	// certificate (certificateExpiresAfterDays): after connecting, the
+	// prober makes a TLS handshake, SNI serverName (tcpSocket.host when it
+	// is a name).
+	tls        bool
+	serverName string
 }
 
 // podAddr caches the address built for the last pod IP seen.
@@ -101,6 +114,9 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 	if runtime.OnInjectedClock(ctx) {
 		d = p.untimed
 	}
+	if p.tls {
+		return p.handshake(ctx, d, p.addr(t.PodIP)), nil
+	}
 	return dial(ctx, d, p.addr(t.PodIP)), nil
 }
 
@@ -113,4 +129,28 @@ func dial(ctx context.Context, d *net.Dialer, addr string) runtime.Outcome {
 	// Upstream only logs a close error; the verdict stays Success.
 	_ = conn.Close()
 	return runtime.Outcome{Result: runtime.Success}
+}
+
+// handshake is the check of an annotation probe whose tcpSocket.expect
+// asks for the certificate (issue 22 §2): connect as T1, then a TLS
+// handshake within the same deadline, without verifying the certificate
+// (as the kubelet's HTTPS probes, H3), and report the leaf's NotAfter for
+// the runtime's certificateExpiresAfterDays check. A failed handshake is
+// a Failure naming it (under an egress policy without what the target
+// sent, egress.WithholdError).
+func (p *prober) handshake(ctx context.Context, d *net.Dialer, addr string) runtime.Outcome {
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return runtime.Outcome{Result: runtime.Failure, Output: err.Error(), Cause: err}
+	}
+	defer conn.Close()
+	tc := tls.Client(conn, &tls.Config{ServerName: p.serverName, InsecureSkipVerify: true}) //nolint:gosec // H3: probes never verify certificates; only the expiry is checked.
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return runtime.Outcome{Result: runtime.Failure, Output: "TLS handshake with " + addr + " failed: " + egress.WithholdError(ctx, err).Error()}
+	}
+	out := runtime.Outcome{Result: runtime.Success}
+	if certs := tc.ConnectionState().PeerCertificates; len(certs) > 0 {
+		out.NotAfter = certs[0].NotAfter
+	}
+	return out
 }

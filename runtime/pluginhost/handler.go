@@ -343,11 +343,13 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 	if len(msg) > runtime.MaxOutputBytes {
 		msg = msg[:runtime.MaxOutputBytes]
 	}
+	details, notAfter := pluginproto.NotAfterOf(resp.GetDetails())
 	return runtime.Outcome{
 		Result:     res,
 		Output:     msg,
 		StatusCode: int(resp.GetStatusCode()),
 		ExitCode:   int(resp.GetExitCode()),
-		Details:    resp.GetDetails(),
+		Details:    details,
+		NotAfter:   notAfter,
 	}, nil
 }

@@ -32,6 +32,7 @@ import (
 
 	"github.com/probed/probed/runtime"
 	"github.com/probed/probed/runtime/egress"
+	"github.com/probed/probed/runtime/expect"
 )
 
 // ProtocolVersion is the go-plugin protocol version of probeplugin.v1. A
@@ -195,11 +196,54 @@ type BuiltinSpec struct {
 	// Milliseconds are an annotation probe's timing offsets (sub-second
 	// timeouts); absent for whole seconds.
 	Milliseconds *runtime.Milliseconds `json:"milliseconds,omitempty"`
+	// Expect is an annotation probe's httpGet.expect or tcpSocket.expect
+	// (issue 22 §2; runtime/expect): the handler checks the status and
+	// the body, and, for a certificate check, reports the certificate's
+	// expiry back (CertificateNotAfterDetail); absent for none.
+	Expect *expect.Expect `json:"expect,omitempty"`
+}
+
+// CertificateNotAfterDetail is the reserved ProbeResponse.details key by
+// which a built-in handler served out of process reports when the
+// certificate its target presented expires (runtime.Outcome.NotAfter,
+// RFC 3339): the host checks it against certificateExpiresAfterDays.
+const CertificateNotAfterDetail = ReservedParamPrefix + "certificate-not-after"
+
+// DetailsOf returns the ProbeResponse.details of out: its Details, plus
+// CertificateNotAfterDetail when out has a NotAfter.
+func DetailsOf(out runtime.Outcome) map[string]string {
+	if out.NotAfter.IsZero() {
+		return out.Details
+	}
+	d := make(map[string]string, len(out.Details)+1)
+	for k, v := range out.Details {
+		d[k] = v
+	}
+	d[CertificateNotAfterDetail] = out.NotAfter.UTC().Format(time.RFC3339Nano)
+	return d
+}
+
+// NotAfterOf takes CertificateNotAfterDetail out of a response's details:
+// the details without it, and the time it names (zero when absent or not
+// RFC 3339).
+func NotAfterOf(details map[string]string) (map[string]string, time.Time) {
+	v, ok := details[CertificateNotAfterDetail]
+	if !ok {
+		return details, time.Time{}
+	}
+	rest := make(map[string]string, len(details)-1)
+	for k, d := range details {
+		if k != CertificateNotAfterDetail {
+			rest[k] = d
+		}
+	}
+	t, _ := time.Parse(time.RFC3339Nano, v)
+	return rest, t
 }
 
 // EncodeBuiltinSpec returns the SpecParam value for spec.
 func EncodeBuiltinSpec(spec *runtime.Spec) (string, error) {
-	b := BuiltinSpec{Probe: spec.Probe, Milliseconds: spec.Milliseconds}
+	b := BuiltinSpec{Probe: spec.Probe, Milliseconds: spec.Milliseconds, Expect: runtime.ExpectOf(spec)}
 	if c := spec.Container; c != nil {
 		b.Container = &v1.Container{Name: c.Name, Ports: c.Ports, Env: c.Env}
 	}
@@ -227,7 +271,8 @@ func ProbeID(spec *runtime.Spec) string {
 // SpecFromRequest rebuilds, on the plugin side, the runtime.Spec a request
 // was made from:
 //   - Kind, ProbeType and the pod's identity (UID, namespace, name) always;
-//   - for a built-in kind (SpecParam present), Container and Probe from
+//   - for a built-in kind (SpecParam present), Container, Probe,
+//     Milliseconds and, with an expect, an Extension carrying it, from
 //     SpecParam, and no Plugin;
 //   - otherwise a Container with only its name, a Probe with only
 //     TimeoutSeconds and Milliseconds.Timeout (from timeout, to the
@@ -260,6 +305,9 @@ func SpecFromRequest(req *pb.ProbeRequest) (*runtime.Spec, error) {
 			b.Container = &v1.Container{Name: tg.GetContainerName()}
 		}
 		spec.Container, spec.Probe, spec.Milliseconds = b.Container, b.Probe, b.Milliseconds
+		if b.Expect != nil {
+			spec.Extension = &runtime.Extension{Expect: b.Expect}
+		}
 		return spec, nil
 	}
 	spec.Container = &v1.Container{Name: tg.GetContainerName()}

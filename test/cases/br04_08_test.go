@@ -1,13 +1,7 @@
 package cases
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -19,31 +13,14 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/probed/probed/internal/nettest"
 	"github.com/probed/probed/manager/results"
 	"github.com/probed/probed/runtime"
 )
 
 // selfSigned returns a TLS certificate for dnsName signed by itself.
 func selfSigned(t *testing.T, dnsName string) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: dnsName},
-		DNSNames:     []string{dnsName},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return nettest.Certificate(t, dnsName, time.Now().Add(time.Hour))
 }
 
 // expectRestartAtFailure checks that the container's liveness runs up to

@@ -162,17 +162,19 @@ run_containerd() {
 
 # import_image NAME CMD-JSON [FILE...]: build_image, then import it into the k8s.io namespace. An
 # import that says nothing may still have imported nothing (seen once on a loaded machine, with
-# two runtimes starting at once): it is checked and tried again, three times at most.
+# two runtimes starting at once): it is checked and tried again, three times at most. The check
+# reads the whole list (grep -q would stop at the match, and ctr, killed by SIGPIPE while it still
+# writes, would fail the pipeline under pipefail: seen as "not imported").
 import_image() {
   local name="$1" tar="$DIR/image.tar" try
   build_image "$1" "$2" "$tar" "${@:3}"
   for try in 1 2 3; do
     ctr_ images import "$tar" >/dev/null 2>&1 || true
-    ctr_ images ls -q | grep -qx "$name" && break
+    ctr_ images ls -q | grep -x "$name" >/dev/null && break
     sleep 1
   done
   rm -f "$tar"
-  ctr_ images ls -q | grep -qx "$name" || die "image $name was not imported"
+  ctr_ images ls -q | grep -x "$name" >/dev/null || die "image $name was not imported"
 }
 
 # cmd_image DIR NAME CMD-JSON FILE...: one more image for DIR's containerd, with static binaries

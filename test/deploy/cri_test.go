@@ -111,3 +111,23 @@ func slicesContain(list []string, s string) bool {
 	}
 	return false
 }
+
+// TestChartCRIExecMode (issue 21): cri.execMode resident passes
+// --exec-mode=resident with the runtime; the default (execsync) passes
+// nothing, as the plain DaemonSet; any other value is refused by the
+// chart's schema.
+func TestChartCRIExecMode(t *testing.T) {
+	args := func(sets ...string) string {
+		ds := only[*appsv1.DaemonSet](t, render(t, "probed", "probed-system", append([]string{"--set", "cri.enabled=true"}, sets...)...))
+		return strings.Join(ds.Spec.Template.Spec.Containers[0].Args, " ")
+	}
+	if a := args(); strings.Contains(a, "--exec-mode") {
+		t.Errorf("default: %s", a)
+	}
+	if a := args("--set", "cri.execMode=resident"); !strings.Contains(a, "--container-runtime-endpoint=unix:///run/containerd/containerd.sock --exec-mode=resident") {
+		t.Errorf("cri.execMode=resident: %s", a)
+	}
+	if _, err := helmRun(t, "template", "x", chartDir, "--set", "cri.enabled=true", "--set", "cri.execMode=fast"); err == nil || !strings.Contains(err.Error(), "execMode") {
+		t.Errorf("cri.execMode=fast: %v, want the schema's refusal", err)
+	}
+}

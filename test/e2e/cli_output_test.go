@@ -124,7 +124,7 @@ func TestStatusOutputFormats(t *testing.T) {
 		t.Errorf("healthy pod's probes %+v", h.Probes)
 	}
 	u := statusPod(st, "two", "unready")
-	if u.Ready || u.Status != "NotReady" || u.LastFailure.Container != "app" || u.LastFailure.Type != "readiness" ||
+	if u.Ready || u.Status != "Running" || u.LastFailure.Container != "app" || u.LastFailure.Type != "readiness" ||
 		u.LastFailure.Result != "failure" || !strings.Contains(u.LastFailure.Message, "statuscode: 500") {
 		t.Errorf("unready pod %+v, last failure %+v", *u, *u.LastFailure)
 	}

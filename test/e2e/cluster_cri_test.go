@@ -56,8 +56,11 @@ func startCRIPod(t *testing.T, admin kubernetes.Interface, ns, name, node, annot
 		mutate(pod)
 	}
 	kubetest.CreatePod(t, admin, pod)
-	kubetest.SetPodRunning(t, admin, ns, name, true)
-	p.setContainerID(t, admin, "containerd://"+p.id)
+	// One status write with the real ID: a run against a made-up ID would
+	// be errored, and its Unhealthy Event would open the series later
+	// Unhealthy Events of the container are counted into (tools/events keys
+	// a series without the note).
+	kubetest.SetPodRunningWithIDs(t, admin, ns, name, true, map[string]string{"app": "containerd://" + p.id})
 	return p
 }
 
@@ -105,7 +108,7 @@ func TestClusterCRIExecRunsInTheContainer(t *testing.T) {
 	waitCondition(t, a, admin, ns, "web", gate, v1.ConditionTrue, "ProbeSucceeded", 30*time.Second)
 	p.exec(t, "rm "+file)
 	waitCondition(t, a, admin, ns, "web", gate, v1.ConditionFalse, "ProbeFailed", 30*time.Second)
-	waitEvent(t, a, admin, ns, "web", "Unhealthy", "Readiness probe failed: cat: can't open '"+file+"': No such file or directory")
+	waitEvent(t, a, admin, ns, "web", "Unhealthy", "Readiness probe failed (3/3): container marked not ready: cat: can't open '"+file+"': No such file or directory")
 	p.exec(t, "echo ok > "+file)
 	waitCondition(t, a, admin, ns, "web", gate, v1.ConditionTrue, "ProbeSucceeded", 30*time.Second)
 
@@ -134,7 +137,7 @@ func TestClusterCRIExecTimeout(t *testing.T) {
 	p := startCRIPod(t, admin, ns, "web", node,
 		`[{"container":"app","type":"readiness","periodSeconds":10,"timeoutSeconds":1,"exec":{"command":["sleep","4711"]}}]`,
 		"exec sleep 3600", nil, nil)
-	waitEvent(t, a, admin, ns, "web", "Unhealthy", `Readiness probe failed: command timed out: "sleep 4711" timed out after 1s`)
+	waitEvent(t, a, admin, ns, "web", "ProbeFailureBelowThreshold", `Readiness probe failed (1/3, threshold not reached): command timed out: "sleep 4711" timed out after 1s`)
 	eventually(t, a.proc, 3*time.Second, "the timed-out command gone from the container", func() (bool, string) {
 		ps := p.exec(t, "ps -o args")
 		return !strings.Contains(ps, "sleep 4711"), ps

@@ -95,7 +95,7 @@ func TestClusterProbesConnectOnlyToTheirPod(t *testing.T) {
 	annotatedPod(t, admin, ns, "banner", node, fmt.Sprintf(`[{"container":"app","type":"readiness","periodSeconds":1,"httpGet":{"path":"/","port":%d}}]`, banner.Port()))
 
 	waitEvent(t, a, admin, ns, "redirect", "ProbeWarning", "Readiness probe warning: Probe terminated redirects")
-	waitEvent(t, a, admin, ns, "banner", "Unhealthy", "Readiness probe failed:", egress.WithheldText)
+	waitEvent(t, a, admin, ns, "banner", "Unhealthy", "Readiness probe failed (3/3): container marked not ready:", egress.WithheldText)
 	for _, pod := range []string{"ssrf", "redirect", "banner"} {
 		for _, e := range podEvents(t, admin, ns, pod) {
 			if strings.Contains(e.Note, "SSH-2.0") || strings.Contains(e.Note, "node-credentials") {

@@ -55,6 +55,15 @@ func startClusterAgentWith(t *testing.T, bin string, env []string, node string, 
 		"--listen", listen, "--log-format", "json"}, args...)
 	p := startBinary(t, bin, env, all...)
 	a := &clusterAgent{proc: p, Base: "http://" + listen, Node: node, Config: cfg}
+	// The kubelet's statuses always have what a probe needs: the manager's
+	// "probe not run" line (manager/lack.go) in the agent is a bug.
+	t.Cleanup(func() {
+		for _, l := range p.logs() {
+			if strings.HasPrefix(l.str("msg"), "probe not run: ") {
+				t.Errorf("the agent could not run a probe for what its status lacks: %v", l)
+			}
+		}
+	})
 	waitAPI(t, p, a.Base, false)
 	return a
 }

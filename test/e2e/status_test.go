@@ -82,9 +82,9 @@ spec:
 	if len(healthy) != 7 || strings.Join(healthy[:6], " ") != "st healthy 1/1 1/1 0 Running" {
 		t.Errorf("healthy row %q, want st healthy 1/1 1/1 0 Running <age> and no failure", lines[1])
 	}
-	if len(unready) < 8 || strings.Join(unready[:6], " ") != "st unready 0/1 1/1 0 NotReady" ||
+	if len(unready) < 8 || strings.Join(unready[:6], " ") != "st unready 0/1 1/1 0 Running" ||
 		!strings.Contains(lines[2], "web readiness: HTTP probe failed with statuscode: 500 (") {
-		t.Errorf("unready row %q, want st unready 0/1 1/1 0 NotReady <age> web readiness: HTTP probe failed with statuscode: 500 (<time>)", lines[2])
+		t.Errorf("unready row %q, want st unready 0/1 1/1 0 Running <age> web readiness: HTTP probe failed with statuscode: 500 (<time>)", lines[2])
 	}
 	if strings.Contains(out, "EXAMPLE-SECRET") {
 		t.Errorf("status printed a response body:\n%s", out)

@@ -7,18 +7,21 @@
 // (containerd, cri-o, ...) and a pod's containerStatuses[].containerID
 // ("containerd://<id>") maps to a CRI container ID only when its type is
 // that name (ContainerID); anything else is an error naming what was found,
-// never a guess. probed makes exactly four CRI calls, each counted in
+// never a guess. probed makes exactly five CRI calls, each counted in
 // probed_cri_calls_total{method, code}:
 //
-//   - Version, once at start;
+//   - Version, once at start, and when ExecSync did not answer (Runner);
 //   - ExecSync, for exec probes (Runner, one more exec.Runner beside
 //     LocalRunner) and exec preStop hooks (agent/kube/restart);
+//   - Exec, the streaming exec that starts a resident exec helper in a
+//     container (Stream, for agent/kube/resident with --exec-mode
+//     resident): its session runs over the runtime's streaming server;
 //   - ContainerStatus, before a liveness restart: only a running
 //     container is stopped;
 //   - StopContainer, the liveness restart itself.
 //
 // probed never creates, starts or removes containers or sandboxes, pulls
-// images, or opens streaming sessions; the kubelet restarts a container
+// images, or attaches or port-forwards; the kubelet restarts a container
 // probed stopped, under the pod's restartPolicy.
 package cri
 
@@ -27,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -53,6 +57,7 @@ const DefaultRequestTimeout = 2 * time.Minute
 const (
 	MethodVersion         = "Version"
 	MethodExecSync        = "ExecSync"
+	MethodExec            = "Exec"
 	MethodContainerStatus = "ContainerStatus"
 	MethodStopContainer   = "StopContainer"
 )
@@ -83,6 +88,9 @@ type Client struct {
 	version  *runtimeapi.VersionResponse
 	calls    *prometheus.CounterVec
 	log      *slog.Logger
+	// streamSPDY: the runtime's streaming server refused a WebSocket
+	// upgrade once; Stream uses SPDY from then on.
+	streamSPDY atomic.Bool
 }
 
 // Connect dials opts.Endpoint and asks the runtime's Version, which names
@@ -198,6 +206,16 @@ func (c *Client) ExecSync(ctx context.Context, id string, cmd []string, timeout 
 	stdout, stderr, err = c.rs.ExecSync(quiet(ctx), id, cmd, timeout)
 	c.count(MethodExecSync, err)
 	return stdout, stderr, err
+}
+
+// Alive reports whether the runtime answers a Version call within 5 s
+// (bounded by ctx too): a runtime that does not is hung or gone.
+func (c *Client) Alive(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(quiet(ctx), 5*time.Second)
+	defer cancel()
+	_, err := c.rs.Version(ctx, "")
+	c.count(MethodVersion, err)
+	return err == nil
 }
 
 // ContainerStatus returns the runtime's status of container id.

@@ -269,16 +269,8 @@ func TestRunnerRuntimeRestart(t *testing.T) {
 // Failure.)
 func TestRunnerHungRuntimeIsErrored(t *testing.T) {
 	dir := critest.PrivateRuntime(t)
-	e := &env{rs: critest.Runtime(t)}
-	id := critest.RunPodSandbox(t, e.rs).Start(t, critest.Container{Name: "app", Command: []string{"sleep", "3600"}})
-	reg := prometheus.NewRegistry()
-	var err error
-	e.client, err = cri.Connect(context.Background(), cri.Options{Endpoint: critest.Endpoint(t), RequestTimeout: 2 * time.Second,
-		Registerer: reg, Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.client.Close() })
+	e := newShortEnv(t)
+	id := e.id
 	pid := critest.DaemonPID(t, dir)
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -293,4 +285,40 @@ func TestRunnerHungRuntimeIsErrored(t *testing.T) {
 	if took < 3*time.Second || took > 8*time.Second {
 		t.Fatalf("errored after %v, want RequestTimeout (2 s) + timeout (1 s)", took)
 	}
+}
+
+// A command whose leftover child keeps its output open past its timeout:
+// containerd 1.6 kills the command's process and then waits for the
+// output to close, so the call is only cut at its own bound
+// (RequestTimeout + the timeout). The runtime answers Version meanwhile,
+// so this is the command's timeout — the kubelet's verdict and text —
+// not a hung runtime (TestRunnerHungRuntimeIsErrored).
+func TestRunnerHeldOutputIsATimeout(t *testing.T) {
+	e := newShortEnv(t)
+	start := time.Now()
+	out, err := e.probe(t, "containerd://"+e.id, time.Second, "sh", "-c", "setsid sleep 3333 & echo parent")
+	took := time.Since(start)
+	want := `command timed out: "sh -c setsid sleep 3333 & echo parent" timed out after 1s`
+	if err != nil || out.Result != runtime.Failure || out.Output != want {
+		t.Fatalf("%+v, %v: want the kubelet's timeout", out, err)
+	}
+	if took < 3*time.Second || took > 8*time.Second {
+		t.Fatalf("answered after %v, want RequestTimeout (2 s) + timeout (1 s)", took)
+	}
+}
+
+// newShortEnv is a container (sleep) and a Client whose RequestTimeout is
+// 2 s: a call not answered is cut 2 s after its own time.
+func newShortEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{rs: critest.Runtime(t)}
+	e.id = critest.RunPodSandbox(t, e.rs).Start(t, critest.Container{Name: "app", Command: []string{"sleep", "3600"}})
+	var err error
+	e.client, err = cri.Connect(context.Background(), cri.Options{Endpoint: critest.Endpoint(t), RequestTimeout: 2 * time.Second,
+		Registerer: prometheus.NewRegistry(), Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.client.Close() })
+	return e
 }

@@ -26,11 +26,16 @@ import (
 //   - exit code 0 returns nil, another code an *exec.CodeExitError (E3);
 //   - a command the runtime timed out is an *exec.TimeoutError whose text is
 //     the kubelet's (cri-client: `command timed out: "<cmd>" timed out after
-//     1s`): a Failure (E3);
+//     1s`): a Failure (E3). So is a call not answered within RequestTimeout
+//     plus timeout while the runtime answers Version (Client.Alive): the
+//     command's leftover processes held its output open, and containerd
+//     1.6 waits for them (the kubelet, whose call is cut the same way,
+//     reports the same timeout);
 //   - anything else — the runtime down or refusing, the container gone or
-//     exited, the call itself not answered within RequestTimeout + timeout,
-//     ctx cancelled — is a plain error: the run is errored, never a verdict
-//     (P2 retries it, P5 reports it).
+//     exited, the call not answered within RequestTimeout + timeout by a
+//     runtime that does not answer Version either (hung), ctx cancelled —
+//     is a plain error: the run is errored, never a verdict (P2 retries it,
+//     P5 reports it).
 //
 // The timeout: with a whole number of seconds (every spec probe, and
 // annotation probes without timeoutMilliseconds) the runtime's own limit
@@ -63,7 +68,7 @@ func (r *Runner) RunInContainer(ctx context.Context, containerID string, cmd []s
 	defer cancel()
 	start := time.Now()
 	stdout, stderr, err := r.c.ExecSync(callCtx, id, cmd, limit)
-	out := output(stdout, stderr)
+	out := Output(stdout, stderr)
 	var exit utilexec.ExitError
 	switch {
 	case err == nil:
@@ -73,16 +78,23 @@ func (r *Runner) RunInContainer(ctx context.Context, containerID string, cmd []s
 	case ctx.Err() == context.Canceled:
 		return out, fmt.Errorf("exec in container %s: %w", containerID, ctx.Err())
 	case errors.Is(err, remote.ErrCommandTimedOut):
-		if limit > 0 && time.Since(start) >= r.c.timeout+limit {
-			// Our own bound, not the runtime's answer: the runtime hung.
+		if limit > 0 && time.Since(start) >= r.c.timeout+limit && !r.c.Alive(context.WithoutCancel(ctx)) {
+			// Our own bound, not the runtime's answer, and the runtime
+			// answers nothing: it hung.
 			return out, fmt.Errorf("the container runtime did not answer ExecSync in container %s within %v", containerID, r.c.timeout+limit)
 		}
-		// cri-client's text with the probe's own timeout (the runtime's
-		// limit is rounded up for a sub-second one).
-		msg := fmt.Sprintf("%v: %q timed out after %s", remote.ErrCommandTimedOut, strings.Join(cmd, " "), timeout)
-		return out, &probeexec.TimeoutError{Cmd: cmd, Timeout: timeout, Message: msg}
+		return out, TimeoutError(cmd, timeout)
 	}
 	return out, fmt.Errorf("exec in container %s: %w", containerID, err)
+}
+
+// TimeoutError is the kubelet's verdict on an exec command that outlived
+// timeout, the probe's own timeout (the runtime's limit is rounded up for
+// a sub-second one): cri-client's text, `command timed out: "<cmd joined
+// by spaces>" timed out after 1s` (k8s.io/cri-client ExecSync).
+func TimeoutError(cmd []string, timeout time.Duration) *probeexec.TimeoutError {
+	msg := fmt.Sprintf("%v: %q timed out after %s", remote.ErrCommandTimedOut, strings.Join(cmd, " "), timeout)
+	return &probeexec.TimeoutError{Cmd: cmd, Timeout: timeout, Message: msg}
 }
 
 // bounds returns the runtime's limit for the command (whole seconds, 0:
@@ -106,9 +118,10 @@ func (r *Runner) bounds(ctx context.Context, timeout time.Duration) (time.Durati
 	return limit, call, func() { stop(); cancel(nil) }
 }
 
-// output is stdout followed by stderr, cut at runtime.MaxOutputBytes (the
-// kubelet appends them and reads through a 10 KiB limit writer).
-func output(stdout, stderr []byte) []byte {
+// Output is an exec command's output as the kubelet reads it: stdout
+// followed by stderr, cut at runtime.MaxOutputBytes (it appends them and
+// reads through a 10 KiB limit writer, spec E2).
+func Output(stdout, stderr []byte) []byte {
 	if len(stdout) >= runtime.MaxOutputBytes {
 		return stdout[:runtime.MaxOutputBytes]
 	}

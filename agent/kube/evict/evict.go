@@ -114,14 +114,15 @@ const (
 	DefaultNamespaceSelector = nsscope.DefaultSelector
 )
 
-// Defaults of Options (docs/cluster.md "Liveness actions").
+// Defaults of Options (docs/cluster.md "Liveness actions"): the pacing of
+// every cluster actuator (actuate.Pacing), and the request timeout.
 const (
-	DefaultEvictionInterval  = 10 * time.Second
-	DefaultEvictionBurst     = 3
-	DefaultRetryBase         = 5 * time.Second
-	DefaultRetryMax          = 5 * time.Minute
-	DefaultMaxAttempts       = 5
-	DefaultRememberInstances = 4096
+	DefaultEvictionInterval  = actuate.DefaultInterval
+	DefaultEvictionBurst     = actuate.DefaultBurst
+	DefaultRetryBase         = actuate.DefaultRetryBase
+	DefaultRetryMax          = actuate.DefaultRetryMax
+	DefaultMaxAttempts       = actuate.DefaultMaxAttempts
+	DefaultRememberInstances = actuate.DefaultRememberInstances
 	DefaultRequestTimeout    = 30 * time.Second
 )
 
@@ -135,18 +136,11 @@ type Options struct {
 	Recorder runtime.Recorder
 	// Clock drives the work queue's delays and the node's token bucket.
 	Clock clock.WithTicker
-	// EvictionInterval and EvictionBurst: the node's bucket holds
-	// EvictionBurst eviction requests and gains one every EvictionInterval.
-	EvictionInterval time.Duration
-	EvictionBurst    int
-	// RetryBase and RetryMax bound the per-pod exponential backoff of
-	// retries (doubling from RetryBase up to RetryMax).
-	RetryBase, RetryMax time.Duration
-	// MaxAttempts bounds the attempts of an eviction failing with errors
-	// other than 429 (a budget), NotFound or a UID conflict.
-	MaxAttempts int
-	// RememberInstances bounds the container IDs remembered.
-	RememberInstances int
+	// Pacing: the node's bucket of eviction requests (retries take tokens
+	// too), the per-pod backoff of retries, the attempts of an eviction
+	// failing with errors other than 429 (a budget), NotFound or a UID
+	// conflict, and the container IDs remembered.
+	actuate.Pacing
 	// RequestTimeout bounds one eviction request.
 	RequestTimeout time.Duration
 	// NamespaceSelector is a label selector (labels.Parse syntax) on the
@@ -207,24 +201,7 @@ func New(opts Options) (*Actuator, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	if opts.EvictionInterval <= 0 {
-		opts.EvictionInterval = DefaultEvictionInterval
-	}
-	if opts.EvictionBurst <= 0 {
-		opts.EvictionBurst = DefaultEvictionBurst
-	}
-	if opts.RetryBase <= 0 {
-		opts.RetryBase = DefaultRetryBase
-	}
-	if opts.RetryMax < opts.RetryBase {
-		opts.RetryMax = max(DefaultRetryMax, opts.RetryBase)
-	}
-	if opts.MaxAttempts <= 0 {
-		opts.MaxAttempts = DefaultMaxAttempts
-	}
-	if opts.RememberInstances <= 0 {
-		opts.RememberInstances = DefaultRememberInstances
-	}
+	opts.Pacing = opts.Pacing.WithDefaults()
 	if opts.RequestTimeout <= 0 {
 		opts.RequestTimeout = DefaultRequestTimeout
 	}
@@ -233,15 +210,11 @@ func New(opts Options) (*Actuator, error) {
 	}
 	a := &Actuator{
 		opts:     opts,
-		node:     actuate.NewNodeBucket[*item](opts.EvictionInterval, opts.EvictionBurst, opts.Clock),
 		seen:     actuate.NewInstances(opts.RememberInstances),
 		attempts: map[*item]int{},
 	}
 	if opts.Action == ActionEvict {
-		a.retries = workqueue.NewTypedMaxOfRateLimiter[*item](
-			workqueue.NewTypedItemExponentialFailureRateLimiter[*item](opts.RetryBase, opts.RetryMax),
-			a.node,
-		)
+		a.retries, a.node = actuate.Limiters[*item](opts.Pacing, opts.Clock)
 		// The queue is created here so failures before Run are kept; its
 		// goroutine is stopped by Run.
 		a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(a.retries, workqueue.TypedRateLimitingQueueConfig[*item]{Clock: opts.Clock})

@@ -20,7 +20,7 @@ import (
 // of RememberInstances; an ID remembered is not acted on again.
 func TestRememberedInstancesAreBounded(t *testing.T) {
 	rec := events.New(1000, slog.New(slog.DiscardHandler), nil)
-	a, err := New(Options{Recorder: rec, RememberInstances: 10, Log: slog.New(slog.DiscardHandler)})
+	a, err := New(Options{Recorder: rec, Pacing: actuate.Pacing{RememberInstances: 10}, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -115,6 +115,26 @@ func (s *Statuses) PodByName(namespace, name string) (*v1.Pod, bool) {
 	return s.pods.PodByName(namespace, name)
 }
 
+// ContainerPod returns a copy of the pod one of whose containers (regular,
+// init or ephemeral) has container ID statusID ("containerd://<id>"), with
+// that container's name; false when no pod has it. It looks at every pod:
+// for rare lookups (an Event about a container).
+func (s *Statuses) ContainerPod(statusID string) (*v1.Pod, string, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, e := range s.pods.All() {
+		st := &e.Pod.Status
+		for _, list := range [][]v1.ContainerStatus{st.ContainerStatuses, st.InitContainerStatuses, st.EphemeralContainerStatuses} {
+			for i := range list {
+				if list[i].ContainerID == statusID {
+					return e.WithStatus(), list[i].Name, true
+				}
+			}
+		}
+	}
+	return nil, "", false
+}
+
 // Pods returns copies of all pods with their statuses, sorted by namespace
 // and name (the agent API's /pods, api.PodLister).
 func (s *Statuses) Pods() []*v1.Pod {

@@ -168,3 +168,24 @@ func TestOverlayWithoutProberIsTheKubeletsStatus(t *testing.T) {
 		t.Fatal("GetPodStatus returned the cache's own status")
 	}
 }
+
+// ContainerPod finds a pod by the ID of any of its containers (regular,
+// init, ephemeral), with the container's name.
+func TestContainerPod(t *testing.T) {
+	s := NewStatuses()
+	pod := &v1.Pod{}
+	pod.Namespace, pod.Name, pod.UID = "ns", "web", "uid-1"
+	pod.Status.ContainerStatuses = []v1.ContainerStatus{{Name: "app", ContainerID: "containerd://a"}}
+	pod.Status.InitContainerStatuses = []v1.ContainerStatus{{Name: "init", ContainerID: "containerd://i"}}
+	pod.Status.EphemeralContainerStatuses = []v1.ContainerStatus{{Name: "debug", ContainerID: "containerd://e"}}
+	s.PodAdded(&pods.Pod{Pod: pod})
+	for id, want := range map[string]string{"containerd://a": "app", "containerd://i": "init", "containerd://e": "debug"} {
+		p, name, ok := s.ContainerPod(id)
+		if !ok || name != want || p.Name != "web" || p == pod {
+			t.Errorf("%s: %v %q %v, want a copy of web and %q", id, p, name, ok, want)
+		}
+	}
+	if _, _, ok := s.ContainerPod("containerd://x"); ok {
+		t.Error("an unknown container ID found a pod")
+	}
+}

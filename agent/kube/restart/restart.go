@@ -83,12 +83,12 @@ const MinimumGracePeriod = 2
 
 // Defaults of Options (docs/cluster.md "Liveness actions").
 const (
-	DefaultRestartInterval   = 10 * time.Second
-	DefaultRestartBurst      = 3
-	DefaultRetryBase         = 5 * time.Second
-	DefaultRetryMax          = 5 * time.Minute
-	DefaultMaxAttempts       = 5
-	DefaultRememberInstances = 4096
+	DefaultRestartInterval   = actuate.DefaultInterval
+	DefaultRestartBurst      = actuate.DefaultBurst
+	DefaultRetryBase         = actuate.DefaultRetryBase
+	DefaultRetryMax          = actuate.DefaultRetryMax
+	DefaultMaxAttempts       = actuate.DefaultMaxAttempts
+	DefaultRememberInstances = actuate.DefaultRememberInstances
 	DefaultWorkers           = 8
 )
 
@@ -130,16 +130,10 @@ type Options struct {
 	// Clock drives the queue's delays, the node's bucket and the hooks'
 	// grace periods.
 	Clock clock.WithTicker
-	// RestartInterval and RestartBurst: the node's bucket holds
-	// RestartBurst restarts and gains one every RestartInterval.
-	RestartInterval time.Duration
-	RestartBurst    int
-	// RetryBase and RetryMax bound the backoff of retries; MaxAttempts
-	// the attempts of one restart.
-	RetryBase, RetryMax time.Duration
-	MaxAttempts         int
-	// RememberInstances bounds the container instances remembered.
-	RememberInstances int
+	// Pacing: the node's bucket of restarts (Burst at once, then one every
+	// Interval), the backoff of retries, the attempts of one restart and
+	// the container instances remembered.
+	actuate.Pacing
 	// Workers bounds the restarts in progress at once (a restart lasts up
 	// to its grace period).
 	Workers int
@@ -193,24 +187,7 @@ func New(opts Options) (*Actuator, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	if opts.RestartInterval <= 0 {
-		opts.RestartInterval = DefaultRestartInterval
-	}
-	if opts.RestartBurst <= 0 {
-		opts.RestartBurst = DefaultRestartBurst
-	}
-	if opts.RetryBase <= 0 {
-		opts.RetryBase = DefaultRetryBase
-	}
-	if opts.RetryMax < opts.RetryBase {
-		opts.RetryMax = max(DefaultRetryMax, opts.RetryBase)
-	}
-	if opts.MaxAttempts <= 0 {
-		opts.MaxAttempts = DefaultMaxAttempts
-	}
-	if opts.RememberInstances <= 0 {
-		opts.RememberInstances = DefaultRememberInstances
-	}
+	opts.Pacing = opts.Pacing.WithDefaults()
 	if opts.Workers <= 0 {
 		opts.Workers = DefaultWorkers
 	}
@@ -219,14 +196,10 @@ func New(opts Options) (*Actuator, error) {
 	}
 	a := &Actuator{
 		opts:      opts,
-		node:      actuate.NewNodeBucket[*item](opts.RestartInterval, opts.RestartBurst, opts.Clock),
 		instances: actuate.NewInstances(opts.RememberInstances),
 		attempts:  map[*item]int{},
 	}
-	a.retries = workqueue.NewTypedMaxOfRateLimiter[*item](
-		workqueue.NewTypedItemExponentialFailureRateLimiter[*item](opts.RetryBase, opts.RetryMax),
-		a.node,
-	)
+	a.retries, a.node = actuate.Limiters[*item](opts.Pacing, opts.Clock)
 	// Created here so failures before Run are kept; Run stops its goroutine.
 	a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(a.retries, workqueue.TypedRateLimitingQueueConfig[*item]{Clock: opts.Clock})
 	return a, nil

@@ -1,0 +1,250 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/probed/probed/manager/customprobe"
+	"github.com/probed/probed/manager/results"
+	"github.com/probed/probed/runtime"
+)
+
+// Events that say where the threshold stands (issue 22 §3,
+// kubernetes/kubernetes#115823): an annotation probe's events carry the
+// count against the threshold and what the verdict changed; spec probes
+// keep the kubelet's K4 texts; --events=transitions records one event per
+// verdict change. The fake exec handler's output is "fake".
+
+// execEnv is a test env with the fake exec handler and events recorded
+// into the returned log, in mode.
+func execEnv(t *testing.T, mode runtime.EventMode) (*testEnv, *eventLog) {
+	t.Helper()
+	log := &eventLog{}
+	var rt *runtime.Runtime
+	e := newTestEnv(t, func(o *Options) {
+		var err error
+		rt, err = runtime.New(runtime.Options{PoolSize: 4, ExecPoolSize: 4, Logger: quietLogger(), Clock: o.Clock, Recorder: log, Events: mode})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Runtime = rt
+	})
+	if err := rt.Register(runtime.KindExec, e.exec); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	return e, log
+}
+
+// sequence runs the worker once per verdict in rs.
+func sequence(e *testEnv, w *worker, rs ...runtime.Result) {
+	e.t.Helper()
+	for _, r := range rs {
+		e.exec.set(r)
+		e.runOnce(w)
+	}
+}
+
+func wantLines(t *testing.T, got []string, want ...string) {
+	t.Helper()
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("events:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+}
+
+// Issue 22 §3 with the kubelet's event mode: every failed run of an
+// annotation probe says where the threshold stands and, at the threshold,
+// what the verdict changed; the recovery says how many failures came
+// before. The examples of the issue.
+func TestEvents_AnnotationThresholdTexts(t *testing.T) {
+	e, log := execEnv(t, runtime.EventsAll)
+	w := annotated(e, "ev", `"type":"readiness","failureThreshold":3,"periodSeconds":10,"exec":{"command":["true"]}`)
+	F, S := runtime.Failure, runtime.Success
+	sequence(e, w, S, F, F, F, F, S)
+	e.expectCached(runtime.Readiness, results.Success)
+	wantLines(t, log.get(),
+		"Normal ProbeSucceeded Readiness probe succeeded: container marked ready",
+		"Warning ProbeFailureBelowThreshold Readiness probe failed (1/3, threshold not reached): fake",
+		"Warning ProbeFailureBelowThreshold Readiness probe failed (2/3, threshold not reached): fake",
+		"Warning Unhealthy Readiness probe failed (3/3): container marked not ready: fake",
+		"Warning Unhealthy Readiness probe failed (threshold 3 reached): container not ready: fake",
+		"Normal ProbeSucceeded Readiness probe succeeded after 4 failures: container marked ready",
+	)
+}
+
+// A liveness verdict leads to the runtime's FailureConsequence (the
+// kubelet's "container will be restarted" by default; the agent's cluster
+// mode names its --liveness-action); errored runs keep the kubelet's P5
+// text and never count.
+func TestEvents_AnnotationLivenessAndErrored(t *testing.T) {
+	e, log := execEnv(t, runtime.EventsAll)
+	w := annotated(e, "live", `"type":"liveness","failureThreshold":2,"periodSeconds":10,"exec":{"command":["true"]}`)
+	e.exec.setErr(errFake)
+	e.runOnce(w)
+	e.exec.setErr(nil)
+	sequence(e, w, runtime.Failure, runtime.Failure)
+	e.expectCached(runtime.Liveness, results.Failure)
+	wantLines(t, log.get(),
+		"Warning Unhealthy Liveness probe errored and resulted in unknown state: fake handler error",
+		"Warning ProbeFailureBelowThreshold Liveness probe failed (1/2, threshold not reached): fake",
+		"Warning Unhealthy Liveness probe failed (2/2): container will be restarted: fake",
+	)
+}
+
+// Issue 22 §3, --events=transitions: one event per verdict change (the
+// first verdict of the container included) and one when a probe starts
+// erroring, whatever the runs in between.
+func TestEvents_TransitionsOnly(t *testing.T) {
+	e, log := execEnv(t, runtime.EventsTransitions)
+	w := annotated(e, "tr", `"type":"readiness","failureThreshold":3,"periodSeconds":10,"exec":{"command":["true"]}`)
+	F, S := runtime.Failure, runtime.Success
+	sequence(e, w, F, F, F, F, F, S, S, F, S)
+	e.exec.setErr(errFake)
+	e.runOnce(w)
+	e.runOnce(w)
+	e.exec.setErr(nil)
+	sequence(e, w, S)
+	e.exec.setErr(errFake)
+	e.runOnce(w)
+	wantLines(t, log.get(),
+		"Warning Unhealthy Readiness probe failed (3/3): container marked not ready: fake",
+		"Normal ProbeSucceeded Readiness probe succeeded after 5 failures: container marked ready",
+		"Warning Unhealthy Readiness probe errored and resulted in unknown state: fake handler error",
+		"Warning Unhealthy Readiness probe errored and resulted in unknown state: fake handler error",
+	)
+}
+
+// Spec probes keep the kubelet's exact K4 texts: one per failed run in the
+// kubelet's mode (recorded by the runtime before the threshold), and under
+// --events=transitions the same text once, for the run that changed the
+// verdict.
+func TestEvents_SpecProbesKeepK4Texts(t *testing.T) {
+	for _, tc := range []struct {
+		mode runtime.EventMode
+		want []string
+	}{
+		{runtime.EventsAll, []string{
+			"Warning Unhealthy Readiness probe failed: fake",
+			"Warning Unhealthy Readiness probe failed: fake",
+			"Warning Unhealthy Readiness probe failed: fake",
+		}},
+		{runtime.EventsTransitions, []string{
+			"Normal ProbeSucceeded Readiness probe succeeded: container marked ready",
+			"Warning Unhealthy Readiness probe failed: fake",
+			"Normal ProbeSucceeded Readiness probe succeeded after 2 failures: container marked ready",
+		}},
+	} {
+		e, log := execEnv(t, tc.mode)
+		p := execProbe()
+		p.FailureThreshold = 2
+		e.status.set(testPodUID, runningStatus(fakeNow, true))
+		e.m.AddPod(context.Background(), testPod(probeOf(runtime.Readiness, p)))
+		w := e.worker(testPodUID, testContainerName, runtime.Readiness)
+		sequence(e, w, runtime.Success, runtime.Failure, runtime.Failure, runtime.Success)
+		got := log.get()
+		if tc.mode == runtime.EventsAll {
+			// K4: one per failed run; no success event (the kubelet has none).
+			got = filter(got, "Unhealthy")
+			tc.want = tc.want[:2]
+		}
+		wantLines(t, got, tc.want...)
+	}
+}
+
+func filter(lines []string, sub string) []string {
+	var out []string
+	for _, l := range lines {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// The health-event log's facts in the run record (issue 22 §3): the
+// verdict before the run (UNKNOWN until the first), whether the run
+// changed it, whether it was the container's first check; and the time
+// from the container's start to its first Success verdict, in the record
+// and in probed_probe_time_to_first_success_seconds
+// (kubernetes/kubernetes#96411).
+func TestRunRecord_TransitionFacts(t *testing.T) {
+	obs := &recordObserver{}
+	reg := prometheus.NewRegistry()
+	e := newTestEnv(t, func(o *Options) { o.Observer, o.RuntimeMetricsRegisterer = obs, reg })
+	p := testPod(v1.Container{Name: testContainerName})
+	p.UID = "facts"
+	p.Annotations = map[string]string{customprobe.Annotation: `[{"container":"` + testContainerName +
+		`","type":"readiness","failureThreshold":2,"periodSeconds":10,"exec":{"command":["true"]}}]`}
+	e.m.AddPod(context.Background(), p)
+	w := e.worker("facts", testContainerName, runtime.Readiness)
+	e.step(4500 * time.Millisecond) // no status yet: no run
+	e.status.set("facts", runningStatus(fakeNow.Add(time.Second), true))
+	sequence(e, w, runtime.Success, runtime.Failure, runtime.Failure, runtime.Success)
+	recs := obs.get()
+	type facts struct {
+		prev              results.Result
+		transition, first bool
+		ttfs              time.Duration
+	}
+	want := []facts{
+		{results.Unknown, true, true, 3500 * time.Millisecond},
+		{results.Success, false, false, 0},
+		{results.Success, true, false, 0},
+		{results.Failure, true, false, 0},
+	}
+	if len(recs) != len(want) {
+		t.Fatalf("%d records, want %d", len(recs), len(want))
+	}
+	for i, r := range recs {
+		if got := (facts{r.Previous, r.Transition, r.FirstCheck, r.TimeToFirstSuccess}); got != want[i] {
+			t.Errorf("run %d: %+v, want %+v", i, got, want[i])
+		}
+	}
+	const metric = `
+# HELP probed_probe_time_to_first_success_seconds Time from a container's start (its status's startedAt) to its probe's first Success verdict, by handler kind and probe type: time to started, ready and live (containers that started before the agent are not counted).
+# TYPE probed_probe_time_to_first_success_seconds histogram
+probed_probe_time_to_first_success_seconds_bucket{handler="exec",probe_type="readiness",le="0.1"} 0
+probed_probe_time_to_first_success_seconds_bucket{handler="exec",probe_type="readiness",le="0.25"} 0
+probed_probe_time_to_first_success_seconds_bucket{handler="exec",probe_type="readiness",le="0.5"} 0
+probed_probe_time_to_first_success_seconds_bucket{handler="exec",probe_type="readiness",le="1"} 0
+probed_probe_time_to_first_success_seconds_bucket{handler="exec",probe_type="readiness",le="2.5"} 0
+probed_probe_time_to_first_success_seconds_bucket{handler="exec",probe_type="readiness",le="5"} 1
+probed_probe_time_to_first_success_seconds_bucket{handler="exec",probe_type="readiness",le="10"} 1
+probed_probe_time_to_first_success_seconds_bucket{handler="exec",probe_type="readiness",le="20"} 1
+probed_probe_time_to_first_success_seconds_bucket{handler="exec",probe_type="readiness",le="30"} 1
+probed_probe_time_to_first_success_seconds_bucket{handler="exec",probe_type="readiness",le="60"} 1
+probed_probe_time_to_first_success_seconds_bucket{handler="exec",probe_type="readiness",le="120"} 1
+probed_probe_time_to_first_success_seconds_bucket{handler="exec",probe_type="readiness",le="300"} 1
+probed_probe_time_to_first_success_seconds_bucket{handler="exec",probe_type="readiness",le="600"} 1
+probed_probe_time_to_first_success_seconds_bucket{handler="exec",probe_type="readiness",le="+Inf"} 1
+probed_probe_time_to_first_success_seconds_sum{handler="exec",probe_type="readiness"} 3.5
+probed_probe_time_to_first_success_seconds_count{handler="exec",probe_type="readiness"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(metric), "probed_probe_time_to_first_success_seconds"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Options.Events reaches the default runtime (the built-in handlers): with
+// EventsTransitions, a real refused TCP probe failing three times records
+// one event, at its verdict.
+func TestEvents_DefaultRuntimeTakesTheMode(t *testing.T) {
+	_, refused := listenTCP(t)
+	log := &eventLog{}
+	e := newTestEnv(t, func(o *Options) { o.Runtime, o.Recorder, o.Events = nil, log, runtime.EventsTransitions })
+	w := annotated(e, "mode", fmt.Sprintf(`"type":"readiness","failureThreshold":2,"tcpSocket":{"port":%d}`, refused))
+	for i := 0; i < 3; i++ {
+		e.runOnce(w)
+	}
+	got := log.get()
+	if len(got) != 1 || !strings.HasPrefix(got[0], "Warning Unhealthy Readiness probe failed (2/2): container marked not ready: dial tcp 127.0.0.1:") {
+		t.Fatalf("events %q, want the verdict's only", got)
+	}
+}
