@@ -345,7 +345,7 @@ func TestNodeExecProbeInKubeletsContainer(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPod(t, a, admin, ns, "web", 30*time.Second, "not Ready once the file is gone", readyIs(false))
-	waitEvent(t, a, admin, ns, "web", "Unhealthy", "Readiness probe failed: cat: can't open '"+file+"': No such file or directory")
+	waitEvent(t, a, admin, ns, "web", "Unhealthy", "Readiness probe failed (3/3): container marked not ready: cat: can't open '"+file+"': No such file or directory")
 	if err := probetarget.SetReadyFile(tg.Base(n), true); err != nil {
 		t.Fatal(err)
 	}
