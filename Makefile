@@ -82,7 +82,7 @@ generate:
 # the 40k and 100k probes/s instant runs of both implementations and
 # prints their breakdown by cost centre (about 4 minutes; profiles and
 # JSON lines in bench/out/profile/).
-.PHONY: bench bench-full bench-subsec bench-density bench-profile bench-build bench-cri
+.PHONY: bench bench-full bench-subsec bench-density bench-profile bench-build bench-cri bench-node
 
 bench-build:
 	cd bench && $(GO) build -o ../bin/probebench ./cmd/probebench
@@ -107,6 +107,15 @@ bench-density: bench-build
 # test/cri/env.sh start; about 2.5 minutes.
 bench-cri:
 	cd bench && $(GO) test -run '^$$' -bench ExecProbes -benchtime 1x -timeout 30m ./cri
+
+# The real node (issue 20; docs/benchmarks.md "The real node"): the same
+# pods with the kubelet's spec probes, probed's annotation probes and no
+# probe, HTTP/TCP and exec; needs PROBED_TEST_NODE from test/node/env.sh
+# start and the node to itself. About 60-90 minutes with the default pod
+# counts; rewrites the "node" section of docs/benchmarks.md and its plot.
+bench-node:
+	cd bench && $(GO) test -run '^$$' -bench NodeDensity -benchtime 1x -timeout 4h ./node
+	cd bench && $(GO) run ./cmd/probebench node-report -in out/node.jsonl -doc ../docs/benchmarks.md
 
 PROFILE_DIR    ?= bench/out/profile
 PROFILE_PODS   ?= 20000 50000

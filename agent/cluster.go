@@ -343,6 +343,7 @@ func (a *Agent) clusterMode() (*mode, error) {
 		bind:   func(m manager.Manager) { parts.statuses.SetProber(m) },
 		managerOptions: func(o *manager.Options) {
 			o.SkipSpecProbes = true
+			o.AnyRunningSurvives = true // the gate's existing condition is kept until probed's first verdict
 			o.Annotation = annotation
 			o.Admit = parts.limits.Admit
 		},

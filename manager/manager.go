@@ -176,6 +176,17 @@ type Options struct {
 	// containers' own liveness, readiness and startup probes: in cluster
 	// mode the kubelet runs those.
 	SkipSpecProbes bool
+	// AnyRunningSurvives makes every container that is running when the
+	// manager starts a survivor of a restart of the agent (SurvivedRestart
+	// with window 0: no initial result, W6c; readiness kept until the first
+	// real result, M9), not only those running for more than the kubelet's
+	// KubeletRestartWindow. Cluster mode sets it: there the pod's
+	// readiness-gate condition is what the previous agent decided for the
+	// container, and the new agent keeps it until its own first verdict. With
+	// the kubelet's window, a container that turned ready less than 10 s
+	// before probed restarted got the initial Failure and its pod flipped to
+	// not ready (seen on a real kubelet: TestNodeProbedRestartNeverFlipsReady).
+	AnyRunningSurvives bool
 	// Annotation tunes how the probed.io/probes annotation is read (e.g.
 	// ExecUnavailable in cluster mode). Its KnownKind is ignored: a kind
 	// no handler serves yet is kept, its runs errored until one does.
@@ -230,6 +241,7 @@ type manager struct {
 	runs   sync.WaitGroup // dispatched runs of this manager
 
 	skipSpecProbes bool
+	restartWindow  time.Duration // of SurvivedRestart
 	annotation     customprobe.Options
 	admit          func(*v1.Pod, []time.Duration) bool
 
@@ -274,6 +286,7 @@ func New(opts Options) (Manager, error) {
 		log:            opts.Logger,
 		observer:       opts.Observer,
 		skipSpecProbes: opts.SkipSpecProbes,
+		restartWindow:  KubeletRestartWindow,
 		annotation:     opts.Annotation,
 		admit:          opts.Admit,
 		tracer:         tracerOf(opts.TracerProvider),
@@ -281,6 +294,9 @@ func New(opts Options) (Manager, error) {
 		unsetTP:        defaultGlobal,
 		workers:        newWorkerSet(),
 		lacking:        map[types.UID]struct{}{},
+	}
+	if opts.AnyRunningSurvives {
+		m.restartWindow = 0
 	}
 	for i, rm := range []results.Manager{opts.Liveness, opts.Readiness, opts.Startup} {
 		if rm == nil {

@@ -409,6 +409,40 @@ func TestM9_ReadinessPreservedAcrossRestart(t *testing.T) {
 	}
 }
 
+// W6c with Options.AnyRunningSurvives (cluster mode): a container that
+// started 3 s before the manager (inside the kubelet's 10 s window) gets no
+// initial readiness value, so a readiness gate written by the previous agent
+// is kept until the first real result; with the kubelet's window it gets
+// the initial Failure (the flip TestNodeProbedRestartNeverFlipsReady saw on
+// a real kubelet). A container started after the manager is new either way.
+func TestW6c_AnyRunningSurvives(t *testing.T) {
+	for _, tc := range []struct {
+		any       bool
+		startedAt time.Duration // relative to the manager's start
+		initial   bool          // an initial Failure is cached
+	}{
+		{false, -3 * time.Second, true},
+		{true, -3 * time.Second, false},
+		{false, -time.Hour, false},
+		{true, -time.Hour, false},
+		{true, time.Second, true},
+	} {
+		t.Run(fmt.Sprintf("any=%v,startedAt=%v", tc.any, tc.startedAt), func(t *testing.T) {
+			e := newTestEnv(t, func(o *Options) { o.AnyRunningSurvives = tc.any })
+			pod := testPod(probeOf(runtime.Readiness, execProbe()))
+			e.exec.setErr(errFake) // every run errors: only the initial value can be cached
+			e.status.set(testPodUID, runningStatus(fakeNow.Add(tc.startedAt), true))
+			e.m.AddPod(context.Background(), pod)
+			e.step(2 * time.Second)
+			if tc.initial {
+				e.expectCached(runtime.Readiness, results.Failure)
+			} else {
+				e.expectNoCached(runtime.Readiness)
+			}
+		})
+	}
+}
+
 // M9 applies only while a container has no readiness result yet: a pod
 // whose Ready condition was False when the agent (re)started, with
 // containers started well before it (here 1 h, past the 10 s window), becomes

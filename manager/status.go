@@ -108,8 +108,7 @@ func (m *manager) isContainerStarted(pod *v1.Pod, c *v1.ContainerStatus) bool {
 // False when the agent restarted would stay NotReady forever, since its
 // containers could never become ready to turn the condition True (issue 9 §3).
 func (m *manager) preserveReadiness(pod *v1.Pod, c *v1.ContainerStatus, spec *v1.Container, ready bool) bool {
-	if c.State.Running == nil || c.State.Running.StartedAt.IsZero() ||
-		!c.State.Running.StartedAt.Time.Before(m.start.Add(-kubeletRestartWindow)) {
+	if !SurvivedRestart(c, m.start, m.restartWindow) {
 		return ready
 	}
 	if _, ok := m.results[runtime.Readiness].Get(results.ParseContainerID(c.ContainerID)); ok {

@@ -253,8 +253,7 @@ func (w *worker) doProbe(ctx context.Context) bool {
 		}
 		w.cid = c.ContainerID
 		w.written = noWrite
-		isRestart := c.State.Running != nil && !c.State.Running.StartedAt.IsZero() &&
-			c.State.Running.StartedAt.Time.Before(m.start.Add(-kubeletRestartWindow))
+		isRestart := SurvivedRestart(c, m.start, m.restartWindow)
 		if w.restartableInit && w.rs.ProbeType == runtime.Startup && c.Started != nil && *c.Started {
 			w.write(results.Success) // PR #137146
 		}
@@ -392,9 +391,22 @@ func (w *worker) write(r results.Result) {
 	w.written = int8(r)
 }
 
-// kubeletRestartWindow: a container started more than this before the
-// manager is treated as surviving a restart of the agent (W6c, M9).
-const kubeletRestartWindow = 10 * time.Second
+// KubeletRestartWindow is the kubelet's window of W6c and M9: a container
+// that was running more than this before the manager started survived a
+// restart of the agent (Options.AnyRunningSurvives makes it 0).
+const KubeletRestartWindow = 10 * time.Second
+
+// SurvivedRestart reports whether container c survived a restart of the
+// agent whose prober manager started at start, with window KubeletRestartWindow
+// (or 0, Options.AnyRunningSurvives): it is running with a non-zero
+// StartedAt earlier than start − window (W6c, M9). Its workers write no
+// initial result, its readiness is kept until its first real result (M9),
+// and cluster mode's readiness gate counts it as started when the kubelet
+// says so (M8, agent/kube/gate).
+func SurvivedRestart(c *v1.ContainerStatus, start time.Time, window time.Duration) bool {
+	run := c.State.Running
+	return run != nil && !run.StartedAt.IsZero() && run.StartedAt.Time.Before(start.Add(-window))
+}
 
 // probe runs the handler and applies the result (W5.10, W5.11, W10–W13),
 // then records the run's event where the runtime left it to the worker

@@ -13,6 +13,9 @@
 #   test/cri/env.sh daemon-start DIR
 #                                 starts containerd of DIR again with the same configuration and
 #                                 waits until it answers
+#   test/cri/env.sh image DIR NAME CMD-JSON [FILE...]
+#                                 builds the image NAME (busybox, and each FILE in /bin: static
+#                                 binaries) and imports it into DIR's containerd
 #
 # What it takes on this machine kind (../../docs/cluster.md "Running the CRI tests"; the facts in
 # the project's notes on the container runtime):
@@ -90,10 +93,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 TOML
 }
 
-# build_image NAME CMD-JSON OUT: an OCI layout tarball of a busybox-static rootfs (busybox and a
-# link per applet in /bin) whose default command is CMD-JSON.
+# build_image NAME CMD-JSON OUT [FILE...]: an OCI layout tarball of a busybox-static rootfs
+# (busybox and a link per applet in /bin, and each FILE in /bin) whose default command is CMD-JSON.
 build_image() {
   local name="$1" cmd="$2" out="$3"
+  shift 3
   local work="$DIR/image-build"
   rm -rf "$work"
   mkdir -p "$work/rootfs/bin" "$work/rootfs/proc" "$work/rootfs/sys" "$work/rootfs/dev" \
@@ -103,6 +107,8 @@ build_image() {
   for applet in $(/bin/busybox --list); do
     [ "$applet" = busybox ] || ln -s busybox "$work/rootfs/bin/$applet"
   done
+  local f
+  for f in "$@"; do cp "$f" "$work/rootfs/bin/"; done
   chmod 1777 "$work/rootfs/tmp"
   tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf "$work/layer.tar" -C "$work/rootfs" .
   local layer layer_size config config_size manifest manifest_size
@@ -154,6 +160,33 @@ run_containerd() {
   echo "containerd $CONTAINERD_PID" > "$DIR/pids"
 }
 
+# import_image NAME CMD-JSON [FILE...]: build_image, then import it into the k8s.io namespace. An
+# import that says nothing may still have imported nothing (seen once on a loaded machine, with
+# two runtimes starting at once): it is checked and tried again, three times at most. The check
+# reads the whole list (grep -q would stop at the match, and ctr, killed by SIGPIPE while it still
+# writes, would fail the pipeline under pipefail: seen as "not imported").
+import_image() {
+  local name="$1" tar="$DIR/image.tar" try
+  build_image "$1" "$2" "$tar" "${@:3}"
+  for try in 1 2 3; do
+    ctr_ images import "$tar" >/dev/null 2>&1 || true
+    ctr_ images ls -q | grep -x "$name" >/dev/null && break
+    sleep 1
+  done
+  rm -f "$tar"
+  ctr_ images ls -q | grep -x "$name" >/dev/null || die "image $name was not imported"
+}
+
+# cmd_image DIR NAME CMD-JSON FILE...: one more image for DIR's containerd, with static binaries
+# of the caller's beside busybox (test/node/env.sh: the probe target).
+cmd_image() {
+  DIR="$(cd "$1" 2>/dev/null && pwd)" || die "$1: no such directory"
+  containerd_ready || die "containerd of $DIR does not answer (run: $0 start $DIR)"
+  local f
+  for f in "${@:4}"; do [ -f "$f" ] || die "$f: no such file"; done
+  import_image "$2" "$3" "${@:4}"
+}
+
 cmd_start() {
   need_tools
   DIR="$1"
@@ -172,22 +205,8 @@ cmd_start() {
   # remember whether that directory is ours to remove (when empty) at stop.
   [ -e /run/containerd ] || touch "$DIR/run-containerd-created"
   run_containerd
-  build_image "$TEST_IMAGE" '["/bin/sh"]' "$DIR/busybox.tar"
-  build_image "$SANDBOX_IMAGE" '["/bin/sleep","2147483647"]' "$DIR/pause.tar"
-  # An import that says nothing may still have imported nothing (seen once on a loaded machine,
-  # with two runtimes starting at once): each is checked and tried again, three times at most.
-  # The check reads the whole list (grep -q would stop at the match, and ctr, killed by SIGPIPE
-  # while it still writes, would fail the pipeline under pipefail: seen as "not imported").
-  local image tar try
-  for image in "$TEST_IMAGE" "$SANDBOX_IMAGE"; do
-    tar="$DIR/busybox.tar"; [ "$image" = "$SANDBOX_IMAGE" ] && tar="$DIR/pause.tar"
-    for try in 1 2 3; do
-      ctr_ images import "$tar" >/dev/null 2>&1 || true
-      ctr_ images ls -q | grep -x "$image" >/dev/null && break
-      sleep 1
-    done
-    ctr_ images ls -q | grep -x "$image" >/dev/null || die "image $image was not imported"
-  done
+  import_image "$TEST_IMAGE" '["/bin/sh"]'
+  import_image "$SANDBOX_IMAGE" '["/bin/sleep","2147483647"]'
   echo "# containerd $(containerd --version | awk '{print $3}') on unix://$DIR/containerd.sock (log: $DIR/logs/containerd.log); images $TEST_IMAGE, $SANDBOX_IMAGE"
   echo "export PROBED_TEST_CRI_ENDPOINT=unix://$DIR/containerd.sock"
   echo "export PROBED_TEST_CRI_IMAGE=$TEST_IMAGE"
@@ -293,5 +312,6 @@ case "${1:-}" in
   stop) [ $# = 2 ] || die "usage: $0 stop DIR"; cmd_stop "$2" ;;
   daemon-stop) [ $# = 2 ] || die "usage: $0 daemon-stop DIR"; cmd_daemon_stop "$2" ;;
   daemon-start) [ $# = 2 ] || die "usage: $0 daemon-start DIR"; cmd_daemon_start "$2" ;;
-  *) die "usage: $0 start DIR | stop DIR | daemon-stop DIR | daemon-start DIR" ;;
+  image) [ $# -ge 4 ] || die "usage: $0 image DIR NAME CMD-JSON [FILE...]"; shift; cmd_image "$@" ;;
+  *) die "usage: $0 start DIR | stop DIR | daemon-stop DIR | daemon-start DIR | image DIR NAME CMD-JSON [FILE...]" ;;
 esac

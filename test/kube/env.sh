@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # A real kube-apiserver + etcd on loopback for probed's integration tests.
 #
-#   test/kube/env.sh build        build kube-apiserver, etcd and helm into the cache (once per machine)
-#   test/kube/env.sh start DIR    credentials, etcd and kube-apiserver on free loopback ports;
-#                                 writes DIR/kubeconfig and DIR/pids, prints `export` lines
+#   test/kube/env.sh build        build kube-apiserver, etcd, the kubelet and helm into the cache
+#                                 (once per machine)
+#   test/kube/env.sh start DIR [--node NAME]
+#                                 credentials, etcd and kube-apiserver on free loopback ports;
+#                                 writes DIR/kubeconfig and DIR/pids, prints `export` lines. With
+#                                 --node, also the identity of a kubelet for node NAME (a token of
+#                                 system:node:NAME in group system:nodes, DIR/node.kubeconfig) and
+#                                 the Node authorizer and NodeRestriction (test/node/env.sh)
 #   test/kube/env.sh stop DIR     stops what `start DIR` started (by the PIDs in DIR/pids)
 #   test/kube/env.sh apiserver-stop DIR
 #                                 stops only the kube-apiserver of DIR; etcd (and so the data) stays
@@ -14,9 +19,10 @@
 # The binaries are built from the Go module proxy (k8s.io/kubernetes, whose go.mod pins
 # go.etcd.io/etcd/server/v3) in a tools module of their own under
 # ${PROBED_KUBE_CACHE:-$HOME/.cache/probed-kube}, never inside the project's module. A new machine
-# pays ~5-6 minutes once; later builds are skipped when `kube-apiserver --version` prints the
-# wanted version. There is no controller-manager, scheduler or kubelet: tests write pod statuses
-# themselves. See docs/cluster.md "Running the integration tests".
+# pays ~8-9 minutes once; later builds are skipped when `kube-apiserver --version` and
+# `kubelet --version` print the wanted version. There is no controller-manager or scheduler, and
+# no kubelet runs here: tests write pod statuses themselves (test/node/env.sh runs a real kubelet
+# with this server). See docs/cluster.md "Running the integration tests".
 set -euo pipefail
 
 KUBE_VERSION=v1.37.2
@@ -43,11 +49,21 @@ build_helm() {
   echo "$HELM_VERSION" > "$BIN/helm.version"
 }
 
-# build_kube: kube-apiserver and etcd from a tools module of their own.
+# cached_version NAME: the version line the cached binary NAME prints, or nothing.
+cached_version() { [ -x "$BIN/$1" ] && "$BIN/$1" --version 2>/dev/null | head -1; }
+
+# server_cached: kube-apiserver (of KUBE_VERSION) and etcd are in the cache.
+server_cached() { [ -x "$BIN/etcd" ] && [ "$(cached_version kube-apiserver)" = "Kubernetes $KUBE_VERSION" ]; }
+
+# kubelet_cached: the kubelet of KUBE_VERSION is in the cache (for test/node/env.sh).
+kubelet_cached() { [ "$(cached_version kubelet)" = "Kubernetes $KUBE_VERSION" ]; }
+
+# build_kube: kube-apiserver, etcd and the kubelet from a tools module of their own. What is
+# cached is kept: a cache from before the kubelet was added builds the kubelet alone (~3 min with
+# the Go build cache of the apiserver build, ~10 s when only relinking).
 build_kube() (  # a subshell: the cd and exports below stay inside
-  if [ -x "$BIN/etcd" ] && [ -x "$BIN/kube-apiserver" ] &&
-     [ "$("$BIN/kube-apiserver" --version 2>/dev/null)" = "Kubernetes $KUBE_VERSION" ]; then
-    echo "env.sh: cached kube-apiserver $KUBE_VERSION and etcd in $BIN"
+  if server_cached && kubelet_cached; then
+    echo "env.sh: cached kube-apiserver and kubelet $KUBE_VERSION and etcd in $BIN"
     return 0
   fi
   command -v go >/dev/null || die "go not on PATH"
@@ -70,6 +86,7 @@ build_kube() (  # a subshell: the cd and exports below stay inside
     echo "tool ("
     echo "	go.etcd.io/etcd/server/v3"
     echo "	k8s.io/kubernetes/cmd/kube-apiserver"
+    echo "	k8s.io/kubernetes/cmd/kubelet"
     echo ")"
     echo
     echo "replace ("
@@ -83,15 +100,26 @@ build_kube() (  # a subshell: the cd and exports below stay inside
   local pkg=k8s.io/component-base/version
   local major="${KUBE_VERSION#v}"; major="${major%%.*}"
   local minor="${KUBE_VERSION#v*.}"; minor="${minor%%.*}"
-  echo "env.sh: building kube-apiserver $KUBE_VERSION (5-6 min on an empty build cache)"
-  go build -trimpath -o "$BIN/kube-apiserver.new" -ldflags "-s -w \
+  # One go build of the Kubernetes commands missing from the cache: they share their compiled
+  # packages. The -X flags make --version print KUBE_VERSION (the cache check above).
+  local cmds=()
+  server_cached || cmds+=(k8s.io/kubernetes/cmd/kube-apiserver)
+  kubelet_cached || cmds+=(k8s.io/kubernetes/cmd/kubelet)
+  local out="$BIN/.new"
+  rm -rf "$out"; mkdir -p "$out"
+  echo "env.sh: building ${cmds[*]##*/} $KUBE_VERSION (kube-apiserver and kubelet: 8-9 min on an empty build cache; the kubelet alone after the apiserver: ~3 min)"
+  go build -trimpath -o "$out/" -ldflags "-s -w \
     -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor \
-    -X $pkg.gitTreeState=clean" k8s.io/kubernetes/cmd/kube-apiserver
-  echo "env.sh: building etcd"
-  go build -trimpath -o "$BIN/etcd.new" -ldflags "-s -w" go.etcd.io/etcd/server/v3
-  mv "$BIN/kube-apiserver.new" "$BIN/kube-apiserver"
-  mv "$BIN/etcd.new" "$BIN/etcd"
+    -X $pkg.gitTreeState=clean" "${cmds[@]}"
+  if ! server_cached; then
+    echo "env.sh: building etcd"
+    go build -trimpath -o "$out/etcd" -ldflags "-s -w" go.etcd.io/etcd/server/v3
+  fi
+  local f
+  for f in "$out"/*; do mv "$f" "$BIN/"; done
+  rmdir "$out"
   "$BIN/kube-apiserver" --version
+  "$BIN/kubelet" --version
   "$BIN/etcd" --version | head -1
 )
 
@@ -165,6 +193,12 @@ make_credentials() {
   openssl ec -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
   TOKEN="$(openssl rand -hex 32)"
   printf '%s,admin,admin,"system:masters"\n' "$TOKEN" > "$DIR/tokens.csv"
+  if [ -n "$NODE" ]; then
+    # The kubelet's identity: user system:node:NODE in group system:nodes, what the Node
+    # authorizer and the NodeRestriction admission plugin recognise as the node NODE.
+    NODE_TOKEN="$(openssl rand -hex 32)"
+    printf '%s,system:node:%s,system:node:%s,"system:nodes"\n' "$NODE_TOKEN" "$NODE" "$NODE" >> "$DIR/tokens.csv"
+  fi
   chmod 600 "$pki"/*.key "$DIR/tokens.csv"
 }
 
@@ -185,15 +219,19 @@ start_etcd() {
 start_apiserver() {
   API_PORT="$(free_port)"
   local pki="$DIR/pki"
+  # With a node (start --node): the Node authorizer before RBAC and NodeRestriction, as a
+  # cluster with kubelets runs them.
+  local AUTHZ=RBAC admission=()
+  [ -z "$NODE" ] || { AUTHZ=Node,RBAC; admission=(--enable-admission-plugins NodeRestriction); }
   APISERVER_ARGS=(--etcd-servers "http://127.0.0.1:$ETCD_PORT"
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT"
     --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key"
     --client-ca-file "$pki/ca.crt" --token-auth-file "$DIR/tokens.csv"
-    --authorization-mode RBAC
+    --authorization-mode "$AUTHZ"
     --service-account-issuer https://kubernetes.default.svc.cluster.local
     --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key"
     --service-cluster-ip-range 10.0.0.0/24 --endpoint-reconciler-type none
-    --disable-admission-plugins ServiceAccount)
+    --disable-admission-plugins ServiceAccount "${admission[@]}")
   declare -p API_PORT APISERVER_ARGS > "$DIR/apiserver.env"
   run_apiserver
 }
@@ -206,8 +244,10 @@ run_apiserver() {
   wait_until 180 "$API_PID" kube-apiserver apiserver_ready
 }
 
+# write_kubeconfig [FILE USER TOKEN]: DIR/kubeconfig for the admin (or FILE for USER with TOKEN).
 write_kubeconfig() {
-  cat > "$DIR/kubeconfig" <<KUBECONFIG
+  local file="${1:-$DIR/kubeconfig}" user="${2:-admin}" token="${3:-$TOKEN}"
+  cat > "$file" <<KUBECONFIG
 apiVersion: v1
 kind: Config
 clusters:
@@ -216,21 +256,27 @@ clusters:
     server: https://127.0.0.1:$API_PORT
     certificate-authority: $DIR/pki/ca.crt
 users:
-- name: admin
+- name: $user
   user:
-    token: $TOKEN
+    token: $token
 contexts:
 - name: probed-test
   context:
     cluster: probed-test
-    user: admin
+    user: $user
 current-context: probed-test
 KUBECONFIG
-  chmod 600 "$DIR/kubeconfig"
+  chmod 600 "$file"
 }
 
+# cmd_start DIR [--node NAME]: with a node, also the kubelet's identity (DIR/node.kubeconfig).
 cmd_start() {
-  DIR="$1"
+  DIR="$1" NODE=""
+  if [ $# = 3 ] && [ "$2" = --node ]; then
+    NODE="$3"
+  elif [ $# != 1 ]; then
+    die "usage: $0 start DIR [--node NAME]"
+  fi
   mkdir -p "$DIR"
   DIR="$(cd "$DIR" && pwd)"
   if [ -f "$DIR/pids" ]; then
@@ -239,7 +285,9 @@ cmd_start() {
       alive "$pid" && die "$DIR is in use (PID $pid runs); run: $0 stop $DIR"
     done
   fi
-  (cmd_build) >&2
+  # The server's binaries (built with the kubelet when missing) and helm; a cached server with no
+  # kubelet does not wait for the kubelet's build (test/node/env.sh builds it).
+  { server_cached || (build_kube); build_helm; } >&2
   rm -rf "$DIR/etcd" "$DIR/pki" "$DIR/logs" "$DIR/pids" "$DIR/kubeconfig" "$DIR/apiserver.env"
   mkdir -p "$DIR/logs"
   make_credentials
@@ -259,6 +307,7 @@ cmd_start() {
   done
   printf 'etcd %s\nkube-apiserver %s\n' "$ETCD_PID" "$API_PID" > "$DIR/pids"
   write_kubeconfig
+  [ -z "$NODE" ] || write_kubeconfig "$DIR/node.kubeconfig" "system:node:$NODE" "$NODE_TOKEN"
   echo "# kube-apiserver $KUBE_VERSION on https://127.0.0.1:$API_PORT, etcd on 127.0.0.1:$ETCD_PORT (logs: $DIR/logs)"
   echo "export PROBED_TEST_KUBECONFIG=$DIR/kubeconfig"
 }
@@ -318,7 +367,7 @@ cmd_apiserver_start() {
   alive "$pid" && die "kube-apiserver of $DIR already runs (PID $pid)"
   # shellcheck disable=SC1091
   source "$DIR/apiserver.env"
-  TOKEN="$(cut -d, -f1 "$DIR/tokens.csv")"
+  TOKEN="$(head -1 "$DIR/tokens.csv" | cut -d, -f1)"
   port_in_use "$API_PORT" && die "port $API_PORT of $DIR is taken by another process"
   run_apiserver || die "kube-apiserver of $DIR did not become ready (log: $DIR/logs/kube-apiserver.log)"
   awk '$1 != "kube-apiserver"' "$DIR/pids" > "$DIR/pids.new" && mv "$DIR/pids.new" "$DIR/pids"
@@ -326,10 +375,10 @@ cmd_apiserver_start() {
   echo "env.sh: started kube-apiserver of $DIR again on https://127.0.0.1:$API_PORT" >&2
 }
 
-usage="usage: $0 build | start DIR | stop DIR | apiserver-stop DIR | apiserver-start DIR"
+usage="usage: $0 build | start DIR [--node NAME] | stop DIR | apiserver-stop DIR | apiserver-start DIR"
 case "${1:-}" in
   build) cmd_build ;;
-  start) [ $# = 2 ] || die "usage: $0 start DIR"; cmd_start "$2" ;;
+  start) [ $# = 2 ] || [ $# = 4 ] || die "usage: $0 start DIR [--node NAME]"; shift; cmd_start "$@" ;;
   stop) [ $# = 2 ] || die "usage: $0 stop DIR"; cmd_stop "$2" ;;
   apiserver-stop) [ $# = 2 ] || die "usage: $0 apiserver-stop DIR"; cmd_apiserver_stop "$2" ;;
   apiserver-start) [ $# = 2 ] || die "usage: $0 apiserver-start DIR"; cmd_apiserver_start "$2" ;;

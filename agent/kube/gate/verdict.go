@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/probed/probed/manager"
 	"github.com/probed/probed/manager/customprobe"
 	"github.com/probed/probed/manager/results"
 	"github.com/probed/probed/runtime"
@@ -35,11 +36,6 @@ const (
 	MessageProbesSucceeded = "all readiness probes succeeded"
 	MessageNoProbes        = "no readiness probe in the " + customprobe.Annotation + " annotation"
 )
-
-// restartWindow: a container that was running more than this before the
-// prober manager started survived a restart of probed, and its probes get no
-// initial result (W6c); the same window as the manager's.
-const restartWindow = 10 * time.Second
 
 // Verdict is the readiness-gate condition probed wants on a pod.
 type Verdict struct {
@@ -180,12 +176,12 @@ func (d *decision) container(name string, cs *v1.ContainerStatus, readiness, sta
 	}
 }
 
-// survivedRestart reports whether the container was running more than the
-// restart window before the prober manager started: its workers wrote no
-// initial result (W6c).
+// survivedRestart reports whether the container was running before the
+// prober manager started: its workers wrote no initial result (W6c). The
+// manager's rule with cluster mode's window, 0
+// (manager.Options.AnyRunningSurvives).
 func survivedRestart(cs *v1.ContainerStatus, proberStart time.Time) bool {
-	run := cs.State.Running
-	return run != nil && !run.StartedAt.IsZero() && run.StartedAt.Time.Before(proberStart.Add(-restartWindow))
+	return manager.SurvivedRestart(cs, proberStart, 0)
 }
 
 // containerNames lists the pod's init containers and containers in order.

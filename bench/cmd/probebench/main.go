@@ -6,6 +6,7 @@
 //	probebench suite -suite quick|full [-out DIR] [-doc FILE]
 //	probebench report -in results.jsonl [-out DIR] [-doc FILE]
 //	probebench breakdown -profile cpu.out -result run.json [...]
+//	probebench node-report -in out/node.jsonl [-out DIR] [-doc FILE]
 //
 // "suite" re-executes this binary once per run ("run"), so each run is its
 // own process and its RSS is its own; TCP and HTTP targets are served by
@@ -20,7 +21,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: probebench run|suite|report|breakdown|targets [flags]")
+		fmt.Fprintln(os.Stderr, "usage: probebench run|suite|report|breakdown|node-report|targets [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -35,6 +36,8 @@ func main() {
 		err = reportMain(os.Args[2:])
 	case "breakdown":
 		err = breakdownMain(os.Args[2:])
+	case "node-report":
+		err = nodeReportMain(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}

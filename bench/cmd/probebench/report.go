@@ -31,13 +31,26 @@ func writeReport(results []Result, suite, cmdline, outDir, doc string) error {
 	if suite == subsecSuite {
 		return writeSubsecReport(results, cmdline, outDir, doc)
 	}
-	png := filepath.Join(outDir, suite+".png")
-	if err := plotResults(results, png, suite); err != nil {
+	return publish(suite, outDir, doc,
+		func(path string) error { return plotResults(results, path, suite) },
+		func(img string) string { return renderMarkdown(results, suite, cmdline, img) })
+}
+
+// publish writes <out>/<section>.png with plot and <out>/<section>.md with
+// render (given the plot's name as the markdown refers to it), and, with
+// doc set, copies the plot next to doc as benchmarks-<section>.png and
+// rewrites doc's section.
+func publish(section, outDir, doc string, plot func(path string) error, render func(img string) string) error {
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return err
+	}
+	png := filepath.Join(outDir, section+".png")
+	if err := plot(png); err != nil {
 		return fmt.Errorf("plot: %w", err)
 	}
-	imgRef := suite + ".png"
+	imgRef := section + ".png"
 	if doc != "" {
-		imgRef = "benchmarks-" + suite + ".png"
+		imgRef = "benchmarks-" + section + ".png"
 		b, err := os.ReadFile(png)
 		if err != nil {
 			return err
@@ -46,14 +59,14 @@ func writeReport(results []Result, suite, cmdline, outDir, doc string) error {
 			return err
 		}
 	}
-	md := renderMarkdown(results, suite, cmdline, imgRef)
-	if err := os.WriteFile(filepath.Join(outDir, suite+".md"), []byte(md), 0o644); err != nil {
+	md := render(imgRef)
+	if err := os.WriteFile(filepath.Join(outDir, section+".md"), []byte(md), 0o644); err != nil {
 		return err
 	}
 	if doc == "" {
 		return nil
 	}
-	return rewriteSection(doc, suite, md)
+	return rewriteSection(doc, section, md)
 }
 
 func rewriteSection(doc, suite, md string) error {

@@ -88,8 +88,13 @@ func (r *Recorder) StopWindow() {
 func (r *Recorder) Calls() int64 { return r.calls.Load() }
 
 // Start records that worker w's probe call starts now.
-func (r *Recorder) Start(w int) {
-	now := int64(time.Since(r.base))
+func (r *Recorder) Start(w int) { r.StartAt(w, time.Now()) }
+
+// StartAt records that worker w's probe call started at at: for times
+// recorded elsewhere on this host (a target's arrival times, read after the
+// window; bench/node). Calls before the window's start are not in it.
+func (r *Recorder) StartAt(w int, at time.Time) {
+	now := int64(at.Sub(r.base))
 	r.calls.Add(1)
 	if r.burstOn.Load() {
 		if b := (now - r.burstStart.Load()) / int64(BucketWidth); b >= 0 && b < int64(len(r.buckets)) {
@@ -98,6 +103,9 @@ func (r *Recorder) Start(w int) {
 	}
 	win := r.win.Load()
 	if win == nil || win.stop.Load() || w < 0 || w >= r.workers {
+		return
+	}
+	if now < win.start {
 		return
 	}
 	i := win.n[w].Add(1) - 1

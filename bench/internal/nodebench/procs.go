@@ -1,0 +1,150 @@
+package nodebench
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times (100 on
+// Linux).
+const clockTicks = 100
+
+// proc is one line of /proc/<pid>/stat.
+type proc struct {
+	pid, ppid  int
+	comm       string
+	self, kids time.Duration // utime+stime; cutime+cstime (reaped children)
+}
+
+// readProc reads /proc/<pid>/stat (false when the process is gone).
+func readProc(pid int) (proc, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return proc{}, false
+	}
+	s := string(b)
+	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || end < open || end+2 > len(s) {
+		return proc{}, false
+	}
+	f := strings.Fields(s[end+2:])
+	if len(f) < 15 {
+		return proc{}, false
+	}
+	ticks := func(i int) time.Duration {
+		n, _ := strconv.ParseInt(f[i], 10, 64)
+		return time.Duration(n) * time.Second / clockTicks
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	// After the comm: state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14).
+	return proc{pid: pid, ppid: ppid, comm: s[open+1 : end], self: ticks(11) + ticks(12), kids: ticks(13) + ticks(14)}, true
+}
+
+// allProcs reads every process of /proc.
+func allProcs() []proc {
+	entries, _ := os.ReadDir("/proc")
+	out := make([]proc, 0, len(entries))
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if p, ok := readProc(pid); ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// cmdline is the process's command line, arguments joined by spaces.
+func cmdline(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return strings.ReplaceAll(string(b), "\x00", " ")
+}
+
+// Node names the processes of the real node whose CPU a run measures.
+type Node struct {
+	Kubelet, Containerd int    // PIDs
+	Socket              string // containerd's socket path: its shims name it (-address)
+	APIServer, Etcd     int    // the node's control plane (reported apart, not in the node's total)
+	Probed              int    // 0 when probed does not run
+}
+
+// CPU is the CPU time of the node's parts at one moment (cumulative).
+type CPU struct {
+	Kubelet    time.Duration // the kubelet and the children it reaped
+	Containerd time.Duration
+	// Shims: every containerd shim of the node with the children it reaped:
+	// runc (create, exec, kill) and the processes exec probes ran.
+	Shims time.Duration
+	// Pods: the containers' own long-running processes (the shims' live
+	// children: the pause and probe-target processes), without children.
+	Pods   time.Duration
+	Probed time.Duration
+	// Control: the node's kube-apiserver and etcd (not part of the node).
+	Control time.Duration
+}
+
+// Node is kubelet + containerd + shims + pods + probed: the whole node's
+// CPU (the control plane excluded).
+func (c CPU) Node() time.Duration { return c.Kubelet + c.Containerd + c.Shims + c.Pods + c.Probed }
+
+// Sub is c − o, part by part.
+func (c CPU) Sub(o CPU) CPU {
+	return CPU{c.Kubelet - o.Kubelet, c.Containerd - o.Containerd, c.Shims - o.Shims, c.Pods - o.Pods, c.Probed - o.Probed, c.Control - o.Control}
+}
+
+// Sample reads the node's CPU now. Shims are found by their command line
+// (-address SOCKET), their live children by parent PID.
+func (n Node) Sample() CPU {
+	var c CPU
+	procs := allProcs()
+	shims := map[int]bool{}
+	for _, p := range procs {
+		if strings.HasPrefix(p.comm, "containerd-shim") && strings.Contains(cmdline(p.pid), "-address "+n.Socket) {
+			shims[p.pid] = true
+		}
+	}
+	for _, p := range procs {
+		all := p.self + p.kids
+		switch {
+		case p.pid == n.Kubelet:
+			c.Kubelet += all
+		case p.pid == n.Containerd:
+			c.Containerd += all
+		case n.Probed != 0 && p.pid == n.Probed:
+			c.Probed += all
+		case p.pid == n.APIServer || p.pid == n.Etcd:
+			c.Control += all
+		case shims[p.pid]:
+			c.Shims += all
+		case shims[p.ppid]:
+			c.Pods += p.self
+		}
+	}
+	return c
+}
+
+// ExecsInFlight counts the runc processes of the node running an exec now
+// (their command line names the node's runc root and "exec").
+func ExecsInFlight(runcRoot string) int {
+	entries, _ := os.ReadDir("/proc")
+	n := 0
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		comm, err := os.ReadFile("/proc/" + e.Name() + "/comm")
+		if err != nil || strings.TrimSpace(string(comm)) != "runc" { // not its runc:[2:INIT] child
+			continue
+		}
+		if c := cmdline(pid); strings.Contains(c, runcRoot) && strings.Contains(c, " exec ") {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,322 @@
+package nodebench
+
+import (
+	"bytes"
+	"fmt"
+	"image/color"
+	"os"
+	"slices"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+)
+
+// The targets of issue 20.
+const (
+	// HTTPRatio: with HTTP/TCP probes moved to probed, the node's CPU per
+	// probe run at most this times the kubelet's.
+	HTTPRatio = 0.5
+	// keepUpShare: a side keeps up when it runs at least this share of the
+	// expected probes, every pod is ready, and (HTTP/TCP) its lateness p99
+	// is under one period.
+	keepUpShare = 0.95
+)
+
+// Render is the markdown of the runs: one table per kind, the targets and
+// the plot (img, relative to the document).
+func Render(results []Result, header, img string) string {
+	var b bytes.Buffer
+	b.WriteString(header)
+	lo, hi := loadRange(results)
+	fmt.Fprintf(&b, "Load average (1 min) at the end of the windows: %.1f–%.1f.\n\n", lo, hi)
+
+	b.WriteString("**HTTP readiness + TCP liveness probes**, period 1 s (2 runs a pod a second):\n\n")
+	b.WriteString("| pods | side | ready | runs/s (expected) | false failures | node CPU, cores | kubelet | containerd + shims | pods' processes | probed | node ms / run | probing ms / run | lateness p50 / p99 / max ms | missed | API server + etcd, cores |\n")
+	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range sorted(results, KindHTTP) {
+		w := r.WindowSeconds
+		lat, missed := "—", "—"
+		if r.Lateness != nil {
+			lat = fmt.Sprintf("%.1f / %.1f / %.1f", r.Lateness.LatenessP50Ms, r.Lateness.LatenessP99Ms, r.Lateness.LatenessMaxMs)
+			missed = fmt.Sprint(r.Lateness.Missed)
+		}
+		fmt.Fprintf(&b, "| %d | %s | %d | %s | %s | %.3f | %.3f | %.3f | %.3f | %s | %s | %s | %s | %s | %.3f |\n",
+			r.Pods, r.Side, r.Ready, rate(r), failed(r), r.CPU.Node/w, r.CPU.Kubelet/w, (r.CPU.Containerd+r.CPU.Shims)/w, r.CPU.Pods/w,
+			probedCores(r), perRun(r.NodeMsPerRun, r), perRun(r.ProbingMsPerRun, r), lat, missed, r.CPU.Control/w)
+	}
+
+	b.WriteString("\n**Exec readiness probes** (`true` in the container, through CRI `ExecSync`: a `runc exec` each), period 1 s (1 run a pod a second):\n\n")
+	b.WriteString("| pods | side | ready | runs/s (expected) | false failures | ExecSync calls/s | node CPU, cores | kubelet | containerd | shims + runc | probed | node ms / run | probing ms / run | execs in flight, most seen (lane) |\n")
+	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range sorted(results, KindExec) {
+		w := r.WindowSeconds
+		lane := "unbounded"
+		if r.ExecLane > 0 {
+			lane = fmt.Sprint(r.ExecLane)
+		}
+		fmt.Fprintf(&b, "| %d | %s | %d | %s | %s | %.1f | %.3f | %.3f | %.3f | %.3f | %s | %s | %s | %d (%s) |\n",
+			r.Pods, r.Side, r.Ready, rate(r), failed(r), float64(r.ExecCalls)/w, r.CPU.Node/w, r.CPU.Kubelet/w, r.CPU.Containerd/w, r.CPU.Shims/w,
+			probedCores(r), perRun(r.NodeMsPerRun, r), perRun(r.ProbingMsPerRun, r), r.ExecsInFlightMax, lane)
+	}
+	b.WriteString("\n#### Targets\n\n")
+	for _, t := range Targets(results) {
+		fmt.Fprintf(&b, "- %s\n", t)
+	}
+	fmt.Fprintf(&b, "\n![node CPU and CPU per probe run against pods, kubelet and probed](%s)\n\n", img)
+	return b.String()
+}
+
+func rate(r Result) string {
+	if r.Side == SideNone {
+		return "—"
+	}
+	return fmt.Sprintf("%.1f (%.0f)", r.RunsPerSec, r.Expected)
+}
+
+func failed(r Result) string {
+	if r.Side == SideNone {
+		return "—"
+	}
+	return fmt.Sprint(r.Failed)
+}
+
+func probedCores(r Result) string {
+	if r.Side != SideProbed {
+		return "—"
+	}
+	return fmt.Sprintf("%.3f", r.CPU.Probed/r.WindowSeconds)
+}
+
+func perRun(v float64, r Result) string {
+	if r.Side == SideNone || r.Runs == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func loadRange(results []Result) (lo, hi float64) {
+	for i, r := range results {
+		if len(r.Load) == 0 {
+			continue
+		}
+		if i == 0 || r.Load[0] < lo {
+			lo = r.Load[0]
+		}
+		hi = max(hi, r.Load[0])
+	}
+	return lo, hi
+}
+
+// sorted returns the runs of kind, with the runs without probes at the same
+// pod counts, by pods, then none, kubelet, probed.
+func sorted(results []Result, kind string) []Result {
+	order := map[string]int{SideNone: 0, SideKubelet: 1, SideProbed: 2}
+	var out []Result
+	for _, r := range results {
+		if (r.Side == SideNone && hasKind(results, kind, r.Pods)) || (r.Side != SideNone && r.Kind == kind) {
+			out = append(out, r)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Result) int {
+		if a.Pods != b.Pods {
+			return a.Pods - b.Pods
+		}
+		return order[a.Side] - order[b.Side]
+	})
+	return out
+}
+
+// hasKind: a run of kind with probes at pods.
+func hasKind(results []Result, kind string, pods int) bool {
+	for _, r := range results {
+		if r.Kind == kind && r.Side != SideNone && r.Pods == pods {
+			return true
+		}
+	}
+	return false
+}
+
+// find returns the run of kind, side and pods.
+func find(results []Result, kind, side string, pods int) (Result, bool) {
+	for _, r := range results {
+		if r.Kind == kind && r.Side == side && r.Pods == pods {
+			return r, true
+		}
+	}
+	return Result{}, false
+}
+
+// keepsUp: the side ran what it should (every pod ready, at least
+// keepUpShare of the expected runs, no false failure, HTTP/TCP lateness p99
+// under a period).
+func keepsUp(r Result) bool {
+	if r.Ready < r.Pods || r.RunsPerSec < keepUpShare*r.Expected || r.Failed > 0 {
+		return false
+	}
+	return r.Lateness == nil || r.Lateness.LatenessP99Ms < float64(r.PeriodSeconds)*1000
+}
+
+// Targets says, for each target of issue 20, met or missed with the figures.
+func Targets(results []Result) []string {
+	var out []string
+	verdict := func(ok bool) string {
+		if ok {
+			return "**met**"
+		}
+		return "**missed**"
+	}
+	counts := func(kind string) []int {
+		var ns []int
+		for _, r := range results {
+			if r.Kind == kind && r.Side != SideNone && !slices.Contains(ns, r.Pods) {
+				ns = append(ns, r.Pods)
+			}
+		}
+		slices.Sort(ns)
+		return ns
+	}
+
+	for _, n := range counts(KindHTTP) {
+		k, okK := find(results, KindHTTP, SideKubelet, n)
+		p, okP := find(results, KindHTTP, SideProbed, n)
+		if !okK || !okP || k.NodeMsPerRun == 0 {
+			continue
+		}
+		ratio := p.NodeMsPerRun / k.NodeMsPerRun
+		line := fmt.Sprintf("HTTP/TCP, %d pods: node CPU per run with probed %.2f ms, with the kubelet %.2f ms: %.2f× (target ≤ %.1f×) %s",
+			n, p.NodeMsPerRun, k.NodeMsPerRun, ratio, HTTPRatio, verdict(ratio <= HTTPRatio))
+		if k.ProbingMsPerRun > 0 {
+			line += fmt.Sprintf("; above the same pods without probes: %.2f ms against %.2f ms (%.2f×)", p.ProbingMsPerRun, k.ProbingMsPerRun, p.ProbingMsPerRun/k.ProbingMsPerRun)
+		}
+		out = append(out, line)
+	}
+	for _, n := range counts(KindExec) {
+		k, okK := find(results, KindExec, SideKubelet, n)
+		p, okP := find(results, KindExec, SideProbed, n)
+		if !okK || !okP || k.NodeMsPerRun == 0 {
+			continue
+		}
+		out = append(out, fmt.Sprintf("exec, %d pods: node CPU per run with probed %.1f ms, with the kubelet %.1f ms (%.2f×; target: no more) %s; execs in flight at most %d with probed (lane %d) %s, %d with the kubelet",
+			n, p.NodeMsPerRun, k.NodeMsPerRun, p.NodeMsPerRun/k.NodeMsPerRun, verdict(p.NodeMsPerRun <= k.NodeMsPerRun),
+			p.ExecsInFlightMax, p.ExecLane, verdict(p.ExecsInFlightMax <= p.ExecLane), k.ExecsInFlightMax))
+	}
+	for _, kind := range []string{KindHTTP, KindExec} {
+		for _, side := range []string{SideKubelet, SideProbed} {
+			last, first := 0, 0
+			for _, n := range counts(kind) {
+				r, ok := find(results, kind, side, n)
+				if !ok {
+					continue
+				}
+				if keepsUp(r) {
+					last = n
+				} else if first == 0 {
+					first = n
+				}
+			}
+			switch {
+			case first == 0 && last > 0:
+				out = append(out, fmt.Sprintf("%s, %s: keeps up at every pod count measured (up to %d)", kind, side, last))
+			case first > 0:
+				out = append(out, fmt.Sprintf("%s, %s: keeps up to %d pods; stops keeping up at %d (fewer than %.0f%% of the expected runs, false failures, pods not ready, or lateness p99 over a period)",
+					kind, side, last, first, keepUpShare*100))
+			}
+		}
+	}
+	return out
+}
+
+// Plot draws, for HTTP/TCP and exec, the node's CPU (cores) and its CPU per
+// probe run against the pod count, one line per side.
+func Plot(results []Result, path string) error {
+	colors := map[string]color.Color{
+		SideProbed:  color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 255},
+		SideKubelet: color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 255},
+		SideNone:    color.Gray{Y: 0x80},
+	}
+	mk := func(title, ylabel, kind string, y func(Result) (float64, bool)) (*plot.Plot, error) {
+		p := plot.New()
+		p.Title.Text = title
+		p.X.Label.Text = "pods"
+		p.Y.Label.Text = ylabel
+		p.Y.Min = 0
+		p.Legend.Top, p.Legend.Left = true, true
+		for _, side := range []string{SideKubelet, SideProbed, SideNone} {
+			var xys plotter.XYs
+			for _, r := range sorted(results, kind) {
+				if r.Side != side {
+					continue
+				}
+				if v, ok := y(r); ok {
+					xys = append(xys, plotter.XY{X: float64(r.Pods), Y: v})
+				}
+			}
+			if len(xys) == 0 {
+				continue
+			}
+			l, pts, err := plotter.NewLinePoints(xys)
+			if err != nil {
+				return nil, err
+			}
+			l.Color, pts.Color = colors[side], colors[side]
+			name := side
+			if side == SideNone {
+				name = "no probes"
+				l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+			}
+			p.Add(l, pts)
+			p.Legend.Add(name, l, pts)
+		}
+		return p, nil
+	}
+	cores := func(r Result) (float64, bool) { return r.CPU.Node / r.WindowSeconds, true }
+	perRun := func(r Result) (float64, bool) { return r.NodeMsPerRun, r.Side != SideNone && r.Runs > 0 }
+	var plots []*plot.Plot
+	for _, spec := range []struct {
+		title, ylabel, kind string
+		y                   func(Result) (float64, bool)
+	}{
+		{"HTTP/TCP: node CPU", "cores", KindHTTP, cores},
+		{"HTTP/TCP: node CPU per probe run", "ms", KindHTTP, perRun},
+		{"exec: node CPU", "cores", KindExec, cores},
+		{"exec: node CPU per probe run", "ms", KindExec, perRun},
+	} {
+		p, err := mk(spec.title, spec.ylabel, spec.kind, spec.y)
+		if err != nil {
+			return err
+		}
+		plots = append(plots, p)
+	}
+	img := vgimg.New(vg.Points(900), vg.Points(640))
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: 2, Cols: 2, PadX: vg.Millimeter * 6, PadY: vg.Millimeter * 6, PadTop: vg.Millimeter * 4,
+		PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 4}
+	grid := [][]*plot.Plot{{plots[0], plots[1]}, {plots[2], plots[3]}}
+	canvases := plot.Align(grid, tiles, dc)
+	for i := range grid {
+		for j, p := range grid[i] {
+			p.Draw(canvases[i][j])
+		}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = vgimg.PngCanvas{Canvas: img}.WriteTo(f)
+	return err
+}
+
+// Header is the first lines of the section: how it was measured.
+func Header(cmdline, machine string, results []Result) string {
+	when := ""
+	if len(results) > 0 {
+		first, last := results[0].Time, results[len(results)-1].Time
+		when = fmt.Sprintf(", %s – %s", first.Format("2006-01-02 15:04"), last.Format("15:04 UTC"))
+	}
+	return fmt.Sprintf("Measured with `%s`%s.  \nMachine: %s.  \n", strings.TrimSpace(cmdline), when, machine)
+}

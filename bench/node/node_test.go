@@ -1,0 +1,607 @@
+// Package node measures what probes cost a real node (issue 20): the same N
+// hostNetwork pods of the probe target (internal/probetarget) on the node of
+// test/node/env.sh, their probes once as spec probes run by the kubelet and
+// once as annotation probes run by probed (the spec probes removed), and
+// once without any probe; the node's whole CPU (the kubelet, containerd, its
+// shims with the runc processes they reaped, the pods' processes, probed)
+// and each part's over one window, per probe run; the probes' lateness at
+// the targets; for exec probes, the runc execs in flight.
+//
+//	eval "$(test/node/env.sh start /tmp/probed-node)"
+//	make bench-node   # the benchmark, then probebench node-report into docs/benchmarks.md
+//
+// Settings (environment): PROBED_BENCH_NODE_PODS, the pod counts of the
+// HTTP/TCP runs (default "10,25,50,100,200"); PROBED_BENCH_NODE_EXEC_PODS,
+// those of the exec runs (default "10,25,50"); PROBED_BENCH_NODE_WINDOW
+// (default 60s); PROBED_BENCH_NODE_OUT, the JSON lines
+// (default out/node.jsonl, emptied first). It skips without PROBED_TEST_NODE.
+// docs/benchmarks.md "The real node" has the figures.
+package node
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/probed/probed/bench/internal/lateness"
+	"github.com/probed/probed/bench/internal/nodebench"
+	"github.com/probed/probed/bench/internal/sysstat"
+	"github.com/probed/probed/internal/kubetest"
+	"github.com/probed/probed/internal/nodetest"
+	"github.com/probed/probed/internal/probetarget"
+)
+
+const (
+	period      = time.Second
+	settle      = 10 * time.Second
+	gateType    = "probed.io/ready"
+	execLane    = 64 // probed's default --exec-pool-size
+	createConc  = 8  // pods created or patched at once
+	sampleEvery = 20 * time.Millisecond
+)
+
+func BenchmarkNodeDensity(b *testing.B) {
+	n := nodetest.Load(b)
+	window := envDuration(b, "PROBED_BENCH_NODE_WINDOW", 60*time.Second)
+	httpPods := envInts(b, "PROBED_BENCH_NODE_PODS", []int{10, 25, 50, 100, 200})
+	execPods := envInts(b, "PROBED_BENCH_NODE_EXEC_PODS", []int{10, 25, 50})
+	out := os.Getenv("PROBED_BENCH_NODE_OUT")
+	if out == "" {
+		out = filepath.Join("..", "out", "node.jsonl")
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(out, nil, 0o644); err != nil { // one run of the suite per file
+		b.Fatal(err)
+	}
+	e := &env{n: n, bin: probedBinary(b), window: window, out: out, admin: kubetest.Client(b)}
+
+	counts := slices.Clone(httpPods)
+	for _, c := range execPods {
+		if !slices.Contains(counts, c) {
+			counts = append(counts, c)
+		}
+	}
+	slices.Sort(counts)
+	for _, pods := range counts {
+		withHTTP, withExec := slices.Contains(httpPods, pods), slices.Contains(execPods, pods)
+		b.Run(fmt.Sprintf("pods=%d", pods), func(b *testing.B) {
+			for range b.N {
+				e.runCount(b, pods, withHTTP, withExec)
+			}
+		})
+	}
+}
+
+// env is what every run shares.
+type env struct {
+	n      *nodetest.Node
+	bin    string // probed
+	window time.Duration
+	out    string
+	admin  kubernetes.Interface
+}
+
+// runCount runs every side of one pod count: the pods without probes, then
+// probed's annotation probes on the same pods (HTTP/TCP, then exec), then
+// the kubelet's spec probes on new pods.
+func (e *env) runCount(b *testing.B, pods int, withHTTP, withExec bool) {
+	ns := e.namespace(b)
+	ports := nodetest.FreePorts(b, 2*pods)
+	targets := make([]nodetest.Target, pods)
+	for i := range targets {
+		targets[i] = nodetest.Target{HTTP: ports[2*i], TCP: ports[2*i+1]}
+	}
+
+	// The pods without probes, gated: the node's cost of the pods alone,
+	// then probed's runs on the same pods.
+	e.createPods(b, ns, targets, func(pod *v1.Pod, _ nodetest.Target) {
+		pod.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: gateType}}
+	})
+	e.waitPods(b, ns, pods, false)
+	base := e.measure(b, ns, nodebench.KindHTTP, nodebench.SideNone, targets, nil, nil)
+	if withHTTP {
+		e.annotate(b, ns, targets, func(tg nodetest.Target) string { return annotation(nodebench.KindHTTP, tg) })
+		a := e.startProbed(b)
+		e.waitPods(b, ns, pods, true)
+		e.measure(b, ns, nodebench.KindHTTP, nodebench.SideProbed, targets, a, &base)
+		a.stop(b)
+	}
+	if withExec {
+		e.annotate(b, ns, targets, func(tg nodetest.Target) string { return annotation(nodebench.KindExec, tg) })
+		a := e.startProbed(b, "--container-runtime-endpoint", e.n.CRIEndpoint)
+		e.waitPods(b, ns, pods, true)
+		e.measure(b, ns, nodebench.KindExec, nodebench.SideProbed, targets, a, &base)
+		a.stop(b)
+	}
+	e.deletePods(b, ns)
+
+	// The kubelet's spec probes on new pods of the same shape.
+	for _, kind := range []string{nodebench.KindHTTP, nodebench.KindExec} {
+		if (kind == nodebench.KindHTTP && !withHTTP) || (kind == nodebench.KindExec && !withExec) {
+			continue
+		}
+		ns := e.namespace(b)
+		e.createPods(b, ns, targets, func(pod *v1.Pod, tg nodetest.Target) { specProbes(pod, kind, tg) })
+		e.waitPods(b, ns, pods, true)
+		e.measure(b, ns, kind, nodebench.SideKubelet, targets, nil, &base)
+		e.deletePods(b, ns)
+	}
+}
+
+// namespace is a new namespace whose pods are deleted when b ends (also
+// when it fails half-way: the next pod count needs the node to itself).
+func (e *env) namespace(b *testing.B) string {
+	ns := kubetest.Namespace(b)
+	b.Cleanup(func() { e.deletePods(b, ns) })
+	return ns
+}
+
+// annotation is the probed.io/probes annotation of kind for target tg.
+func annotation(kind string, tg nodetest.Target) string {
+	if kind == nodebench.KindExec {
+		return `[{"container":"app","type":"readiness","periodSeconds":1,"exec":{"command":["true"]}}]`
+	}
+	return fmt.Sprintf(`[{"container":"app","type":"readiness","periodSeconds":1,"httpGet":{"path":"/probe/ready","port":%d}},`+
+		`{"container":"app","type":"liveness","periodSeconds":1,"tcpSocket":{"port":%d}}]`, tg.HTTP, tg.TCP)
+}
+
+// specProbes gives the pod's container the spec probes of kind, as the
+// annotation has them (the API's defaults otherwise: timeout 1 s,
+// thresholds 3 and 1).
+func specProbes(pod *v1.Pod, kind string, tg nodetest.Target) {
+	c := &pod.Spec.Containers[0]
+	if kind == nodebench.KindExec {
+		c.ReadinessProbe = &v1.Probe{PeriodSeconds: 1, ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"true"}}}}
+		return
+	}
+	c.ReadinessProbe = &v1.Probe{PeriodSeconds: 1, ProbeHandler: v1.ProbeHandler{
+		HTTPGet: &v1.HTTPGetAction{Path: "/probe/ready", Port: intstr.FromInt32(int32(tg.HTTP))}}}
+	c.LivenessProbe = &v1.Probe{PeriodSeconds: 1, ProbeHandler: v1.ProbeHandler{
+		TCPSocket: &v1.TCPSocketAction{Port: intstr.FromInt32(int32(tg.TCP))}}}
+}
+
+func podName(i int) string { return fmt.Sprintf("t-%03d", i) }
+
+// createPods creates one target pod per target in ns, mutate shaping each.
+func (e *env) createPods(b *testing.B, ns string, targets []nodetest.Target, mutate func(*v1.Pod, nodetest.Target)) {
+	b.Helper()
+	e.parallel(b, len(targets), func(i int) error {
+		pod := e.n.TargetPod(ns, podName(i), targets[i])
+		mutate(pod, targets[i])
+		_, err := e.admin.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{})
+		return err
+	})
+}
+
+// annotate sets each pod's probed.io/probes annotation.
+func (e *env) annotate(b *testing.B, ns string, targets []nodetest.Target, value func(nodetest.Target) string) {
+	b.Helper()
+	e.parallel(b, len(targets), func(i int) error {
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{"probed.io/probes": value(targets[i])}}})
+		if err != nil {
+			return err
+		}
+		_, err = e.admin.CoreV1().Pods(ns).Patch(context.Background(), podName(i), types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	})
+}
+
+// parallel runs f(0..n-1), createConc at once, failing on the first error.
+func (e *env) parallel(b *testing.B, n int, f func(i int) error) {
+	b.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	sem := make(chan struct{}, createConc)
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = f(i)
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// waitPods waits until want pods of ns are Ready (ready) or have every
+// container running (not ready): 3 minutes plus a second a pod, then it
+// goes on with what there is (the run's Ready says how many).
+func (e *env) waitPods(b *testing.B, ns string, want int, ready bool) int {
+	b.Helper()
+	timeout := 3*time.Minute + time.Duration(want)*time.Second
+	got := 0
+	_ = wait.PollUntilContextTimeout(context.Background(), 2*time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		got = e.countPods(b, ns, ready)
+		return got >= want, nil
+	})
+	if got < want {
+		b.Logf("%s: %d of %d pods %s after %v", ns, got, want, map[bool]string{true: "Ready", false: "running"}[ready], timeout)
+	}
+	return got
+}
+
+// countPods counts the pods of ns that are Ready (ready) or running.
+func (e *env) countPods(b *testing.B, ns string, ready bool) int {
+	list, err := e.admin.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		b.Logf("list pods of %s: %v", ns, err)
+		return 0
+	}
+	n := 0
+	for _, p := range list.Items {
+		ok := p.Status.Phase == v1.PodRunning
+		if ready {
+			ok = false
+			for _, c := range p.Status.Conditions {
+				ok = ok || (c.Type == v1.PodReady && c.Status == v1.ConditionTrue)
+			}
+		}
+		if ok {
+			n++
+		}
+	}
+	return n
+}
+
+// deletePods deletes every pod of ns and waits until the kubelet removed
+// them (their ports are then free).
+func (e *env) deletePods(b *testing.B, ns string) {
+	b.Helper()
+	ctx := context.Background()
+	if err := e.admin.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := e.admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		return err == nil && len(list.Items) == 0, nil
+	})
+	if err != nil {
+		b.Fatalf("pods of %s not gone after 10 minutes", ns)
+	}
+}
+
+// agentProc is the probed binary running for the node.
+type agentProc struct {
+	cmd  *exec.Cmd
+	base string
+	done chan struct{}
+}
+
+// startProbed runs probed for the node under the agent's RBAC (not bound to
+// a pod: no agent pod for the kubelet to run), its log in a file, and
+// waits until /healthz answers.
+func (e *env) startProbed(b *testing.B, args ...string) *agentProc {
+	b.Helper()
+	kubeconfig := kubetest.WriteKubeconfig(b, kubetest.AgentConfig(b))
+	port := nodetest.FreePorts(b, 1)[0]
+	a := &agentProc{base: "http://127.0.0.1:" + strconv.Itoa(port), done: make(chan struct{})}
+	logf, err := os.Create(filepath.Join(b.TempDir(), "probed.log"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	a.cmd = exec.Command(e.bin, append([]string{"run", "--kubeconfig", kubeconfig, "--node-name", e.n.Name,
+		"--listen", "127.0.0.1:" + strconv.Itoa(port), "--log-format", "json"}, args...)...)
+	a.cmd.Stdout, a.cmd.Stderr = logf, logf
+	if err := a.cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	go func() { _ = a.cmd.Wait(); logf.Close(); close(a.done) }()
+	b.Cleanup(func() { a.stop(b) })
+	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+		body, err := get(http.DefaultClient, a.base+"/healthz", "")
+		return err == nil && string(body) == "ok", nil
+	})
+	if err != nil {
+		b.Fatalf("probed's /healthz did not answer ok within 60 s (log: %s)", logf.Name())
+	}
+	return a
+}
+
+// stop ends probed (SIGTERM, then SIGKILL after 30 s); idempotent.
+func (a *agentProc) stop(b *testing.B) {
+	select {
+	case <-a.done:
+		return
+	default:
+	}
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.done:
+	case <-time.After(30 * time.Second):
+		_ = a.cmd.Process.Kill()
+		<-a.done
+	}
+}
+
+// measure lets the node settle, then measures one window: the node's CPU
+// by part, the probe runs, their lateness at the targets (HTTP/TCP), the
+// runc execs in flight; it appends the Result to the output and reports it.
+func (e *env) measure(b *testing.B, ns, kind, side string, targets []nodetest.Target, a *agentProc, base *nodebench.Result) nodebench.Result {
+	b.Helper()
+	r := nodebench.Result{Kind: kind, Side: side, Pods: len(targets), PeriodSeconds: int(period / time.Second),
+		ProbesPerPod: map[string]int{nodebench.KindHTTP: 2, nodebench.KindExec: 1}[kind]}
+	if side == nodebench.SideNone {
+		r.ProbesPerPod = 0
+	}
+	r.Expected = float64(r.Pods*r.ProbesPerPod) / period.Seconds()
+	r.Ready = e.countPods(b, ns, side != nodebench.SideNone)
+	node := nodebench.Node{Kubelet: e.n.KubeletPID, Containerd: e.n.ContainerdPID,
+		Socket: strings.TrimPrefix(e.n.CRIEndpoint, "unix://"), APIServer: e.n.APIServerPID, Etcd: e.n.EtcdPID}
+	if a != nil {
+		node.Probed = a.cmd.Process.Pid
+		r.ExecLane = execLane
+	}
+	time.Sleep(settle)
+
+	counter := e.proberCounter(b, ns, side, a)
+	rec := lateness.New(2*len(targets), time.Second)
+	for _, tg := range targets { // empty the targets' streams: the window starts now
+		if _, err := probetarget.GetStats(tg.Base(e.n), true); err != nil {
+			b.Fatal(err)
+		}
+	}
+	counts0 := counter()
+	cpu0, t0 := node.Sample(), time.Now()
+	rec.StartWindow(int(e.window/period) * 3)
+	stopSampler := sampleExecs(e.n.Dir + "/cri/runc")
+	time.Sleep(e.window)
+	cpu1, t1 := node.Sample(), time.Now()
+	counts := counter().sub(counts0)
+	r.ExecsInFlightMax = stopSampler()
+	r.WindowSeconds = t1.Sub(t0).Seconds()
+	r.CPU = nodebench.Seconds(cpu1.Sub(cpu0))
+
+	// Arrivals at the targets: the HTTP/TCP runs and their lateness.
+	var arrivals int64
+	for i, tg := range targets {
+		st, err := probetarget.GetStats(tg.Base(e.n), false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for j, name := range []string{probetarget.StreamHTTP("ready"), probetarget.StreamTCP} {
+			s := st.Streams[name]
+			if s == nil {
+				continue
+			}
+			for _, us := range s.Times {
+				if at := time.UnixMicro(us); !at.After(t1) {
+					rec.StartAt(2*i+j, at)
+					arrivals++
+				}
+			}
+		}
+	}
+	r.Runs, r.Failed = arrivals, counts.failed
+	if kind == nodebench.KindExec {
+		r.Runs, r.ExecCalls = counts.runs, counts.calls
+	}
+	if kind == nodebench.KindHTTP && side != nodebench.SideNone {
+		st := rec.Stats(period, nil)
+		r.Lateness = &st
+	}
+	r.Load = sysstat.LoadAverage()
+	r.Time = time.Now().UTC()
+	if r.Ready < r.Pods {
+		r.Note = fmt.Sprintf("%d of %d pods ready", r.Ready, r.Pods)
+	}
+	if side != nodebench.SideNone {
+		r.Finish(base)
+	} else {
+		r.Finish(nil)
+	}
+	if err := nodebench.Append(e.out, r); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("%s %s pods=%d: %.1f runs/s (expected %.0f), node CPU %.3f cores (kubelet %.3f, containerd %.3f, shims %.3f, pods %.3f, probed %.3f; control plane %.3f), %.2f ms/run, probing %.2f ms/run, execs in flight ≤ %d",
+		kind, side, r.Pods, r.RunsPerSec, r.Expected, r.CPU.Node/r.WindowSeconds, r.CPU.Kubelet/r.WindowSeconds,
+		r.CPU.Containerd/r.WindowSeconds, r.CPU.Shims/r.WindowSeconds, r.CPU.Pods/r.WindowSeconds, r.CPU.Probed/r.WindowSeconds,
+		r.CPU.Control/r.WindowSeconds, r.NodeMsPerRun, r.ProbingMsPerRun, r.ExecsInFlightMax)
+	b.ReportMetric(r.RunsPerSec, "runs/s")
+	b.ReportMetric(r.CPU.Node/r.WindowSeconds, "node-cores")
+	if r.Runs > 0 {
+		b.ReportMetric(r.NodeMsPerRun, "node-ms/run")
+	}
+	return r
+}
+
+// proberCounts is what the prober of a run reports about ns's pods: its
+// probe runs and those that were not a success (prober_probe_total, summed
+// over types; every target is healthy, so each of those is a false
+// verdict), and the ExecSync calls it made (the kubelet's
+// kubelet_runtime_operations_total{operation_type="exec_sync"}, probed's
+// probed_cri_calls_total{method="ExecSync"}).
+type proberCounts struct{ runs, failed, calls int64 }
+
+func (c proberCounts) sub(o proberCounts) proberCounts {
+	return proberCounts{c.runs - o.runs, c.failed - o.failed, c.calls - o.calls}
+}
+
+// proberCounter returns a function that reads proberCounts from the
+// kubelet's or probed's metrics; zero without probes.
+func (e *env) proberCounter(b *testing.B, ns, side string, a *agentProc) func() proberCounts {
+	if side == nodebench.SideNone {
+		return func() proberCounts { return proberCounts{} }
+	}
+	base, token, client := "", "", http.DefaultClient
+	calls := map[string]string{"method": "ExecSync"}
+	callsFamily := "probed_cri_calls_total"
+	if side == nodebench.SideKubelet {
+		cfg := kubetest.Config(b)
+		base, token = fmt.Sprintf("https://127.0.0.1:%d", e.n.KubeletPort), cfg.BearerToken
+		// The kubelet's serving certificate is self-signed (no CA to check it by).
+		client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+		callsFamily, calls = "kubelet_runtime_operations_total", map[string]string{"operation_type": "exec_sync"}
+	} else {
+		base = a.base
+	}
+	read := func(path string, sums ...func(body []byte) (int64, error)) []int64 {
+		body, err := get(client, base+path, token)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out := make([]int64, len(sums))
+		for i, sum := range sums {
+			if out[i], err = sum(body); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return out
+	}
+	inNS := func(l map[string]string) bool { return l["namespace"] == ns }
+	return func() proberCounts {
+		probes := read("/metrics/probes",
+			func(body []byte) (int64, error) { return counterSum(body, "prober_probe_total", inNS) },
+			func(body []byte) (int64, error) {
+				return counterSum(body, "prober_probe_total", func(l map[string]string) bool { return inNS(l) && l["result"] != "successful" })
+			})
+		c := read("/metrics", func(body []byte) (int64, error) {
+			return counterSum(body, callsFamily, func(l map[string]string) bool {
+				for k, v := range calls {
+					if l[k] != v {
+						return false
+					}
+				}
+				return true
+			})
+		})
+		return proberCounts{runs: probes[0], failed: probes[1], calls: c[0]}
+	}
+}
+
+// counterSum sums the counter family's series whose labels match.
+func counterSum(body []byte, family string, match func(labels map[string]string) bool) (int64, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
+	if err != nil {
+		return 0, err
+	}
+	var n float64
+	if f := fams[family]; f != nil {
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if match(labels) {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return int64(n), nil
+}
+
+// sampleExecs counts the node's runc execs every sampleEvery until the
+// returned stop function is called, which returns the most seen at once.
+func sampleExecs(runcRoot string) func() int {
+	stop := make(chan struct{})
+	done := make(chan int)
+	go func() {
+		most := 0
+		t := time.NewTicker(sampleEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				done <- most
+				return
+			case <-t.C:
+				most = max(most, nodebench.ExecsInFlight(runcRoot))
+			}
+		}
+	}()
+	return func() int { close(stop); return <-done }
+}
+
+func get(c *http.Client, url, token string) ([]byte, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return body, err
+}
+
+// probedBinary is $PROBED_TEST_BINARY_NORACE, or cmd/probed built now in
+// the project's module (bench's own lacks the CLI's dependencies).
+func probedBinary(b *testing.B) string {
+	if p := os.Getenv("PROBED_TEST_BINARY_NORACE"); p != "" {
+		return p
+	}
+	out := filepath.Join(b.TempDir(), "probed")
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/probed")
+	cmd.Dir = filepath.Join("..", "..") // the project's root, from bench/node
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("go build ./cmd/probed: %v\n%s", err, msg)
+	}
+	return out
+}
+
+func envDuration(b *testing.B, name string, def time.Duration) time.Duration {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		b.Fatalf("%s: %v", name, err)
+	}
+	return d
+}
+
+func envInts(b *testing.B, name string, def []int) []int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			b.Fatalf("%s: %v", name, err)
+		}
+		out = append(out, n)
+	}
+	return out
+}
