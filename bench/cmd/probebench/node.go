@@ -25,5 +25,7 @@ func nodeReportMain(args []string) error {
 	}
 	return publish(nodeSection, *outDir, *doc,
 		func(path string) error { return nodebench.Plot(results, path) },
-		func(img string) string { return nodebench.Render(results, nodebench.Header(*cmdline, machine(), results), img) })
+		func(img string) string {
+			return nodebench.Render(results, nodebench.Header(*cmdline, machine(), results), img)
+		})
 }
