@@ -70,7 +70,7 @@ func TestClusterResidentExec(t *testing.T) {
 	})
 	p.exec(t, "rm "+file)
 	waitCondition(t, a, admin, ns, "web", gate, v1.ConditionFalse, "ProbeFailed", 30*time.Second)
-	waitEvent(t, a, admin, ns, "web", "Unhealthy", "Readiness probe failed: cat: can't open '"+file+"': No such file or directory")
+	waitEvent(t, a, admin, ns, "web", "Unhealthy", "Readiness probe failed (3/3): container marked not ready: cat: can't open '"+file+"': No such file or directory")
 	p.exec(t, "echo ok > "+file)
 	waitCondition(t, a, admin, ns, "web", gate, v1.ConditionTrue, "ProbeSucceeded", 30*time.Second)
 
