@@ -281,8 +281,25 @@ func PrivateRuntime(t testing.TB) string {
 func StopDaemon(t testing.TB, dir string) { t.Helper(); envSh(t, "daemon-stop", dir) }
 
 // StartDaemon starts it again with the same configuration and returns once
-// it answers.
-func StartDaemon(t testing.TB, dir string) { t.Helper(); envSh(t, "daemon-start", dir) }
+// its CRI service answers: containerd answers ctr (env.sh's wait) before
+// its CRI plugin has loaded its state, and until then every CRI call fails
+// with "server is not initialized yet".
+func StartDaemon(t testing.TB, dir string) {
+	t.Helper()
+	envSh(t, "daemon-start", dir)
+	rs := Runtime(t)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		_, err := rs.Status(Context(t), false)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the CRI service of %s did not answer within 60 s: %v", dir, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
 
 // DaemonPID returns the PID of a PrivateRuntime's containerd (for a test
 // that stops it with SIGSTOP, say: a hung runtime; it must SIGCONT it).
