@@ -471,7 +471,12 @@ func TestBrowser_WorksWithJavaScriptDisabled(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "failing-only shows shop/hostile alone", func() bool {
-		nodes, err := chromedp.Run(ctx, chromedp.Nodes(chromedp.CSS(`tbody[data-pod]`)))
+		// AtLeast(0) and a bound: the filtered index may list no pod yet
+		// (shop/hostile not failing yet), and Nodes would wait for one
+		// forever, past waitFor's bound.
+		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		nodes, err := chromedp.Run(qctx, chromedp.Nodes(chromedp.CSS(`tbody[data-pod]`), chromedp.AtLeast(0)))
 		if err != nil {
 			t.Fatal(err)
 		}
