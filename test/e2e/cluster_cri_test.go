@@ -135,9 +135,11 @@ func TestClusterCRIExecTimeout(t *testing.T) {
 	ns, node := kubetest.Namespace(t), kubetest.NodeName(t)
 	a := criAgent(t, node)
 	p := startCRIPod(t, admin, ns, "web", node,
-		`[{"container":"app","type":"readiness","periodSeconds":10,"timeoutSeconds":1,"exec":{"command":["sleep","4711"]}}]`,
+		`[{"container":"app","type":"readiness","periodSeconds":10,"timeoutSeconds":1,"failureThreshold":1,"exec":{"command":["sleep","4711"]}}]`,
 		"exec sleep 3600", nil, nil)
-	waitEvent(t, a, admin, ns, "web", "ProbeFailureBelowThreshold", `Readiness probe failed (1/3, threshold not reached): command timed out: "sleep 4711" timed out after 1s`)
+	// failureThreshold 1: the first run's Failure is the verdict (the gate
+	// follows it at once, not two periods of 10 s later).
+	waitEvent(t, a, admin, ns, "web", "Unhealthy", `Readiness probe failed (1/1): container marked not ready: command timed out: "sleep 4711" timed out after 1s`)
 	eventually(t, a.proc, 3*time.Second, "the timed-out command gone from the container", func() (bool, string) {
 		ps := p.exec(t, "ps -o args")
 		return !strings.Contains(ps, "sleep 4711"), ps
