@@ -104,7 +104,7 @@ bench-density: bench-build
 
 # Exec probes through a real containerd (issue 19; docs/benchmarks.md "Exec
 # probes through the container runtime"): needs PROBED_TEST_CRI_ENDPOINT from
-# test/cri/env.sh start; about 2.5 minutes.
+# test/cri/env.sh start; about 6.5 minutes (3 ways, 3 sizes, 30 s windows).
 bench-cri:
 	cd bench && $(GO) test -run '^$$' -bench ExecProbes -benchtime 1x -timeout 30m ./cri
 
