@@ -44,6 +44,7 @@ import (
 	"github.com/probed/probed/agent/verdicts"
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/manager/customprobe"
+	"github.com/probed/probed/manager/podprobes"
 	"github.com/probed/probed/manager/results"
 	probeexec "github.com/probed/probed/plugins/exec"
 	"github.com/probed/probed/runtime"
@@ -296,6 +297,9 @@ func New(opts Options) (*Agent, error) {
 		TracerProvider:           opts.TracerProvider,
 		Tick:                     opts.SchedulerTick,
 	}
+	// AddPod without a view (a library-style call) works the probes out
+	// under the mode's policy too.
+	mopts.Probes = m.probes
 	if m.managerOptions != nil {
 		m.managerOptions(&mopts)
 	}
@@ -307,6 +311,7 @@ func New(opts Options) (*Agent, error) {
 	a.reconciler = reconciler.New(reconciler.Options{
 		Manager:       a.mgr,
 		Listener:      append(m.listeners, historyListener{a}),
+		Probes:        m.probes,
 		SyncFrequency: opts.SyncFrequency,
 		OnSync:        m.onSync,
 		OnWorkersGone: a.forget,
@@ -366,6 +371,10 @@ type mode struct {
 	// status is the manager's StatusProvider; pods serves the API.
 	status manager.StatusProvider
 	pods   podLister
+	// probes is the mode's policy of which of a pod's probes are probed's
+	// (podprobes.Policy), applied where pods come in: the reconciler's
+	// for pods whose source did not work them out.
+	probes podprobes.Policy
 	// bind hands the built manager to the rooms that need it (the
 	// status providers' UpdatePodStatus).
 	bind func(manager.Manager)
@@ -547,6 +556,12 @@ func (a *Agent) pageOptions() *statuspage.Options {
 		}
 	}
 	return opts
+}
+
+// podProbes returns the probes of the pod as the reconciler worked them out
+// for its spec (podprobes.View), false when it does not know the pod.
+func (a *Agent) podProbes(pod *v1.Pod) (*podprobes.View, bool) {
+	return a.reconciler.Probes(pod.UID)
 }
 
 // PodHistory is the body of GET /pods/{namespace}/{name}/probes.

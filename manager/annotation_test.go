@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/probed/probed/manager/customprobe"
+	"github.com/probed/probed/manager/podprobes"
 	"github.com/probed/probed/manager/results"
 	"github.com/probed/probed/runtime"
 )
@@ -68,11 +69,15 @@ func TestAnnotationBuiltinHandlerRuns(t *testing.T) {
 	}
 }
 
-// Issue 10 §2.2 (cluster mode): with SkipSpecProbes the kubelet runs the
-// spec's probes, so only the annotation's probes get workers.
+// Issue 10 §2.2 (cluster mode): with podprobes.LeaveSpecToKubelet the
+// kubelet runs the spec's probes, so only the annotation's probes get
+// workers.
 func TestSkipSpecProbes(t *testing.T) {
 	open, _ := listenTCP(t)
-	e := newTestEnv(t, func(o *Options) { o.Runtime = nil; o.SkipSpecProbes = true })
+	e := newTestEnv(t, func(o *Options) {
+		o.Runtime = nil
+		o.Probes.Transforms = []podprobes.Transform{podprobes.LeaveSpecToKubelet}
+	})
 	e.status.set("skip", runningStatus(fakeNow, true))
 	c := probeOf(runtime.Liveness, execProbe())
 	p := testPod(c)
@@ -81,7 +86,7 @@ func TestSkipSpecProbes(t *testing.T) {
 		`[{"container":%q,"type":"readiness","tcpSocket":{"port":%d}}]`, c.Name, open)}
 	e.m.AddPod(context.Background(), p)
 	if _, ok := e.m.getWorker("skip", c.Name, runtime.Liveness); ok {
-		t.Fatal("a worker for the spec's liveness probe exists with SkipSpecProbes")
+		t.Fatal("a worker for the spec's liveness probe exists with LeaveSpecToKubelet")
 	}
 	if _, ok := e.m.getWorker("skip", c.Name, runtime.Readiness); !ok {
 		t.Fatal("no worker for the annotation's readiness probe")
@@ -92,13 +97,12 @@ func TestSkipSpecProbes(t *testing.T) {
 }
 
 // Issue 10 §2.2: in cluster mode an exec annotation probe is rejected
-// (Options.Annotation.ExecUnavailable); the pod's other probes still run.
+// (podprobes.RefuseExec); the pod's other probes still run.
 func TestAnnotationExecUnavailable(t *testing.T) {
 	open, _ := listenTCP(t)
 	e := newTestEnv(t, func(o *Options) {
 		o.Runtime = nil
-		o.SkipSpecProbes = true
-		o.Annotation.ExecUnavailable = "exec needs the container runtime"
+		o.Probes.Transforms = []podprobes.Transform{podprobes.LeaveSpecToKubelet, podprobes.RefuseExec("exec needs the container runtime")}
 	})
 	e.status.set("noexec", runningStatus(fakeNow, true))
 	p := testPod(v1.Container{Name: testContainerName})

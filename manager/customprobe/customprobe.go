@@ -136,9 +136,6 @@ type Options struct {
 	// KnownKind reports whether a plugin kind is served; nil: every kind
 	// is accepted (its runs are errored until a plugin serves it).
 	KnownKind func(kind string) bool
-	// ExecUnavailable, when not empty, rejects exec handlers with this
-	// reason (cluster mode: an exec probe needs the container runtime).
-	ExecUnavailable string
 	// Egress, when set, is cluster mode's rule of where probes connect
 	// (runtime/egress, Rule.CheckHost): httpGet.host and tcpSocket.host
 	// are refused (field.Forbidden, naming the reason and
@@ -369,9 +366,6 @@ func (p *parser) element(raw json.RawMessage, path *field.Path, index int) (Prob
 		case "exec":
 			out.Probe.Exec = &v1.ExecAction{}
 			es = decodeStrict(v, fp, out.Probe.Exec)
-			if es == nil && p.opts.ExecUnavailable != "" {
-				es = field.ErrorList{field.Forbidden(fp, p.opts.ExecUnavailable)}
-			}
 			handlers = append(handlers, k)
 			handlerDecoded = handlerDecoded && es == nil
 		default:
