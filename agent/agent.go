@@ -435,6 +435,7 @@ func (a *Agent) manifestMode() (*mode, error) {
 	return &mode{
 		source:    src,
 		status:    a.store,
+		probes:    manifest.ProbesPolicy(a.knownProbeKind),
 		pods:      staleMarker{a.store, src},
 		bind:      func(m manager.Manager) { a.store.SetProber(m) },
 		listeners: listeners{a.store},
