@@ -31,6 +31,7 @@ import (
 	"github.com/probed/probed/agent/events"
 	"github.com/probed/probed/agent/health"
 	"github.com/probed/probed/agent/history"
+	"github.com/probed/probed/agent/kube/limits"
 	"github.com/probed/probed/agent/logbudget"
 	"github.com/probed/probed/agent/manifest"
 	"github.com/probed/probed/agent/pods"
@@ -48,6 +49,7 @@ import (
 	"github.com/probed/probed/manager/results"
 	probeexec "github.com/probed/probed/plugins/exec"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/bound"
 	"github.com/probed/probed/runtime/egress"
 	"github.com/probed/probed/runtime/pluginhost"
 	"github.com/probed/probed/runtime/redact"
@@ -516,7 +518,7 @@ func (a *Agent) Handler() http.Handler {
 					p.ExecMode = a.execMode(p.Results[len(p.Results)-1].ContainerID)
 				}
 			}
-			return history.PodHistory{Namespace: namespace, Name: name, UID: string(pod.UID), Probes: probes}, true
+			return history.PodHistory{Namespace: namespace, Name: name, UID: string(pod.UID), Probes: probes, Refused: a.refused(pod)}, true
 		},
 		Page: a.pageOptions(),
 	})
@@ -536,14 +538,14 @@ func (a *Agent) execMode(statusID string) string {
 }
 
 // pageOptions are the status page's sources beside the API's own: the
-// scheduler's figures, the plugins, and the mode's (cluster mode: the API
-// server connection and the condition writer; manifest mode: the spec's
-// probes are probed's).
+// scheduler's figures, the plugins, the pods' probes as the reconciler
+// worked them out, and the mode's (cluster mode: the API server connection,
+// the condition writer and the node's probe budget).
 func (a *Agent) pageOptions() *statuspage.Options {
 	opts := &statuspage.Options{
 		Scheduler:   func() (manager.Stats, bool) { return manager.StatsOf(a.mgr) },
 		Plugins:     a.plugins.Status,
-		SpecProbes:  a.opts.Cluster == nil,
+		Declared:    a.podProbes,
 		HistorySize: a.hist.Size(),
 		Logger:      a.log,
 	}
@@ -557,6 +559,25 @@ func (a *Agent) pageOptions() *statuspage.Options {
 		}
 	}
 	return opts
+}
+
+// refused lists the pod's refused probes as the API serves them: its view's
+// refusals and, in cluster mode, every probe the node's budget holds back.
+func (a *Agent) refused(pod *v1.Pod) []history.Refused {
+	view, _ := a.podProbes(pod)
+	out := history.RefusedOf(view)
+	if a.cluster == nil || view == nil {
+		return out
+	}
+	if msg, held := a.cluster.limits.BudgetRefusal(pod.UID); held {
+		for i := range view.Probes {
+			if p := &view.Probes[i]; p.Origin != runtime.OriginSpec {
+				out = append(out, history.Refused{Container: p.Container.Name, Type: p.Type.Lower(), Origin: p.Origin.String(),
+					Field: p.Field.String(), Reason: bound.Cut(limits.ReasonProbeBudgetExceeded+": "+msg, bound.MessageBytes)})
+			}
+		}
+	}
+	return out
 }
 
 // podProbes returns the probes of the pod as the reconciler worked them out

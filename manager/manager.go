@@ -80,7 +80,10 @@ type RunRecord struct {
 	ContainerName string
 	ContainerID   string
 	ProbeType     runtime.ProbeType
-	Kind          string // handler kind: http, tcp, exec, grpc or a plugin kind
+	// Origin is where the probe is declared (the pod's spec or its
+	// probed.io/probes annotation).
+	Origin runtime.Origin
+	Kind   string // handler kind: http, tcp, exec, grpc or a plugin kind
 	// Period and Timeout are the probe's (runtime.TimingOf: sub-second for
 	// an annotation probe with millisecond offsets); for an annotation
 	// probe with periods by state, Period is the one in effect after the
