@@ -56,6 +56,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -245,6 +246,7 @@ func Read(pod *v1.Pod, opts Options) ([]Element, field.ErrorList) {
 	if !ok {
 		return nil, nil
 	}
+	reads.Add(1)
 	root := Path()
 	trimmed := bytes.TrimSpace([]byte(value))
 	if len(trimmed) == 0 || string(trimmed) == "null" {
@@ -269,6 +271,14 @@ func Read(pod *v1.Pod, opts Options) ([]Element, field.ErrorList) {
 	}
 	return out, nil
 }
+
+// reads counts the annotations Read has read (Reads).
+var reads atomic.Uint64
+
+// Reads returns how many annotations Read (and so Parse) has read in this
+// process. Tests count with it that the agent reads a pod's annotation once
+// per pod and spec change.
+func Reads() uint64 { return reads.Load() }
 
 // Path is the field path of the annotation:
 // metadata.annotations[probed.io/probes].

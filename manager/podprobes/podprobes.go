@@ -33,7 +33,6 @@ package podprobes
 import (
 	"fmt"
 	"sort"
-	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -152,19 +151,10 @@ type Policy struct {
 	Transforms []Transform
 }
 
-// computed counts the views worked out in this process (Computed).
-var computed atomic.Uint64
-
-// Computed returns how many views Of has worked out in this process: the
-// number of times a pod's annotation was parsed. Tests count with it that
-// a pod's probes are worked out once per pod and spec change.
-func Computed() uint64 { return computed.Load() }
-
 // Of works out the view of pod's probes under policy: the containers'
 // spec probes and the annotation's (customprobe.Read), then policy's
 // transforms in order. A nil pod has an empty view.
 func Of(pod *v1.Pod, policy Policy) *View {
-	computed.Add(1)
 	v := &View{}
 	if pod == nil {
 		return v

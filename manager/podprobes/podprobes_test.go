@@ -236,16 +236,15 @@ func TestTransformIsTheSeam(t *testing.T) {
 	}
 }
 
-// TestComputedCountsEachView: Computed counts every view worked out, the
-// one place the annotation is parsed.
-func TestComputedCountsEachView(t *testing.T) {
-	before := podprobes.Computed()
-	pod := testPod(`[]`)
-	for range 3 {
-		podprobes.Of(pod, podprobes.Policy{})
-	}
-	if n := podprobes.Computed() - before; n != 3 {
-		t.Errorf("Computed went up by %d, want 3", n)
+// TestOfReadsTheAnnotationOnce: working a view out reads the annotation
+// once (customprobe.Reads, what the agent's tests count), and a pod
+// without the annotation not at all.
+func TestOfReadsTheAnnotationOnce(t *testing.T) {
+	before := customprobe.Reads()
+	podprobes.Of(testPod(`[]`), podprobes.Policy{Transforms: []podprobes.Transform{podprobes.LeaveSpecToKubelet, podprobes.RefuseExec("no")}})
+	podprobes.Of(testPod(""), podprobes.Policy{})
+	if n := customprobe.Reads() - before; n != 1 {
+		t.Errorf("the annotation was read %d times, want 1", n)
 	}
 }
 
