@@ -30,21 +30,7 @@ func runClusterAgent(t *testing.T, cfg *rest.Config, c agent.ClusterOptions) str
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("agent Run: %v", err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Error("agent Run did not return")
-		}
-	})
-	return "http://" + a.Addr().String()
+	return runUntilCleanup(t, a)
 }
 
 // annotatedPod creates a running pod on node with the readiness gate and
