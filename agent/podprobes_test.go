@@ -110,7 +110,7 @@ func TestClusterProbesWorkedOutOncePerPodAndSpec(t *testing.T) {
 			t.Errorf("good's refused probes %+v", p.Refused)
 		}
 	}
-	if wide := status(output.Wide); !strings.Contains(wide, "app/readiness[annotation]=success,app/liveness[annotation]=refused") {
+	if wide := status(output.Wide); !strings.Contains(wide, "annotation:app/readiness=success,annotation:app/liveness=refused") {
 		t.Errorf("probed status -o wide does not show the origins and the refused probe:\n%s", wide)
 	}
 
@@ -221,7 +221,7 @@ spec:
 		if err := statusview.Print(context.Background(), statusview.Options{Server: r.base, Output: output.Wide}, &buf); err != nil {
 			t.Fatal(err)
 		}
-		return strings.Contains(buf.String(), "app/liveness[annotation]=success,app/readiness[spec]=failure")
+		return strings.Contains(buf.String(), "annotation:app/liveness=success,spec:app/readiness=failure")
 	})
 	holdViews(t, start, 1, 2*time.Second, func() { r.getPage("/") })
 	found := false

@@ -109,11 +109,11 @@ func rejectionCell(r source.Rejection, wide bool) string {
 const errorRunes = 160
 
 // probesCell is the wide PROBES column: container/type=last result of each
-// probe ("app/readiness=success,app/liveness=failure"), its origin in
-// brackets when the agent says it ("app/readiness[annotation]=success"),
-// an exec probe's mode in parentheses ("app/liveness[spec](resident)=success");
+// probe ("app/readiness=success,app/liveness=failure"), prefixed with its
+// origin when the agent says it ("annotation:app/readiness=success"), an
+// exec probe's mode in parentheses ("spec:app/liveness(resident)=success");
 // "-" without probes, "none" for a probe that has not run yet; then each
-// refused probe once, "=refused" ("app/startup[annotation]=refused").
+// refused probe once, "=refused" ("annotation:app/startup=refused").
 func probesCell(probes []Probe, refused []history.Refused) string {
 	if len(probes) == 0 && len(refused) == 0 {
 		return "-"
@@ -128,11 +128,11 @@ func probesCell(probes []Probe, refused []history.Refused) string {
 		if p.ExecMode != "" {
 			mode = "(" + p.ExecMode + ")"
 		}
-		parts = append(parts, output.Printable(p.Container+"/"+p.Type+origin(p.Origin)+mode+"="+r))
+		parts = append(parts, output.Printable(origin(p.Origin)+p.Container+"/"+p.Type+mode+"="+r))
 	}
 	seen := map[string]bool{}
 	for _, rf := range refused {
-		name := orDash(rf.Container) + "/" + orDash(rf.Type) + origin(rf.Origin)
+		name := origin(rf.Origin) + orDash(rf.Container) + "/" + orDash(rf.Type)
 		if !seen[name] {
 			seen[name] = true
 			parts = append(parts, output.Printable(name+"=refused"))
@@ -141,13 +141,13 @@ func probesCell(probes []Probe, refused []history.Refused) string {
 	return strings.Join(parts, ",")
 }
 
-// origin is a probe's origin as the PROBES column shows it: "[spec]",
-// "[annotation]"; "" when the agent did not say.
+// origin is a probe's origin as the PROBES column prefixes it: "spec:",
+// "annotation:"; "" when the agent did not say.
 func origin(o string) string {
 	if o == "" {
 		return ""
 	}
-	return "[" + o + "]"
+	return o + ":"
 }
 
 // failureCell is the LAST FAILURE column: "<container> <type>: <message>
