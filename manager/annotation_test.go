@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/probed/probed/manager/customprobe"
 	"github.com/probed/probed/manager/podprobes"
@@ -116,5 +117,49 @@ func TestAnnotationExecUnavailable(t *testing.T) {
 	}
 	if _, ok := e.m.getWorker("noexec", testContainerName, runtime.Readiness); !ok {
 		t.Fatal("the valid annotation probe has no worker")
+	}
+}
+
+// AddPodProbes is the one road of a pod's probes: the workers are the
+// view's probes, each with its origin, and nothing else; AddPod without a
+// view works the view out itself under Options.Probes (the zero policy: the
+// kubelet's spec probes and the annotation's, as a library user expects).
+func TestAddPodProbesStartsTheViewsProbes(t *testing.T) {
+	open, _ := listenTCP(t)
+	e := newTestEnv(t, func(o *Options) { o.Runtime = nil })
+	newPod := func(uid string) *v1.Pod {
+		c := probeOf(runtime.Liveness, execProbe())
+		p := testPod(c)
+		p.UID = types.UID(uid)
+		p.Annotations = map[string]string{customprobe.Annotation: fmt.Sprintf(
+			`[{"container":%q,"type":"readiness","tcpSocket":{"port":%d}}]`, c.Name, open)}
+		e.status.set(p.UID, runningStatus(fakeNow, true))
+		return p
+	}
+
+	viewed := newPod("viewed")
+	view := podprobes.Of(viewed, podprobes.Policy{Transforms: []podprobes.Transform{podprobes.LeaveSpecToKubelet}})
+	AddPodProbes(context.Background(), e.m, viewed, view)
+	if _, ok := e.m.getWorker("viewed", testContainerName, runtime.Liveness); ok {
+		t.Error("a worker for a spec probe the view leaves to the kubelet")
+	}
+	w, ok := e.m.getWorker("viewed", testContainerName, runtime.Readiness)
+	if !ok || w.rs.Origin != runtime.OriginAnnotation || w.rs.Extension == nil {
+		t.Fatalf("the view's annotation probe: worker %v, spec %+v", ok, w)
+	}
+
+	plain := newPod("plain")
+	e.m.AddPod(context.Background(), plain)
+	for _, c := range []struct {
+		t      runtime.ProbeType
+		origin runtime.Origin
+	}{{runtime.Liveness, runtime.OriginSpec}, {runtime.Readiness, runtime.OriginAnnotation}} {
+		w, ok := e.m.getWorker("plain", testContainerName, c.t)
+		if !ok || w.rs.Origin != c.origin {
+			t.Errorf("AddPod without a view: %v worker %v, origin %v, want %v", c.t, ok, w, c.origin)
+		}
+	}
+	if n := e.m.workerCount(); n != 3 {
+		t.Errorf("%d workers, want 3", n)
 	}
 }
