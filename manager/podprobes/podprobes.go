@@ -137,8 +137,8 @@ type View struct {
 
 // Transform is a function over a view, run by Of after the pod's probes
 // are read (Policy.Transforms): it may drop probes (Drop), refuse them
-// with a reason (Refuse), or add probes of another origin (Add). It must
-// not keep the view.
+// with a reason (Refuse), or add probes of another origin (Add) and the
+// refusals of those it cannot add (AddRefusal). It must not keep the view.
 type Transform func(pod *v1.Pod, v *View)
 
 // Policy is a mode's rule of which of a pod's probes are probed's.
@@ -271,6 +271,11 @@ func (v *View) Refuse(refusal func(p *Probe) *field.Error) {
 
 // Add adds a probe (a Transform's: another origin's).
 func (v *View) Add(p Probe) { v.Probes = append(v.Probes, p) }
+
+// AddRefusal adds a refusal of a probe that is not in the view (a
+// Transform's: an element of another origin that does not decode), with
+// err as its field and reason; bounded and cut as every refusal.
+func (v *View) AddRefusal(r Refusal, err *field.Error) { v.refuse(r, err) }
 
 // Find returns the probe of the container and type, or nil (also for a
 // nil view).

@@ -198,14 +198,19 @@ func TestLeaveSpecToKubelet(t *testing.T) {
 
 // TestTransformIsTheSeam: a transform sees the pod and the view after
 // they are read and may move probes into probed's care under an origin of
-// its own (as the offload webhook's record will), drop or refuse them; a
-// refusal it makes takes its place by origin and element.
+// its own (as the offload webhook's record will), refuse what of them it
+// cannot add, and drop or refuse the view's probes; a refusal it makes
+// takes its place by origin and element, bounded as every refusal.
 func TestTransformIsTheSeam(t *testing.T) {
 	const moved = runtime.Origin(200) // stands in for a third origin
 	move := func(pod *v1.Pod, v *podprobes.View) {
 		c := &pod.Spec.Containers[1]
 		v.Add(podprobes.Probe{Origin: moved, Field: field.NewPath("metadata", "annotations").Key("example.com/moved").Index(0), Element: 0,
 			Container: c, Type: runtime.Readiness, Kind: runtime.KindTCP, Probe: c.StartupProbe})
+	}
+	broken := func(_ *v1.Pod, v *podprobes.View) {
+		v.AddRefusal(podprobes.Refusal{Origin: moved, Element: 1, Container: "app", Type: runtime.Liveness, TypeKnown: true},
+			field.Invalid(field.NewPath("metadata", "annotations").Key("example.com/moved").Index(1), "x", strings.Repeat("why ", 1000)))
 	}
 	refuseWorker := func(_ *v1.Pod, v *podprobes.View) {
 		v.Refuse(func(p *podprobes.Probe) *field.Error {
@@ -216,7 +221,7 @@ func TestTransformIsTheSeam(t *testing.T) {
 		})
 	}
 	v := podprobes.Of(testPod(`[{"container":"app","type":"startup","bogus":1}]`),
-		podprobes.Policy{Transforms: []podprobes.Transform{move, refuseWorker}})
+		podprobes.Policy{Transforms: []podprobes.Transform{move, broken, refuseWorker}})
 	want := []string{
 		"spec app readiness tcp spec.containers[0].readinessProbe",
 		"spec app liveness tcp spec.containers[0].livenessProbe",
@@ -231,8 +236,11 @@ func TestTransformIsTheSeam(t *testing.T) {
 		origins = append(origins, r.Origin)
 	}
 	// The broken element has two errors: an unknown field, no handler.
-	if !reflect.DeepEqual(origins, []runtime.Origin{runtime.OriginSpec, runtime.OriginAnnotation, runtime.OriginAnnotation}) {
+	if !reflect.DeepEqual(origins, []runtime.Origin{runtime.OriginSpec, runtime.OriginAnnotation, runtime.OriginAnnotation, moved}) {
 		t.Errorf("refusals by origin: %v (%+v)", origins, v.Refused)
+	}
+	if r := v.Refused[3]; r.Element != 1 || r.Field != "metadata.annotations[example.com/moved][1]" || len(r.Reason) > 2*bound.MessageBytes {
+		t.Errorf("the transform's refusal %+v", r)
 	}
 }
 
