@@ -31,6 +31,7 @@ import (
 	"github.com/probed/probed/agent/events"
 	"github.com/probed/probed/agent/health"
 	"github.com/probed/probed/agent/history"
+	"github.com/probed/probed/agent/kube/limits"
 	"github.com/probed/probed/agent/logbudget"
 	"github.com/probed/probed/agent/manifest"
 	"github.com/probed/probed/agent/pods"
@@ -44,9 +45,11 @@ import (
 	"github.com/probed/probed/agent/verdicts"
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/manager/customprobe"
+	"github.com/probed/probed/manager/podprobes"
 	"github.com/probed/probed/manager/results"
 	probeexec "github.com/probed/probed/plugins/exec"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/bound"
 	"github.com/probed/probed/runtime/egress"
 	"github.com/probed/probed/runtime/pluginhost"
 	"github.com/probed/probed/runtime/redact"
@@ -296,6 +299,9 @@ func New(opts Options) (*Agent, error) {
 		TracerProvider:           opts.TracerProvider,
 		Tick:                     opts.SchedulerTick,
 	}
+	// AddPod without a view (a library-style call) works the probes out
+	// under the mode's policy too.
+	mopts.Probes = m.probes
 	if m.managerOptions != nil {
 		m.managerOptions(&mopts)
 	}
@@ -307,6 +313,7 @@ func New(opts Options) (*Agent, error) {
 	a.reconciler = reconciler.New(reconciler.Options{
 		Manager:       a.mgr,
 		Listener:      append(m.listeners, historyListener{a}),
+		Probes:        m.probes,
 		SyncFrequency: opts.SyncFrequency,
 		OnSync:        m.onSync,
 		OnWorkersGone: a.forget,
@@ -366,6 +373,10 @@ type mode struct {
 	// status is the manager's StatusProvider; pods serves the API.
 	status manager.StatusProvider
 	pods   podLister
+	// probes is the mode's policy of which of a pod's probes are probed's
+	// (podprobes.Policy), applied where pods come in: the reconciler's
+	// for pods whose source did not work them out.
+	probes podprobes.Policy
 	// bind hands the built manager to the rooms that need it (the
 	// status providers' UpdatePodStatus).
 	bind func(manager.Manager)
@@ -426,6 +437,7 @@ func (a *Agent) manifestMode() (*mode, error) {
 	return &mode{
 		source:    src,
 		status:    a.store,
+		probes:    manifest.ProbesPolicy(a.knownProbeKind),
 		pods:      staleMarker{a.store, src},
 		bind:      func(m manager.Manager) { a.store.SetProber(m) },
 		listeners: listeners{a.store},
@@ -506,7 +518,7 @@ func (a *Agent) Handler() http.Handler {
 					p.ExecMode = a.execMode(p.Results[len(p.Results)-1].ContainerID)
 				}
 			}
-			return history.PodHistory{Namespace: namespace, Name: name, UID: string(pod.UID), Probes: probes}, true
+			return history.PodHistory{Namespace: namespace, Name: name, UID: string(pod.UID), Probes: probes, Refused: a.refused(pod)}, true
 		},
 		Page: a.pageOptions(),
 	})
@@ -526,14 +538,14 @@ func (a *Agent) execMode(statusID string) string {
 }
 
 // pageOptions are the status page's sources beside the API's own: the
-// scheduler's figures, the plugins, and the mode's (cluster mode: the API
-// server connection and the condition writer; manifest mode: the spec's
-// probes are probed's).
+// scheduler's figures, the plugins, the pods' probes as the reconciler
+// worked them out, and the mode's (cluster mode: the API server connection,
+// the condition writer and the node's probe budget).
 func (a *Agent) pageOptions() *statuspage.Options {
 	opts := &statuspage.Options{
 		Scheduler:   func() (manager.Stats, bool) { return manager.StatsOf(a.mgr) },
 		Plugins:     a.plugins.Status,
-		SpecProbes:  a.opts.Cluster == nil,
+		Declared:    a.podProbes,
 		HistorySize: a.hist.Size(),
 		Logger:      a.log,
 	}
@@ -547,6 +559,31 @@ func (a *Agent) pageOptions() *statuspage.Options {
 		}
 	}
 	return opts
+}
+
+// refused lists the pod's refused probes as the API serves them: its view's
+// refusals and, in cluster mode, every probe the node's budget holds back.
+func (a *Agent) refused(pod *v1.Pod) []history.Refused {
+	view, _ := a.podProbes(pod)
+	out := history.RefusedOf(view)
+	if a.cluster == nil || view == nil {
+		return out
+	}
+	if msg, held := a.cluster.limits.BudgetRefusal(pod.UID); held {
+		for i := range view.Probes {
+			if p := &view.Probes[i]; p.Origin != runtime.OriginSpec {
+				out = append(out, history.Refused{Container: p.Container.Name, Type: p.Type.Lower(), Origin: p.Origin.String(),
+					Field: p.Field.String(), Reason: bound.Cut(limits.ReasonProbeBudgetExceeded+": "+msg, bound.MessageBytes)})
+			}
+		}
+	}
+	return out
+}
+
+// podProbes returns the probes of the pod as the reconciler worked them out
+// for its spec (podprobes.View), false when it does not know the pod.
+func (a *Agent) podProbes(pod *v1.Pod) (*podprobes.View, bool) {
+	return a.reconciler.Probes(pod.UID)
 }
 
 // PodHistory is the body of GET /pods/{namespace}/{name}/probes.

@@ -26,6 +26,7 @@ import (
 	"github.com/probed/probed/agent/verdicts"
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/manager/customprobe"
+	"github.com/probed/probed/manager/podprobes"
 	probeexec "github.com/probed/probed/plugins/exec"
 	"github.com/probed/probed/runtime"
 	"github.com/probed/probed/runtime/egress"
@@ -69,7 +70,8 @@ const (
 const ReasonInvalidProbeAnnotation = limits.ReasonInvalidProbeAnnotation
 
 // ExecUnavailable is why an exec probe of the probed.io/probes annotation is
-// rejected in cluster mode without the container runtime.
+// refused in cluster mode without the container runtime
+// (podprobes.RefuseExec).
 const ExecUnavailable = "exec probes need the container runtime, which the kubelet owns in cluster mode (probed reaches it with --container-runtime-endpoint); use httpGet, tcpSocket, grpc or a plugin"
 
 // ClusterOptions select cluster mode: pods from the API server.
@@ -301,14 +303,21 @@ func (a *Agent) clusterMode() (*mode, error) {
 		return nil, err
 	}
 	parts.statuses = podsource.NewStatuses()
-	annotation := customprobe.Options{Egress: a.egress, Limits: customprobe.Limits{
-		MaxProbes: c.MaxProbesPerPod, MaxProbesFlag: "--max-probes-per-pod",
-		MinPeriod: c.MinProbePeriod, MinPeriodFlag: "--min-probe-period",
-	}}
-	if parts.cri == nil {
-		annotation.ExecUnavailable = ExecUnavailable
+	// Cluster mode's policy, applied once per pod and spec change where
+	// pods come in (the reconciler): the kubelet runs the spec's probes;
+	// the annotation's run under the egress rule and the per-pod limits,
+	// exec ones only with the container runtime.
+	policy := podprobes.Policy{
+		Annotation: customprobe.Options{Egress: a.egress, Limits: customprobe.Limits{
+			MaxProbes: c.MaxProbesPerPod, MaxProbesFlag: "--max-probes-per-pod",
+			MinPeriod: c.MinProbePeriod, MinPeriodFlag: "--min-probe-period",
+		}},
+		Transforms: []podprobes.Transform{podprobes.LeaveSpecToKubelet},
 	}
-	parts.limits = limits.New(limits.Options{Annotation: annotation, MaxRate: c.MaxProbeRate, MaxRateFlag: "--max-probe-rate",
+	if parts.cri == nil {
+		policy.Transforms = append(policy.Transforms, podprobes.RefuseExec(ExecUnavailable))
+	}
+	parts.limits = limits.New(limits.Options{MaxRate: c.MaxProbeRate, MaxRateFlag: "--max-probe-rate",
 		Recorder: a.recorder, Logger: a.log})
 	parts.gate, err = gate.New(gate.Options{
 		// The gate judges from the kubelet's own status (a container that
@@ -322,13 +331,10 @@ func (a *Agent) clusterMode() (*mode, error) {
 		ConditionType: v1.PodConditionType(c.ReadinessGate),
 		QPS:           c.StatusQPS,
 		Burst:         c.StatusBurst,
-		Probes: func(pod *v1.Pod) []customprobe.Probe {
-			probes, _ := parts.limits.Parse(pod)
-			return probes
-		},
-		Refusal:    parts.limits.Refusal,
-		Registerer: a.reg,
-		Logger:     a.log,
+		Probes:        a.podProbes,
+		Refusal:       parts.limits.Refusal,
+		Registerer:    a.reg,
+		Logger:        a.log,
 	})
 	if err != nil {
 		return nil, err
@@ -340,11 +346,10 @@ func (a *Agent) clusterMode() (*mode, error) {
 		source: parts.source,
 		status: parts.statuses,
 		pods:   parts.statuses,
+		probes: policy,
 		bind:   func(m manager.Manager) { parts.statuses.SetProber(m) },
 		managerOptions: func(o *manager.Options) {
-			o.SkipSpecProbes = true
 			o.AnyRunningSurvives = true // the gate's existing condition is kept until probed's first verdict
-			o.Annotation = annotation
 			o.Admit = parts.limits.Admit
 		},
 		// The limits before the gate: a pod's refusal is known when the
@@ -400,14 +405,12 @@ func (a *Agent) livenessActuator() (actuator, error) {
 			}
 			return egress.WithPolicy(ctx, a.egress.Policy(podAddrs(pod)...))
 		},
-		// The annotation probe that failed, for its
-		// terminationGracePeriodSeconds (K3).
+		// The probe that failed, for its terminationGracePeriodSeconds
+		// (K3).
 		Probe: func(pod *v1.Pod, container string, t runtime.ProbeType) *v1.Probe {
-			probes, _ := parts.limits.Parse(pod)
-			for i := range probes {
-				if probes[i].Container == container && probes[i].Type == t {
-					return &probes[i].Probe
-				}
+			probes, _ := a.podProbes(pod)
+			if p := probes.Find(container, t); p != nil {
+				return p.Probe
 			}
 			return nil
 		},

@@ -7,8 +7,10 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/probed/probed/manager/customprobe"
+	"github.com/probed/probed/manager/podprobes"
 	"github.com/probed/probed/manager/results"
 	"github.com/probed/probed/runtime"
 )
@@ -68,11 +70,15 @@ func TestAnnotationBuiltinHandlerRuns(t *testing.T) {
 	}
 }
 
-// Issue 10 §2.2 (cluster mode): with SkipSpecProbes the kubelet runs the
-// spec's probes, so only the annotation's probes get workers.
+// Issue 10 §2.2 (cluster mode): with podprobes.LeaveSpecToKubelet the
+// kubelet runs the spec's probes, so only the annotation's probes get
+// workers.
 func TestSkipSpecProbes(t *testing.T) {
 	open, _ := listenTCP(t)
-	e := newTestEnv(t, func(o *Options) { o.Runtime = nil; o.SkipSpecProbes = true })
+	e := newTestEnv(t, func(o *Options) {
+		o.Runtime = nil
+		o.Probes.Transforms = []podprobes.Transform{podprobes.LeaveSpecToKubelet}
+	})
 	e.status.set("skip", runningStatus(fakeNow, true))
 	c := probeOf(runtime.Liveness, execProbe())
 	p := testPod(c)
@@ -81,7 +87,7 @@ func TestSkipSpecProbes(t *testing.T) {
 		`[{"container":%q,"type":"readiness","tcpSocket":{"port":%d}}]`, c.Name, open)}
 	e.m.AddPod(context.Background(), p)
 	if _, ok := e.m.getWorker("skip", c.Name, runtime.Liveness); ok {
-		t.Fatal("a worker for the spec's liveness probe exists with SkipSpecProbes")
+		t.Fatal("a worker for the spec's liveness probe exists with LeaveSpecToKubelet")
 	}
 	if _, ok := e.m.getWorker("skip", c.Name, runtime.Readiness); !ok {
 		t.Fatal("no worker for the annotation's readiness probe")
@@ -92,13 +98,12 @@ func TestSkipSpecProbes(t *testing.T) {
 }
 
 // Issue 10 §2.2: in cluster mode an exec annotation probe is rejected
-// (Options.Annotation.ExecUnavailable); the pod's other probes still run.
+// (podprobes.RefuseExec); the pod's other probes still run.
 func TestAnnotationExecUnavailable(t *testing.T) {
 	open, _ := listenTCP(t)
 	e := newTestEnv(t, func(o *Options) {
 		o.Runtime = nil
-		o.SkipSpecProbes = true
-		o.Annotation.ExecUnavailable = "exec needs the container runtime"
+		o.Probes.Transforms = []podprobes.Transform{podprobes.LeaveSpecToKubelet, podprobes.RefuseExec("exec needs the container runtime")}
 	})
 	e.status.set("noexec", runningStatus(fakeNow, true))
 	p := testPod(v1.Container{Name: testContainerName})
@@ -112,5 +117,49 @@ func TestAnnotationExecUnavailable(t *testing.T) {
 	}
 	if _, ok := e.m.getWorker("noexec", testContainerName, runtime.Readiness); !ok {
 		t.Fatal("the valid annotation probe has no worker")
+	}
+}
+
+// AddPodProbes is the one road of a pod's probes: the workers are the
+// view's probes, each with its origin, and nothing else; AddPod without a
+// view works the view out itself under Options.Probes (the zero policy: the
+// kubelet's spec probes and the annotation's, as a library user expects).
+func TestAddPodProbesStartsTheViewsProbes(t *testing.T) {
+	open, _ := listenTCP(t)
+	e := newTestEnv(t, func(o *Options) { o.Runtime = nil })
+	newPod := func(uid string) *v1.Pod {
+		c := probeOf(runtime.Liveness, execProbe())
+		p := testPod(c)
+		p.UID = types.UID(uid)
+		p.Annotations = map[string]string{customprobe.Annotation: fmt.Sprintf(
+			`[{"container":%q,"type":"readiness","tcpSocket":{"port":%d}}]`, c.Name, open)}
+		e.status.set(p.UID, runningStatus(fakeNow, true))
+		return p
+	}
+
+	viewed := newPod("viewed")
+	view := podprobes.Of(viewed, podprobes.Policy{Transforms: []podprobes.Transform{podprobes.LeaveSpecToKubelet}})
+	AddPodProbes(context.Background(), e.m, viewed, view)
+	if _, ok := e.m.getWorker("viewed", testContainerName, runtime.Liveness); ok {
+		t.Error("a worker for a spec probe the view leaves to the kubelet")
+	}
+	w, ok := e.m.getWorker("viewed", testContainerName, runtime.Readiness)
+	if !ok || w.rs.Origin != runtime.OriginAnnotation || w.rs.Extension == nil {
+		t.Fatalf("the view's annotation probe: worker %v, spec %+v", ok, w)
+	}
+
+	plain := newPod("plain")
+	e.m.AddPod(context.Background(), plain)
+	for _, c := range []struct {
+		t      runtime.ProbeType
+		origin runtime.Origin
+	}{{runtime.Liveness, runtime.OriginSpec}, {runtime.Readiness, runtime.OriginAnnotation}} {
+		w, ok := e.m.getWorker("plain", testContainerName, c.t)
+		if !ok || w.rs.Origin != c.origin {
+			t.Errorf("AddPod without a view: %v worker %v, origin %v, want %v", c.t, ok, w, c.origin)
+		}
+	}
+	if n := e.m.workerCount(); n != 3 {
+		t.Errorf("%d workers, want 3", n)
 	}
 }

@@ -28,7 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/utils/clock"
 
-	"github.com/probed/probed/manager/customprobe"
+	"github.com/probed/probed/manager/podprobes"
 	"github.com/probed/probed/manager/results"
 	"github.com/probed/probed/runtime"
 	"github.com/probed/probed/scheduler"
@@ -80,7 +80,10 @@ type RunRecord struct {
 	ContainerName string
 	ContainerID   string
 	ProbeType     runtime.ProbeType
-	Kind          string // handler kind: http, tcp, exec, grpc or a plugin kind
+	// Origin is where the probe is declared (the pod's spec or its
+	// probed.io/probes annotation).
+	Origin runtime.Origin
+	Kind   string // handler kind: http, tcp, exec, grpc or a plugin kind
 	// Period and Timeout are the probe's (runtime.TimingOf: sub-second for
 	// an annotation probe with millisecond offsets); for an annotation
 	// probe with periods by state, Period is the one in effect after the
@@ -171,11 +174,6 @@ type Options struct {
 	// Observer, when set, sees every executed run.
 	Observer Observer
 
-	// SkipSpecProbes gives workers only to the probes of the pods'
-	// probed.io/probes annotation (package customprobe), not to the
-	// containers' own liveness, readiness and startup probes: in cluster
-	// mode the kubelet runs those.
-	SkipSpecProbes bool
 	// AnyRunningSurvives makes every container that is running when the
 	// manager starts a survivor of a restart of the agent (SurvivedRestart
 	// with window 0: no initial result, W6c; readiness kept until the first
@@ -187,15 +185,19 @@ type Options struct {
 	// before probed restarted got the initial Failure and its pod flipped to
 	// not ready (seen on a real kubelet: TestNodeProbedRestartNeverFlipsReady).
 	AnyRunningSurvives bool
-	// Annotation tunes how the probed.io/probes annotation is read (e.g.
-	// ExecUnavailable in cluster mode). Its KnownKind is ignored: a kind
-	// no handler serves yet is kept, its runs errored until one does.
-	Annotation customprobe.Options
+	// Probes is the policy AddPod works a pod's probes out with
+	// (manager/podprobes) when it is not given them (AddPodProbes): the
+	// zero policy runs the containers' own probes, as the kubelet, and
+	// the probed.io/probes annotation's, any plugin kind accepted (a kind
+	// no handler serves yet errors its runs until one does). Cluster mode
+	// leaves the spec's probes to the kubelet
+	// (podprobes.LeaveSpecToKubelet).
+	Probes podprobes.Policy
 	// Admit, when set, is asked by AddPod before it starts the workers of
-	// a pod's annotation probes, with the pod and the periods of all its
-	// valid annotation probes (of a probe with periods by state, the
-	// shortest: runtime.Timing.Shortest); when it returns false none of them start
-	// (the spec's probes are not affected). AddPod asks on every call, so
+	// a pod's probes of other origins than the spec (the annotation's),
+	// with the pod and the periods of all of them (of a probe with periods
+	// by state, the shortest: runtime.Timing.Shortest); when it returns
+	// false none of them start (the spec's probes are not affected). AddPod asks on every call, so
 	// a pod refused once starts at a later AddPod (the periodic pod sync)
 	// that Admit allows. Cluster mode's node budget (agent/kube/limits).
 	Admit func(pod *v1.Pod, periods []time.Duration) bool
@@ -240,10 +242,9 @@ type manager struct {
 	closed atomic.Bool
 	runs   sync.WaitGroup // dispatched runs of this manager
 
-	skipSpecProbes bool
-	restartWindow  time.Duration // of SurvivedRestart
-	annotation     customprobe.Options
-	admit          func(*v1.Pod, []time.Duration) bool
+	restartWindow time.Duration // of SurvivedRestart
+	probes        podprobes.Policy
+	admit         func(*v1.Pod, []time.Duration) bool
 
 	mu      sync.RWMutex
 	workers workerSet
@@ -280,20 +281,19 @@ func New(opts Options) (Manager, error) {
 		defaultGlobal = unsetGlobal()
 	}
 	m := &manager{
-		clock:          opts.Clock,
-		start:          opts.Clock.Now(),
-		status:         opts.Status,
-		log:            opts.Logger,
-		observer:       opts.Observer,
-		skipSpecProbes: opts.SkipSpecProbes,
-		restartWindow:  KubeletRestartWindow,
-		annotation:     opts.Annotation,
-		admit:          opts.Admit,
-		tracer:         tracerOf(opts.TracerProvider),
-		realClock:      runtime.IsRealClock(opts.Clock),
-		unsetTP:        defaultGlobal,
-		workers:        newWorkerSet(),
-		lacking:        map[types.UID]struct{}{},
+		clock:         opts.Clock,
+		start:         opts.Clock.Now(),
+		status:        opts.Status,
+		log:           opts.Logger,
+		observer:      opts.Observer,
+		restartWindow: KubeletRestartWindow,
+		probes:        opts.Probes,
+		admit:         opts.Admit,
+		tracer:        tracerOf(opts.TracerProvider),
+		realClock:     runtime.IsRealClock(opts.Clock),
+		unsetTP:       defaultGlobal,
+		workers:       newWorkerSet(),
+		lacking:       map[types.UID]struct{}{},
 	}
 	if opts.AnyRunningSurvives {
 		m.restartWindow = 0
@@ -447,59 +447,70 @@ func probedContainers(pod *v1.Pod, visit func(c *v1.Container) bool) {
 	}
 }
 
+// AddPod works the pod's probes out with Options.Probes (podprobes.Of)
+// and adds them as AddPodProbes does.
 func (m *manager) AddPod(ctx context.Context, pod *v1.Pod) {
 	if m.closed.Load() || pod == nil {
 		return
 	}
-	custom := m.customProbes(pod)
-	if len(custom) > 0 && m.admit != nil {
-		periods := make([]time.Duration, len(custom))
-		for i := range custom {
-			// A probe with periods by state may run at the shortest of
-			// them for as long as it stays in that state.
-			periods[i] = custom[i].timing().Shortest()
+	m.addPod(pod, podprobes.Of(pod, m.probes))
+}
+
+// AddPodProbes is AddPod with the pod's probes as its caller worked them
+// out (podprobes.Of, once per pod and spec change: the agent's
+// reconciler), for a Manager built by New; any other Manager gets
+// AddPod(ctx, pod). A nil view is worked out as AddPod does.
+func AddPodProbes(ctx context.Context, mgr Manager, pod *v1.Pod, probes *podprobes.View) {
+	m, ok := mgr.(*manager)
+	if !ok || probes == nil {
+		mgr.AddPod(ctx, pod)
+		return
+	}
+	if m.closed.Load() || pod == nil {
+		return
+	}
+	m.addPod(pod, probes)
+}
+
+// addPod creates the workers of the view's probes that do not exist yet
+// (M1, M2): the one road of every probe into the manager. Spec probes
+// follow the kubelet's AddPod: a container whose probe of a type has a
+// worker already is skipped for its remaining types (v1.37+, PR #138930).
+// Probes of other origins are admitted together (Options.Admit), each
+// added unless its key has a worker.
+func (m *manager) addPod(pod *v1.Pod, view *podprobes.View) {
+	admitted := true
+	if m.admit != nil {
+		var periods []time.Duration
+		for i := range view.Probes {
+			if p := &view.Probes[i]; p.Origin != runtime.OriginSpec {
+				// A probe with periods by state may run at the shortest of
+				// them for as long as it stays in that state.
+				periods = append(periods, p.Timing().Shortest())
+			}
 		}
-		if !m.admit(pod, periods) {
-			custom = nil
-		}
+		admitted = len(periods) == 0 || m.admit(pod, periods)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.skipSpecProbes {
-		m.addSpecProbesLocked(pod)
-	}
-	for i := range custom {
-		cp := &custom[i]
-		key := probeKey{podUID: pod.UID, containerName: cp.container.Name, probeType: cp.probeType}
-		if _, ok := m.workers.get(key); ok {
+	key := probeKey{podUID: pod.UID}
+	var skip *v1.Container // a container whose remaining spec probes are skipped
+	for i := range view.Probes {
+		p := &view.Probes[i]
+		spec := p.Origin == runtime.OriginSpec
+		if (spec && p.Container == skip) || (!spec && !admitted) {
 			continue
 		}
-		m.startWorker(runtime.Spec{Kind: cp.kind, ProbeType: cp.probeType, Pod: pod, Container: cp.container,
-			Probe: cp.probe, Plugin: cp.plugin, Milliseconds: cp.milliseconds, Extension: cp.extension})
-	}
-}
-
-// addSpecProbesLocked starts the workers of the containers' own probes
-// (M2). Caller holds m.mu for writing.
-func (m *manager) addSpecProbesLocked(pod *v1.Pod) {
-	key := probeKey{podUID: pod.UID}
-	probedContainers(pod, func(c *v1.Container) bool {
-		key.containerName = c.Name
-		for _, pt := range [...]runtime.ProbeType{runtime.Startup, runtime.Readiness, runtime.Liveness} {
-			probe := runtime.ProbeOf(c, pt)
-			if probe == nil {
-				continue
+		key.containerName, key.probeType = p.Container.Name, p.Type
+		if _, ok := m.workers.get(key); ok {
+			if spec {
+				m.log.Debug(p.Type.String()+" probe already exists for container", "pod", klogPod(pod), "containerName", p.Container.Name)
+				skip = p.Container
 			}
-			key.probeType = pt
-			if _, ok := m.workers.get(key); ok {
-				// v1.37+ (PR #138930): go on with the next container.
-				m.log.Debug(pt.String()+" probe already exists for container", "pod", klogPod(pod), "containerName", c.Name)
-				return true
-			}
-			m.startWorker(runtime.Spec{Kind: runtime.KindOf(probe), ProbeType: pt, Pod: pod, Container: c, Probe: probe})
+			continue
 		}
-		return true
-	})
+		m.startWorker(p.Spec(pod))
+	}
 }
 
 // startWorker creates the worker of spec (the probe's snapshot, M2) and

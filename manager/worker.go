@@ -543,6 +543,7 @@ func (w *worker) observe(start time.Time, d time.Duration, rep runtime.Report, c
 		ContainerName:      w.rs.Container.Name,
 		ContainerID:        w.cid,
 		ProbeType:          w.rs.ProbeType,
+		Origin:             w.rs.Origin,
 		Kind:               w.rs.Kind,
 		Start:              start,
 		Duration:           d,

@@ -42,6 +42,27 @@ type Recorder interface {
 	Eventf(object k8sruntime.Object, eventtype, reason, messageFmt string, args ...interface{})
 }
 
+// ProbeRecorder is a Recorder that also keeps where the probe of an event
+// is declared (Spec.Origin): the runtime records a probe run's events
+// through ProbeEventf when its Recorder has it, so the agent's event ring,
+// its API and the API server's Events can say whether the probe is the
+// spec's or the probed.io/probes annotation's. The message is the same as
+// Eventf's.
+type ProbeRecorder interface {
+	Recorder
+	ProbeEventf(origin Origin, object k8sruntime.Object, eventtype, reason, messageFmt string, args ...interface{})
+}
+
+// eventf records one event of a probe run, with the probe's origin when
+// the recorder keeps it.
+func (r *Runtime) eventf(spec *Spec, object k8sruntime.Object, eventtype, reason, messageFmt string, args ...interface{}) {
+	if pr, ok := r.recorder.(ProbeRecorder); ok && spec.Origin != 0 {
+		pr.ProbeEventf(spec.Origin, object, eventtype, reason, messageFmt, args...)
+		return
+	}
+	r.recorder.Eventf(object, eventtype, reason, messageFmt, args...)
+}
+
 // Lanes: each lane has its own bounded pool, so slow exec probes never
 // starve network probes (DESIGN: give slow work its own lane).
 const (
@@ -569,11 +590,11 @@ func (r *Runtime) recordEvent(p *Prepared, rep Report) {
 	typ := p.Spec.ProbeType.String()
 	switch {
 	case rep.Err != nil:
-		r.recorder.Eventf(ref, v1.EventTypeWarning, ReasonUnhealthy, "%s probe errored and resulted in %s state: %s", typ, rep.Outcome.Result, rep.Err)
+		r.eventf(p.Spec, ref, v1.EventTypeWarning, ReasonUnhealthy, "%s probe errored and resulted in %s state: %s", typ, rep.Outcome.Result, rep.Err)
 	case rep.Outcome.Result == Warning:
-		r.recorder.Eventf(ref, v1.EventTypeWarning, ReasonProbeWarning, "%s probe warning: %s", typ, rep.Outcome.Output)
+		r.eventf(p.Spec, ref, v1.EventTypeWarning, ReasonProbeWarning, "%s probe warning: %s", typ, rep.Outcome.Output)
 	case rep.Outcome.Result == Failure:
-		r.recorder.Eventf(ref, v1.EventTypeWarning, ReasonUnhealthy, "%s probe failed: %s", typ, rep.Outcome.Output)
+		r.eventf(p.Spec, ref, v1.EventTypeWarning, ReasonUnhealthy, "%s probe failed: %s", typ, rep.Outcome.Output)
 	}
 }
 

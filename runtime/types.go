@@ -77,6 +77,33 @@ func ProbeOf(c *v1.Container, t ProbeType) *v1.Probe {
 	return nil
 }
 
+// Origin is where a probe was declared (manager/podprobes works it out
+// once per pod and spec change). Status views, events and logs show it;
+// the zero value is unknown (a Spec built without one).
+type Origin uint8
+
+const (
+	// OriginSpec: the container's own livenessProbe, readinessProbe or
+	// startupProbe.
+	OriginSpec Origin = iota + 1
+	// OriginAnnotation: an element of the pod's probed.io/probes
+	// annotation.
+	OriginAnnotation
+)
+
+// String returns "spec" or "annotation" ("" for an unknown origin): the
+// value of the origin fields of the agent's API, `probed status` and its
+// events.
+func (o Origin) String() string {
+	switch o {
+	case OriginSpec:
+		return "spec"
+	case OriginAnnotation:
+		return "annotation"
+	}
+	return ""
+}
+
 // IsRestartable reports whether the container's own restartPolicy is
 // Always: for a container listed in spec.initContainers, that makes it a
 // restartable init container (a sidecar), the only init container that may
@@ -216,6 +243,9 @@ type Spec struct {
 	// Kind selects the handler: a built-in kind or a plugin kind.
 	Kind      string
 	ProbeType ProbeType
+	// Origin is where the probe was declared: the container's spec or the
+	// probed.io/probes annotation (events and status views say it).
+	Origin Origin
 	// Pod is the pod snapshot the worker was created from; handlers read its
 	// identity (UID, namespace, name) only.
 	Pod *v1.Pod

@@ -120,28 +120,28 @@ func (r *Runtime) RecordVerdict(p *Prepared, rep Report, v Verdict) {
 		if transitions && v.ErroredBefore {
 			return
 		}
-		r.recorder.Eventf(ref, v1.EventTypeWarning, ReasonUnhealthy, "%s probe errored and resulted in %s state: %s", typ, out.Result, rep.Err)
+		r.eventf(spec, ref, v1.EventTypeWarning, ReasonUnhealthy, "%s probe errored and resulted in %s state: %s", typ, out.Result, rep.Err)
 		return
 	case out.Result == Warning && !transitions:
-		r.recorder.Eventf(ref, v1.EventTypeWarning, ReasonProbeWarning, "%s probe warning: %s", typ, out.Output)
+		r.eventf(spec, ref, v1.EventTypeWarning, ReasonProbeWarning, "%s probe warning: %s", typ, out.Output)
 	case out.Result != Success && out.Result != Warning:
 		if transitions && !v.Changed {
 			return
 		}
 		if spec.Extension == nil {
-			r.recorder.Eventf(ref, v1.EventTypeWarning, ReasonUnhealthy, "%s probe failed: %s", typ, out.Output)
+			r.eventf(spec, ref, v1.EventTypeWarning, ReasonUnhealthy, "%s probe failed: %s", typ, out.Output)
 			return
 		}
 		switch {
 		case v.Count < v.Threshold:
-			r.recorder.Eventf(ref, v1.EventTypeWarning, ReasonBelowThreshold, "%s probe failed (%d/%d, threshold not reached): %s", typ, v.Count, v.Threshold, out.Output)
+			r.eventf(spec, ref, v1.EventTypeWarning, ReasonBelowThreshold, "%s probe failed (%d/%d, threshold not reached): %s", typ, v.Count, v.Threshold, out.Output)
 		case v.Changed:
-			r.recorder.Eventf(ref, v1.EventTypeWarning, ReasonUnhealthy, "%s probe failed (%d/%d): %s: %s", typ, v.Count, v.Threshold, r.consequence(spec.ProbeType, false), out.Output)
+			r.eventf(spec, ref, v1.EventTypeWarning, ReasonUnhealthy, "%s probe failed (%d/%d): %s: %s", typ, v.Count, v.Threshold, r.consequence(spec.ProbeType, false), out.Output)
 		default:
 			// No count past the threshold: the repeats of a failing probe
 			// are one text, folded into one event with a count (the
 			// event ring, client-go's EventSeries), as the kubelet's are.
-			r.recorder.Eventf(ref, v1.EventTypeWarning, ReasonUnhealthy, "%s probe failed (threshold %d reached): %s: %s", typ, v.Threshold, standing(spec.ProbeType), out.Output)
+			r.eventf(spec, ref, v1.EventTypeWarning, ReasonUnhealthy, "%s probe failed (threshold %d reached): %s: %s", typ, v.Threshold, standing(spec.ProbeType), out.Output)
 		}
 		return
 	}
@@ -149,10 +149,10 @@ func (r *Runtime) RecordVerdict(p *Prepared, rep Report, v Verdict) {
 		return
 	}
 	if v.Failures > 0 {
-		r.recorder.Eventf(ref, v1.EventTypeNormal, ReasonProbeSucceeded, "%s probe succeeded after %d %s: %s", typ, v.Failures, plural(v.Failures, "failure", "failures"), r.consequence(spec.ProbeType, true))
+		r.eventf(spec, ref, v1.EventTypeNormal, ReasonProbeSucceeded, "%s probe succeeded after %d %s: %s", typ, v.Failures, plural(v.Failures, "failure", "failures"), r.consequence(spec.ProbeType, true))
 		return
 	}
-	r.recorder.Eventf(ref, v1.EventTypeNormal, ReasonProbeSucceeded, "%s probe succeeded: %s", typ, r.consequence(spec.ProbeType, true))
+	r.eventf(spec, ref, v1.EventTypeNormal, ReasonProbeSucceeded, "%s probe succeeded: %s", typ, r.consequence(spec.ProbeType, true))
 }
 
 // recordsPerRun reports whether Run records the run's event itself (the

@@ -33,6 +33,7 @@ import (
 	"github.com/probed/probed/agent/verdicts"
 	"github.com/probed/probed/internal/version"
 	"github.com/probed/probed/manager"
+	"github.com/probed/probed/manager/podprobes"
 	"github.com/probed/probed/manager/results"
 )
 
@@ -583,7 +584,7 @@ func TestPods_AnnotationProbesRedactedAsSpecProbes(t *testing.T) {
 			t.Errorf("annotation %s lacks %s", ann, want)
 		}
 	}
-	// The page parses the redacted annotation: the targets are shown, redacted.
+	// The page shows the annotation probe's target, redacted.
 	_, _, page := get(t, srv, "/")
 	if !strings.Contains(string(page), "GET http://127.0.0.1:8080/ready?token=REDACTED&amp;page=REDACTED") {
 		t.Errorf("the page misses the annotation probe's redacted target:\n%s", page)
@@ -593,15 +594,21 @@ func TestPods_AnnotationProbesRedactedAsSpecProbes(t *testing.T) {
 	}
 }
 
-// servePage serves the API of st with the status page (spec probes
-// shown) and an empty history for the pod ns/name; closed at the test's end.
+// servePage serves the API of st with the status page and an empty
+// history for the pod ns/name; closed at the test's end. The page gets the
+// pods' probes as the agent works them out, from the pods as stored, not
+// redacted (the reconciler's view, manifest mode's policy): it must hide
+// what the API hides by itself.
 func servePage(t *testing.T, st *store.Store, ns, name string) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewServer(api.New(api.Options{Pods: st,
 		History: func(n, m string) (history.PodHistory, bool) {
 			return history.PodHistory{Namespace: n, Name: m}, n == ns && m == name
 		},
-		Page: &statuspage.Options{SpecProbes: true}}))
+		Page: &statuspage.Options{Declared: func(p *v1.Pod) (*podprobes.View, bool) {
+			stored, ok := st.PodByName(p.Namespace, p.Name)
+			return podprobes.Of(stored, podprobes.Policy{}), ok
+		}}}))
 	t.Cleanup(srv.Close)
 	return srv
 }

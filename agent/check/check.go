@@ -69,8 +69,9 @@ type Row struct {
 	Pod       string // namespace/name
 	Container string
 	Probe     string // liveness, readiness, startup
+	Origin    string // where the probe is declared: spec or annotation
 	Handler   string // http, tcp, exec, grpc (or a plugin kind)
-	Result    string // success, warning, failure, error, not-run
+	Result    string // success, warning, failure, error, not-run (exec without AllowHostExec, a plugin kind)
 	Duration  time.Duration
 	Message   string
 	PodIP     string // the address probed
@@ -85,8 +86,9 @@ type Result struct {
 	// Files are the manifest files read, in order (File itself for a
 	// file or "-"; a directory's manifest files).
 	Files []string
-	// Rows are the probes run, in manifest order (per pod and container:
-	// startup, readiness, liveness).
+	// Rows are the probes run, in manifest order: per pod, the
+	// containers' own (per container: startup, readiness, liveness), then
+	// the probed.io/probes annotation's in its order.
 	Rows []*Row
 	// Skipped are the documents of the files that yield no pod (a Secret,
 	// a Service, ...), and for a file that holds no object at all one entry
@@ -240,37 +242,30 @@ func Check(ctx context.Context, opts Options) *Result {
 		if podIP == "" {
 			podIP = opts.PodIP
 		}
-		visit := func(c *v1.Container) {
-			if opts.Container != "" && c.Name != opts.Container {
-				return
-			}
-			matched = matched || opts.Container == "" || c.Name == opts.Container
-			for _, pt := range []runtime.ProbeType{runtime.Startup, runtime.Readiness, runtime.Liveness} {
-				if only != nil && *only != pt {
-					continue
+		if opts.Container != "" {
+			// A container of that name exists, with probes or not (a
+			// regular init container has none: the API forbids them):
+			// "no probes found", not "no container".
+			for _, cs := range [][]v1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
+				for j := range cs {
+					matched = matched || cs[j].Name == opts.Container
 				}
-				p := runtime.ProbeOf(c, pt)
-				if p == nil {
-					continue
-				}
-				kind := runtime.KindOf(p)
-				row := &Row{Pod: pod.Namespace + "/" + pod.Name, Container: c.Name, Probe: pt.Lower(), Handler: kind, PodIP: podIP, File: file}
-				rows = append(rows, row)
-				jobs = append(jobs, job{row: row, podIP: podIP, spec: &runtime.Spec{Kind: kind, ProbeType: pt, Pod: pod, Container: c, Probe: p}})
 			}
 		}
-		for j := range pod.Spec.Containers {
-			visit(&pod.Spec.Containers[j])
-		}
-		for j := range pod.Spec.InitContainers {
-			c := &pod.Spec.InitContainers[j]
-			if runtime.IsRestartable(c) {
-				visit(c)
-			} else if c.Name == opts.Container {
-				// A regular init container exists but has no probes (the
-				// API forbids them): "no probes found", not "no container".
-				matched = true
+		// The pod's probes as the agent would run them (its view, worked
+		// out as the document was decoded): the spec's, then the
+		// probed.io/probes annotation's.
+		view := res.Entries[i].Probes
+		for j := range view.Probes {
+			vp := &view.Probes[j]
+			if (opts.Container != "" && vp.Container.Name != opts.Container) || (only != nil && *only != vp.Type) {
+				continue
 			}
+			spec := vp.Spec(pod)
+			row := &Row{Pod: pod.Namespace + "/" + pod.Name, Container: vp.Container.Name, Probe: vp.Type.Lower(), Origin: vp.Origin.String(),
+				Handler: vp.Kind, PodIP: podIP, File: file}
+			rows = append(rows, row)
+			jobs = append(jobs, job{row: row, podIP: podIP, spec: &spec})
 		}
 	}
 	if !namespaceMatched {
@@ -303,8 +298,12 @@ func Check(ctx context.Context, opts Options) *Result {
 
 	var wg sync.WaitGroup
 	for _, j := range jobs {
+		if !rt.HasKind(j.spec.Kind) {
+			// A plugin kind: check starts no plugin.
+			j.row.Result, j.row.Message = "not-run", fmt.Sprintf("probe kind %q is served by a plugin; probed check runs no plugins", j.spec.Kind)
+			continue
+		}
 		wg.Add(1)
-		j := j
 		task := taskFunc(func() {
 			defer wg.Done()
 			runOne(ctx, rt, j.spec, j.podIP, j.row)

@@ -52,10 +52,14 @@ type ProbeResult struct {
 	Namespace string `json:"namespace"`
 	Pod       string `json:"pod"` // the pod's name (a workload's pod is named after it)
 	Container string `json:"container"`
-	Probe     string `json:"probe"`   // liveness, readiness or startup
-	Handler   string `json:"handler"` // http, tcp, exec, grpc or a plugin kind
+	Probe     string `json:"probe"` // liveness, readiness or startup
+	// Origin is where the probe is declared: "spec" (the container's own)
+	// or "annotation" (the pod's probed.io/probes annotation).
+	Origin  string `json:"origin"`
+	Handler string `json:"handler"` // http, tcp, exec, grpc or a plugin kind
 	// Result is success, warning, failure, error (the probe could not
-	// run) or not-run (exec without --allow-host-exec).
+	// run) or not-run (exec without --allow-host-exec; a plugin kind:
+	// check starts no plugin).
 	Result     string  `json:"result"`
 	DurationMS float64 `json:"durationMs"`
 	// Message is the handler's output for a result other than success
@@ -91,7 +95,7 @@ func NewReport(res *Result) *Report {
 	for _, row := range res.Rows {
 		ns, name, _ := strings.Cut(row.Pod, "/")
 		r.Probes = append(r.Probes, ProbeResult{
-			File: row.File, Namespace: ns, Pod: name, Container: row.Container, Probe: row.Probe, Handler: row.Handler,
+			File: row.File, Namespace: ns, Pod: name, Container: row.Container, Probe: row.Probe, Origin: row.Origin, Handler: row.Handler,
 			Result: row.Result, DurationMS: float64(row.Duration.Microseconds()) / 1000, Message: row.Message, PodIP: row.PodIP,
 		})
 	}

@@ -75,7 +75,7 @@ func TestReportDocument(t *testing.T) {
 	}
 	got := jsonRep.Probes[0]
 	got.DurationMS = 0
-	if want := (check.ProbeResult{File: a, Namespace: "ns", Pod: "good", Container: "app", Probe: "readiness", Handler: "http",
+	if want := (check.ProbeResult{File: a, Namespace: "ns", Pod: "good", Container: "app", Probe: "readiness", Origin: "spec", Handler: "http",
 		Result: "success", Message: "HTTP 200", PodIP: "127.0.0.1"}); got != want {
 		t.Errorf("probe 0 %+v\nwant %+v", got, want)
 	}
@@ -152,5 +152,99 @@ func TestRunWide(t *testing.T) {
 	}
 	if f := strings.Fields(lines[1]); len(f) != 9 || f[6] != "127.0.0.1" || f[7] != `one\ntwo` || f[8] != `"q"\x1b` {
 		t.Errorf("row %q", lines[1])
+	}
+}
+
+// TestCheck_AnnotationProbesRun: a pod whose only probes are in its
+// probed.io/probes annotation is checked, not "no probes found": each
+// annotation probe runs once against its real target (the annotation's own
+// fields: a sub-second period, expect on the answer, a sidecar's probe), in
+// annotation order after the spec's probes, with its origin in the report;
+// a plugin kind is not run (check starts no plugin) and says so; the
+// filters select annotation probes as they select spec probes.
+func TestCheck_AnnotationProbesRun(t *testing.T) {
+	web := target(t)
+	path := manifest(t, fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: ann
+  namespace: shop
+  annotations:
+    probed.io/probes: |
+      [{"container":"app","type":"readiness","periodSeconds":1,"periodMilliseconds":-500,"httpGet":{"path":"/ok","port":%[1]d,"expect":{"status":[200]}}},
+       {"container":"app","type":"liveness","httpGet":{"path":"/fail","port":%[1]d}},
+       {"container":"proxy","type":"startup","tcpSocket":{"port":%[1]d}},
+       {"container":"app","type":"startup","plugin":{"name":"redis-ping","port":6379}}]
+spec:
+  initContainers:
+  - name: proxy
+    image: proxy
+    restartPolicy: Always
+  containers:
+  - name: app
+    image: app
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: both
+  namespace: shop
+  annotations:
+    probed.io/probes: '[{"container":"app","type":"readiness","tcpSocket":{"port":%[1]d}}]'
+spec:
+  containers:
+  - name: app
+    image: app
+    livenessProbe:
+      httpGet: {path: /ok, port: %[1]d}
+`, web))
+	rows, errOut, code := run(t, check.Options{File: path})
+	wantRows(t, rows, []string{
+		"shop/ann app readiness http success | HTTP 200",
+		"shop/ann app liveness http failure | HTTP probe failed with statuscode: 500",
+		"shop/ann proxy startup tcp success | ",
+		`shop/ann app startup redis-ping not-run | probe kind "redis-ping" is served by a plugin; probed check runs no plugins`,
+		"shop/both app liveness http success | HTTP 200",
+		"shop/both app readiness tcp success | ",
+	})
+	if code != check.ExitFailed || errOut != "" {
+		t.Errorf("exit code %d (want %d: a liveness probe fails), stderr %q", code, check.ExitFailed, errOut)
+	}
+
+	rep, _, _ := document(t, check.Options{File: path, Pod: "shop/both"}, output.JSON)
+	var origins []string
+	for _, p := range rep.Probes {
+		origins = append(origins, p.Container+"/"+p.Probe+"="+p.Origin)
+	}
+	if want := []string{"app/liveness=spec", "app/readiness=annotation"}; !reflect.DeepEqual(origins, want) {
+		t.Errorf("origins %q, want %q", origins, want)
+	}
+
+	rows, _, code = run(t, check.Options{File: path, Pod: "ann", Container: "app", ProbeType: "readiness"})
+	wantRows(t, rows, []string{"shop/ann app readiness http success | HTTP 200"})
+	if code != check.ExitOK {
+		t.Errorf("exit code %d for the passing annotation probe alone", code)
+	}
+}
+
+// TestCheck_AnnotationErrorsAreBadInput: an annotation the agent would
+// refuse is the same error here, naming file, pod and field, and nothing
+// runs.
+func TestCheck_AnnotationErrorsAreBadInput(t *testing.T) {
+	path := manifest(t, `apiVersion: v1
+kind: Pod
+metadata:
+  name: ann
+  annotations:
+    probed.io/probes: '[{"container":"nope","type":"readiness","tcpSocket":{"port":1}}]'
+spec:
+  containers:
+  - name: app
+    image: app
+`)
+	rows, errOut, code := run(t, check.Options{File: path})
+	if len(rows) != 0 || code != check.ExitBadInput ||
+		!strings.Contains(errOut, `pod default/ann: metadata.annotations[probed.io/probes][0].container: Invalid value: "nope"`) {
+		t.Errorf("rows %q, exit code %d, stderr %q", rows, code, errOut)
 	}
 }

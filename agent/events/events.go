@@ -33,7 +33,10 @@ type Event struct {
 	Pod       string    `json:"pod,omitempty"`
 	PodUID    string    `json:"podUID,omitempty"`
 	FieldPath string    `json:"fieldPath,omitempty"` // spec.containers{name}
-	Count     int       `json:"count"`               // repeats folded into this event
+	// Origin is where the probe of a probe run's event is declared: spec
+	// or annotation (probed.io/probes); absent for other events.
+	Origin string `json:"origin,omitempty"`
+	Count  int    `json:"count"` // repeats folded into this event
 }
 
 // Recorder keeps the last Size events. It implements runtime.Recorder (the
@@ -60,12 +63,18 @@ type Recorder struct {
 
 // eventKey is what makes two events the same (client-go's getEventKey).
 type eventKey struct {
-	podUID, namespace, pod, fieldPath, eventType, reason, message string
+	podUID, namespace, pod, fieldPath, origin, eventType, reason, message string
 }
 
 func keyOf(e *Event) eventKey {
-	return eventKey{e.PodUID, e.Namespace, e.Pod, e.FieldPath, e.Type, e.Reason, e.Message}
+	return eventKey{e.PodUID, e.Namespace, e.Pod, e.FieldPath, e.Origin, e.Type, e.Reason, e.Message}
 }
+
+var (
+	_ runtime.ProbeRecorder = (*Recorder)(nil)
+	_ runtime.ProbeRecorder = unlogged{}
+	_ runtime.ProbeRecorder = tee{}
+)
 
 // New returns a Recorder holding up to size events (default 1000).
 func New(size int, log *slog.Logger, clk clock.PassiveClock) *Recorder {
@@ -86,7 +95,13 @@ func New(size int, log *slog.Logger, clk clock.PassiveClock) *Recorder {
 // credential pairs, auth header values) and cut to bound.MessageBytes
 // before it is kept or logged, whoever sent it.
 func (r *Recorder) Eventf(object k8sruntime.Object, eventtype, reason, messageFmt string, args ...interface{}) {
-	r.record(true, object, eventtype, reason, messageFmt, args...)
+	r.record(true, 0, object, eventtype, reason, messageFmt, args...)
+}
+
+// ProbeEventf is Eventf for the event of a probe run, with where the probe
+// is declared (runtime.ProbeRecorder): kept as Event.Origin and logged.
+func (r *Recorder) ProbeEventf(origin runtime.Origin, object k8sruntime.Object, eventtype, reason, messageFmt string, args ...interface{}) {
+	r.record(true, origin, object, eventtype, reason, messageFmt, args...)
 }
 
 // Unlogged returns a recorder that records into the same ring as r,
@@ -97,12 +112,16 @@ func (r *Recorder) Unlogged() runtime.Recorder { return unlogged{r} }
 type unlogged struct{ r *Recorder }
 
 func (u unlogged) Eventf(object k8sruntime.Object, eventtype, reason, messageFmt string, args ...interface{}) {
-	u.r.record(false, object, eventtype, reason, messageFmt, args...)
+	u.r.record(false, 0, object, eventtype, reason, messageFmt, args...)
 }
 
-func (r *Recorder) record(log bool, object k8sruntime.Object, eventtype, reason, messageFmt string, args ...interface{}) {
+func (u unlogged) ProbeEventf(origin runtime.Origin, object k8sruntime.Object, eventtype, reason, messageFmt string, args ...interface{}) {
+	u.r.record(false, origin, object, eventtype, reason, messageFmt, args...)
+}
+
+func (r *Recorder) record(log bool, origin runtime.Origin, object k8sruntime.Object, eventtype, reason, messageFmt string, args ...interface{}) {
 	now := r.clock.Now()
-	ev := Event{Time: now, FirstTime: now, Type: eventtype, Reason: reason, Count: 1,
+	ev := Event{Time: now, FirstTime: now, Type: eventtype, Reason: reason, Count: 1, Origin: origin.String(),
 		Message: bound.Cut(redact.Text(fmt.Sprintf(messageFmt, args...)), bound.MessageBytes)}
 	switch o := object.(type) {
 	case *v1.ObjectReference:
@@ -115,7 +134,11 @@ func (r *Recorder) record(log bool, object k8sruntime.Object, eventtype, reason,
 		if eventtype == v1.EventTypeWarning {
 			level = slog.LevelWarn
 		}
-		r.log.Log(context.Background(), level, "event", "type", ev.Type, "reason", ev.Reason, "pod", ev.Namespace+"/"+ev.Pod, "object", ev.FieldPath, "message", ev.Message)
+		attrs := []any{"type", ev.Type, "reason", ev.Reason, "pod", ev.Namespace + "/" + ev.Pod, "object", ev.FieldPath}
+		if ev.Origin != "" {
+			attrs = append(attrs, "origin", ev.Origin)
+		}
+		r.log.Log(context.Background(), level, "event", append(attrs, "message", ev.Message)...)
 	}
 
 	r.mu.Lock()

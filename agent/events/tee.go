@@ -31,3 +31,15 @@ func (t tee) Eventf(object k8sruntime.Object, eventtype, reason, messageFmt stri
 		r.Eventf(object, eventtype, reason, messageFmt, args...)
 	}
 }
+
+// ProbeEventf passes the probe's origin to the recorders that keep it
+// (runtime.ProbeRecorder) and the event alone to the others.
+func (t tee) ProbeEventf(origin runtime.Origin, object k8sruntime.Object, eventtype, reason, messageFmt string, args ...interface{}) {
+	for _, r := range t {
+		if pr, ok := r.(runtime.ProbeRecorder); ok {
+			pr.ProbeEventf(origin, object, eventtype, reason, messageFmt, args...)
+			continue
+		}
+		r.Eventf(object, eventtype, reason, messageFmt, args...)
+	}
+}

@@ -22,8 +22,11 @@ type Transition struct {
 	PodUID      string `json:"podUID"`
 	Container   string `json:"container"`
 	ContainerID string `json:"containerID"`
-	Probe       string `json:"probe"`   // liveness, readiness, startup
-	Handler     string `json:"handler"` // http, tcp, exec, grpc or a plugin kind
+	Probe       string `json:"probe"` // liveness, readiness, startup
+	// Origin is where the probe is declared: spec or annotation
+	// (probed.io/probes).
+	Origin  string `json:"origin,omitempty"`
+	Handler string `json:"handler"` // http, tcp, exec, grpc or a plugin kind
 	// From and To are the verdicts before and after: UNKNOWN before the
 	// container instance's first verdict, then Success or Failure.
 	From string `json:"from"`
@@ -90,7 +93,7 @@ func (l *Transitions) ProbeRan(r manager.RunRecord) {
 	}
 	t := Transition{
 		Namespace: r.Namespace, Pod: r.PodName, PodUID: string(r.PodUID), Container: r.ContainerName, ContainerID: r.ContainerID,
-		Probe: r.ProbeType.Lower(), Handler: r.Kind, From: r.Previous.String(), To: r.Cached.String(), FirstCheck: r.FirstCheck,
+		Probe: r.ProbeType.Lower(), Origin: r.Origin.String(), Handler: r.Kind, From: r.Previous.String(), To: r.Cached.String(), FirstCheck: r.FirstCheck,
 		TimeToFirstSuccessSeconds: r.TimeToFirstSuccess.Seconds(),
 		Run: TransitionRun{Time: r.Start, LatencyMS: float64(r.Duration.Microseconds()) / 1000, Result: r.Result.String(), Attempts: r.Attempts,
 			Message: bound.Cut(redact.Text(r.Message), bound.MessageBytes)},

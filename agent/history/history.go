@@ -7,6 +7,7 @@
 package history
 
 import (
+	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/probed/probed/manager"
+	"github.com/probed/probed/manager/podprobes"
 	"github.com/probed/probed/runtime"
 	"github.com/probed/probed/runtime/bound"
 	"github.com/probed/probed/runtime/redact"
@@ -32,19 +34,67 @@ type Record struct {
 }
 
 // PodHistory is the body of GET /pods/{namespace}/{name}/probes: a pod's
-// probes' histories, sorted by container and type (History.Pod).
+// probes' histories, sorted by container and type (History.Pod), and the
+// probes it declares that probed refuses.
 type PodHistory struct {
 	Namespace string  `json:"namespace"`
 	Name      string  `json:"name"`
 	UID       string  `json:"uid"`
 	Probes    []Probe `json:"probes"`
+	// Refused are the pod's declared probes probed does not run, one per
+	// reason (the pod's view of its probes, RefusedOf; and, in cluster
+	// mode, every annotation probe of a pod over the node's budget);
+	// absent when none.
+	Refused []Refused `json:"refused,omitempty"`
 }
+
+// Refused is one reason a declared probe does not run.
+type Refused struct {
+	// Container and Type are the probe's as declared, absent when not
+	// known (an error of the whole annotation, an element without them).
+	Container string `json:"container,omitempty"`
+	Type      string `json:"type,omitempty"` // liveness, readiness or startup
+	// Origin is where it is declared: spec or annotation.
+	Origin string `json:"origin"`
+	// Field is the offending field's path; Reason what is wrong with it
+	// (or why the whole probe is refused). Both are redacted
+	// (runtime/redact) and cut to bound.MessageBytes.
+	Field  string `json:"field,omitempty"`
+	Reason string `json:"reason"`
+}
+
+// RefusedOf lists the view's refusals as the API serves them: redacted and
+// cut, and one more counting those the view did not keep.
+func RefusedOf(v *podprobes.View) []Refused {
+	if v == nil || (len(v.Refused) == 0 && v.RefusedMore == 0) {
+		return nil
+	}
+	out := make([]Refused, 0, len(v.Refused)+1)
+	for i := range v.Refused {
+		r := &v.Refused[i]
+		rf := Refused{Container: clean(r.Container), Origin: r.Origin.String(), Field: clean(r.Field), Reason: clean(r.Reason)}
+		if r.TypeKnown {
+			rf.Type = r.Type.Lower()
+		}
+		out = append(out, rf)
+	}
+	if v.RefusedMore > 0 {
+		out = append(out, Refused{Origin: runtime.OriginAnnotation.String(), Reason: fmt.Sprintf("%d more errors not shown", v.RefusedMore)})
+	}
+	return out
+}
+
+// clean redacts and cuts a text of a refusal.
+func clean(s string) string { return bound.Cut(redact.Text(s), bound.MessageBytes) }
 
 // Probe is the history of one probe.
 type Probe struct {
 	Container string `json:"container"`
 	Type      string `json:"type"`    // liveness, readiness, startup
 	Handler   string `json:"handler"` // http, tcp, exec, grpc or a plugin kind
+	// Origin is where the probe is declared, as of its newest run: "spec"
+	// (the container's own probe) or "annotation" (probed.io/probes).
+	Origin string `json:"origin,omitempty"`
 	// PeriodMS and TimeoutMS are the probe's period and timeout in
 	// milliseconds (periodSeconds plus periodMilliseconds for an
 	// annotation probe, runtime.TimingOf), as of its newest run.
@@ -70,6 +120,7 @@ type key struct {
 
 type ring struct {
 	handler         string
+	origin          runtime.Origin
 	period, timeout time.Duration
 	recs            []Record
 	next            int
@@ -119,7 +170,7 @@ func (h *History) ProbeRan(r manager.RunRecord) {
 		rg = &ring{handler: r.Kind, recs: make([]Record, h.size)}
 		probes[k] = rg
 	}
-	rg.period, rg.timeout = r.Period, r.Timeout
+	rg.period, rg.timeout, rg.origin = r.Period, r.Timeout, r.Origin
 	rg.recs[rg.next] = rec
 	rg.next = (rg.next + 1) % h.size
 	if rg.next == 0 {
@@ -147,7 +198,7 @@ func (h *History) Pod(uid types.UID) []Probe {
 	defer h.mu.Unlock()
 	out := []Probe{}
 	for k, rg := range h.pods[uid] {
-		p := Probe{Container: k.container, Type: k.typ.Lower(), Handler: rg.handler, LastFailure: rg.lastFailure,
+		p := Probe{Container: k.container, Type: k.typ.Lower(), Handler: rg.handler, Origin: rg.origin.String(), LastFailure: rg.lastFailure,
 			PeriodMS: millis(rg.period), TimeoutMS: millis(rg.timeout)}
 		if rg.full {
 			p.Results = append(p.Results, rg.recs[rg.next:]...)

@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
+	"github.com/probed/probed/manager/customprobe"
+	"github.com/probed/probed/manager/podprobes"
 	"github.com/probed/probed/runtime/fileread"
 )
 
@@ -69,6 +71,19 @@ type Entry struct {
 	// Deployment without spec.selector). Each names the container (when
 	// there is one) and the field.
 	Warnings []string
+	// Probes are the pod's probes, worked out once as the document was
+	// decoded (ProbesPolicy: the spec's and the annotation's; an entry has
+	// no refused probe, a refusal being an error of its document). They
+	// point into Pod's containers; a copy of Pod with the same spec may
+	// use them (source.NewPod).
+	Probes *podprobes.View
+}
+
+// ProbesPolicy is manifest mode's rule of which of a pod's probes are
+// probed's (podprobes.Policy): the containers' own and the probed.io/probes
+// annotation's, whose plugin kinds knownKind must know (nil: any kind).
+func ProbesPolicy(knownKind func(string) bool) podprobes.Policy {
+	return podprobes.Policy{Annotation: customprobe.Options{KnownKind: knownKind}}
 }
 
 // Result is everything Decode found in one file.

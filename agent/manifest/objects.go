@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	sigsjson "sigs.k8s.io/json"
 
-	"github.com/probed/probed/manager/customprobe"
+	"github.com/probed/probed/manager/podprobes"
 )
 
 // objCtx locates an object in the file.
@@ -488,10 +488,12 @@ func (d *decoder) workload(js []byte, apiVersion, kind string, goType reflect.Ty
 	if len(w.restartPolicies) > 0 && !contains(w.restartPolicies, pod.Spec.RestartPolicy) {
 		addField(field.NotSupported(field.NewPath("spec", "restartPolicy"), pod.Spec.RestartPolicy, w.restartPolicies))
 	}
-	if _, errList := customprobe.Parse(pod, d.opts.KnownPluginKind); len(errList) > 0 {
-		for _, fe := range errList {
-			addField(fe)
-		}
+	// The pod's probes, worked out once for this version of the document
+	// and carried with its entry (podprobes.Of: the annotation is read
+	// there); every refusal is an error of the document.
+	probes := podprobes.Of(pod, ProbesPolicy(d.opts.KnownPluginKind))
+	for _, fe := range probes.Errors() {
+		addField(fe)
 	}
 	if len(errs) > 0 {
 		for _, e := range errs {
@@ -526,6 +528,7 @@ func (d *decoder) workload(js []byte, apiVersion, kind string, goType reflect.Ty
 		WorkloadKind: kind,
 		WorkloadName: w.meta.Name,
 		Warnings:     warnings,
+		Probes:       probes,
 	})
 }
 

@@ -11,6 +11,8 @@ import (
 	"context"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/probed/probed/manager/podprobes"
 )
 
 // Op says how an Update's pods relate to the pods the source sent before,
@@ -59,6 +61,14 @@ type Pod struct {
 	// StatusHash identifies the pod's status as the source gave it; a
 	// change is handed to the status owner (Listener.PodStatusChanged).
 	StatusHash string
+	// Probes are the pod's probes, the mode's policy applied
+	// (manager/podprobes): worked out once per pod and SpecHash, by the
+	// source when it reads them anyway (the manifest directory validates
+	// them), else by the reconciler; the reconciler carries them across
+	// status changes and hands every listener the pod with them. Every
+	// consumer reads them here (or through the reconciler), never from
+	// the pod's annotation.
+	Probes *podprobes.View
 }
 
 // Update is one batch of pods from a source.

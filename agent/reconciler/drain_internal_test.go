@@ -10,12 +10,14 @@ import (
 
 	"github.com/probed/probed/agent/pods"
 	"github.com/probed/probed/manager/customprobe"
+	"github.com/probed/probed/manager/podprobes"
 )
 
 // The shutdown wait (issue #5 item 5: in-flight probes finish up to their
-// timeout) covers the longest timeoutSeconds of every probe the agent runs:
-// spec probes of containers and init containers, and the custom probes of
-// the probed.io/probes annotation, which a plugin may serve for seconds.
+// timeout) covers the longest timeoutSeconds of every probe the agent runs
+// (the pods' views): spec probes of containers and init containers, and the
+// custom probes of the probed.io/probes annotation, which a plugin may serve
+// for seconds.
 func TestDrainBoundCoversEveryProbe(t *testing.T) {
 	probe := func(timeout int32) *v1.Probe {
 		return &v1.Probe{TimeoutSeconds: timeout, PeriodSeconds: 10, SuccessThreshold: 1, FailureThreshold: 3}
@@ -26,7 +28,7 @@ func TestDrainBoundCoversEveryProbe(t *testing.T) {
 		if annotation != "" {
 			p.Annotations = map[string]string{customprobe.Annotation: annotation}
 		}
-		return &pods.Pod{Pod: p}
+		return &pods.Pod{Pod: p, Probes: podprobes.Of(p, podprobes.Policy{})}
 	}
 	always := v1.ContainerRestartPolicyAlways
 	cases := []struct {

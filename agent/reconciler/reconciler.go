@@ -8,6 +8,12 @@
 // ended, W5.2, W8), as each kubelet pod sync does. After the manager, the
 // mode's status owner (a pods.Listener) is told.
 //
+// A pod's probes are worked out here once per pod and spec change
+// (podprobes.Of with the mode's policy), unless its source did so already,
+// carried across its status changes, and handed with the pod to the manager
+// (manager.AddPodProbes) and every listener; Probes looks them up for the
+// consumers that start from a pod UID.
+//
 // All timing goes through the injected clock, so the reconciler is tested on
 // a fake clock.
 package reconciler
@@ -25,8 +31,7 @@ import (
 
 	"github.com/probed/probed/agent/pods"
 	"github.com/probed/probed/manager"
-	"github.com/probed/probed/manager/customprobe"
-	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/manager/podprobes"
 )
 
 // ReaddInterval is how often AddPod is repeated for a pod whose UID still
@@ -43,6 +48,10 @@ type Options struct {
 	Manager manager.Manager
 	// Listener is told of every change after the manager (required).
 	Listener pods.Listener
+	// Probes is the mode's policy the probes of a pod that comes without
+	// them (pods.Pod.Probes) are worked out with; the zero policy is
+	// manifest mode's (the spec's probes and the annotation's).
+	Probes podprobes.Policy
 	// SyncFrequency is the interval of the periodic AddPod of every pod
 	// (the kubelet's --sync-frequency); default 1 min.
 	SyncFrequency time.Duration
@@ -68,6 +77,10 @@ type Reconciler struct {
 
 	mu      sync.Mutex
 	current map[types.UID]*pods.Pod
+	// views are the current pods' probes, apart from mu: the consumers
+	// that look them up (Probes) never wait for an Apply.
+	viewsMu sync.RWMutex
+	views   map[types.UID]*podprobes.View
 	// stopping holds the UIDs whose workers were stopped and may still
 	// exist, until when (see ReaddInterval).
 	stopping map[types.UID]time.Time
@@ -90,7 +103,7 @@ func New(opts Options) *Reconciler {
 		opts.Logger = slog.Default()
 	}
 	return &Reconciler{opts: opts, clock: opts.Clock, log: opts.Logger,
-		current: map[types.UID]*pods.Pod{}, stopping: map[types.UID]time.Time{}, readdMade: make(chan struct{}, 1)}
+		current: map[types.UID]*pods.Pod{}, views: map[types.UID]*podprobes.View{}, stopping: map[types.UID]time.Time{}, readdMade: make(chan struct{}, 1)}
 }
 
 // Apply applies one update from a source.
@@ -132,30 +145,68 @@ func (r *Reconciler) upsertLocked(p *pods.Pod) {
 	cur, ok := r.current[uid]
 	switch {
 	case !ok:
-		r.current[uid] = p
+		p = r.withProbes(p, nil)
+		r.setLocked(p)
 		// Workers first, so the first status generation already knows
 		// the pod's probes (and triggers readiness at once, M7c).
-		r.opts.Manager.AddPod(ctx, p.Pod)
+		manager.AddPodProbes(ctx, r.opts.Manager, p.Pod, p.Probes)
 		r.opts.Listener.PodAdded(p)
 		r.log.Info("pod added", "pod", podName(p.Pod), "podUID", string(uid), "origin", p.Origin)
 	case cur.SpecHash != p.SpecHash:
-		r.stopLocked(cur.Pod)
-		r.current[uid] = p
+		r.stopLocked(cur)
+		p = r.withProbes(p, nil)
+		r.setLocked(p)
 		r.opts.Listener.PodAdded(p)
-		r.opts.Manager.AddPod(ctx, p.Pod) // (again every ReaddInterval while the old workers exit)
+		manager.AddPodProbes(ctx, r.opts.Manager, p.Pod, p.Probes) // (again every ReaddInterval while the old workers exit)
 		r.log.Info("pod replaced: its probes changed", "pod", podName(p.Pod), "podUID", string(uid), "origin", p.Origin)
 	case cur.StatusHash != p.StatusHash:
-		r.current[uid] = p
+		p = r.withProbes(p, cur.Probes)
+		r.setLocked(p)
 		r.opts.Listener.PodStatusChanged(p)
-		r.opts.Manager.AddPod(ctx, p.Pod) // recreates workers that ended (W5.2, W8)
+		manager.AddPodProbes(ctx, r.opts.Manager, p.Pod, p.Probes) // recreates workers that ended (W5.2, W8)
 	default:
-		r.current[uid] = p // same pod; keep the latest origin
+		r.setLocked(r.withProbes(p, cur.Probes)) // same pod; keep the latest origin
 	}
 }
 
+// withProbes returns p with its probes: those it came with, else same (the
+// current pod's, for the same spec), else worked out now with the mode's
+// policy. The source's Pod is not changed.
+func (r *Reconciler) withProbes(p *pods.Pod, same *podprobes.View) *pods.Pod {
+	if p.Probes != nil {
+		return p
+	}
+	q := *p
+	q.Probes = same
+	if q.Probes == nil {
+		q.Probes = podprobes.Of(p.Pod, r.opts.Probes)
+	}
+	return &q
+}
+
+// setLocked makes p the current pod of its UID. Caller holds mu.
+func (r *Reconciler) setLocked(p *pods.Pod) {
+	r.current[p.Pod.UID] = p
+	r.viewsMu.Lock()
+	r.views[p.Pod.UID] = p.Probes
+	r.viewsMu.Unlock()
+}
+
+// Probes returns the probes of the current pod with the UID, as worked out
+// for its spec (podprobes.View), or false when there is no such pod.
+func (r *Reconciler) Probes(uid types.UID) (*podprobes.View, bool) {
+	r.viewsMu.RLock()
+	defer r.viewsMu.RUnlock()
+	v, ok := r.views[uid]
+	return v, ok
+}
+
 func (r *Reconciler) removeLocked(cur *pods.Pod) {
-	r.stopLocked(cur.Pod)
+	r.stopLocked(cur)
 	delete(r.current, cur.Pod.UID)
+	r.viewsMu.Lock()
+	delete(r.views, cur.Pod.UID)
+	r.viewsMu.Unlock()
 	r.opts.Listener.PodRemoved(cur)
 	r.log.Info("pod removed", "pod", podName(cur.Pod), "podUID", string(cur.Pod.UID), "origin", cur.Origin)
 }
@@ -173,10 +224,11 @@ func (r *Reconciler) cleanupLocked() {
 // stopLocked stops the pod's workers (K5) and remembers its UID until they
 // have surely exited: their in-flight run (up to 3 attempts of the longest
 // probe timeout, P2) plus slack.
-func (r *Reconciler) stopLocked(pod *v1.Pod) {
+func (r *Reconciler) stopLocked(cur *pods.Pod) {
+	pod := cur.Pod
 	r.opts.Manager.StopLivenessAndStartup(pod)
 	r.opts.Manager.RemovePod(pod)
-	r.stopping[pod.UID] = r.clock.Now().Add(2*time.Second + 3*LongestTimeout(pod))
+	r.stopping[pod.UID] = r.clock.Now().Add(2*time.Second + 3*cur.Probes.LongestTimeout())
 	if r.readd == nil {
 		r.readd = r.clock.NewTimer(ReaddInterval)
 		select {
@@ -232,7 +284,7 @@ func (r *Reconciler) readdPending() {
 	now := r.clock.Now()
 	for uid, until := range r.stopping {
 		if p, ok := r.current[uid]; ok {
-			r.opts.Manager.AddPod(context.Background(), p.Pod)
+			manager.AddPodProbes(context.Background(), r.opts.Manager, p.Pod, p.Probes)
 		}
 		if now.After(until) {
 			delete(r.stopping, uid)
@@ -256,7 +308,7 @@ func (r *Reconciler) addAll() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, p := range r.current {
-		r.opts.Manager.AddPod(context.Background(), p.Pod)
+		manager.AddPodProbes(context.Background(), r.opts.Manager, p.Pod, p.Probes)
 	}
 }
 
@@ -272,42 +324,19 @@ func (r *Reconciler) Pods() []*pods.Pod {
 }
 
 // DrainBound bounds the wait for in-flight probes at shutdown: the longest
-// probe timeout of the current pods plus one second, at least two seconds.
-// A run still retrying a handler error past it (P2) is abandoned: its
-// attempts errored, so its result would have been discarded (W5.10).
+// timeout of the current pods' probes (podprobes.View.LongestTimeout: the
+// probes probed runs, millisecond offsets included) plus one second, at
+// least two seconds. A run still retrying a handler error past it (P2) is
+// abandoned: its attempts errored, so its result would have been discarded
+// (W5.10).
 func (r *Reconciler) DrainBound() time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	longest := time.Second
 	for _, p := range r.current {
-		longest = max(longest, LongestTimeout(p.Pod))
+		longest = max(longest, p.Probes.LongestTimeout())
 	}
 	return longest + time.Second
-}
-
-// LongestTimeout is the longest timeout of the pod's probes
-// (runtime.TimingOf): the spec probes of its containers and init containers
-// and the custom probes of its probed.io/probes annotation, with their
-// timeoutMilliseconds; at least one second.
-func LongestTimeout(pod *v1.Pod) time.Duration {
-	longest := time.Second
-	consider := func(pr *v1.Probe, ms *runtime.Milliseconds) {
-		if pr != nil {
-			longest = max(longest, runtime.TimingOf(pr, ms).Timeout)
-		}
-	}
-	for _, cs := range [][]v1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
-		for i := range cs {
-			consider(cs[i].LivenessProbe, nil)
-			consider(cs[i].ReadinessProbe, nil)
-			consider(cs[i].StartupProbe, nil)
-		}
-	}
-	custom, _ := customprobe.Parse(pod, nil)
-	for i := range custom {
-		consider(&custom[i].Probe, custom[i].Offsets())
-	}
-	return longest
 }
 
 func podName(pod *v1.Pod) string { return pod.Namespace + "/" + pod.Name }

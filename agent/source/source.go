@@ -42,6 +42,7 @@ import (
 
 	"github.com/probed/probed/agent/manifest"
 	"github.com/probed/probed/agent/pods"
+	"github.com/probed/probed/manager/podprobes"
 	"github.com/probed/probed/runtime/bound"
 	"github.com/probed/probed/runtime/fileread"
 	"github.com/probed/probed/runtime/redact"
@@ -62,6 +63,10 @@ type Pod struct {
 	// the pod is its last valid version, still probed, and Stale is the
 	// rejection that keeps the new version out. nil for a current pod.
 	Stale *Rejection
+	// Probes are the pod's probes as its document's decoding worked them
+	// out (manifest.Entry.Probes), handed on with the pod
+	// (pods.Pod.Probes).
+	Probes *podprobes.View
 }
 
 // Snapshot is the directory's content after one scan.
@@ -682,7 +687,7 @@ func (s *Source) logNew(snap Snapshot) {
 // hash of the pod's metadata and spec (as a static pod's).
 func NewPod(e *manifest.Entry) *Pod {
 	pod := e.Pod.DeepCopy()
-	p := &Pod{Pod: pod, Source: e.Source, Doc: e.Doc, Warnings: e.Warnings}
+	p := &Pod{Pod: pod, Source: e.Source, Doc: e.Doc, Warnings: e.Warnings, Probes: e.Probes}
 	p.SpecHash = hashOf(struct {
 		Namespace, Name string
 		Labels, Annots  map[string]string
@@ -789,7 +794,7 @@ func (s *Source) HasSynced() bool { return s.synced.Load() }
 func (snap Snapshot) Update() pods.Update {
 	u := pods.Update{Op: pods.Set, Pods: make([]*pods.Pod, 0, len(snap.Pods))}
 	for _, p := range snap.Pods {
-		u.Pods = append(u.Pods, &pods.Pod{Pod: p.Pod, Origin: p.Origin(), SpecHash: p.SpecHash, StatusHash: p.StatusHash})
+		u.Pods = append(u.Pods, &pods.Pod{Pod: p.Pod, Origin: p.Origin(), SpecHash: p.SpecHash, StatusHash: p.StatusHash, Probes: p.Probes})
 	}
 	sort.Slice(u.Pods, func(i, j int) bool { return u.Pods[i].Pod.UID < u.Pods[j].Pod.UID })
 	return u

@@ -264,6 +264,12 @@ func runAgent(t *testing.T, dir, listen string, prepare func(addr string)) strin
 	if prepare != nil {
 		prepare(a.Addr().String())
 	}
+	return runUntilCleanup(t, a)
+}
+
+// runUntilCleanup runs a until the test's cleanup and returns its base URL.
+func runUntilCleanup(t *testing.T, a *agent.Agent) string {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()

@@ -40,6 +40,7 @@ import (
 	"github.com/probed/probed/agent/history"
 	"github.com/probed/probed/agent/source"
 	"github.com/probed/probed/manager"
+	"github.com/probed/probed/manager/podprobes"
 	"github.com/probed/probed/runtime/pluginhost"
 )
 
@@ -56,8 +57,9 @@ type Options struct {
 	// Pods returns the pods with their statuses, redacted as GET /pods
 	// serves them.
 	Pods func() []*v1.Pod
-	// Probes returns the probe histories of a pod: the body of GET
-	// /pods/{namespace}/{name}/probes; false when there is no such pod.
+	// Probes returns the probe histories of a pod and its refused probes:
+	// the body of GET /pods/{namespace}/{name}/probes; false when there is
+	// no such pod.
 	Probes func(namespace, name string) (history.PodHistory, bool)
 	// Events returns the agent's recent events, oldest first (GET /events).
 	Events func() []events.Event
@@ -75,10 +77,14 @@ type Options struct {
 	// "rejected" list of GET /manifests, source.Report); nil: no such
 	// section (cluster mode).
 	Manifests func() []source.Rejection
-	// SpecProbes says that the containers' own probes are probed's
-	// (manifest mode). In cluster mode the kubelet runs them, and only the
-	// probed.io/probes annotation's probes are listed.
-	SpecProbes bool
+	// Declared returns the pod's probes as the agent worked them out where
+	// the pod came in (reconciler.Probes: podprobes.View, the mode's policy
+	// applied): the probes probed runs, each with where it is declared,
+	// and the refused ones with why. False: the agent does not know the
+	// pod (its probes' histories are listed alone). Nil: the view is worked
+	// out from the pod with manifest mode's policy (the spec's probes and
+	// the annotation's).
+	Declared func(pod *v1.Pod) (*podprobes.View, bool)
 	// HistorySize is the number of results kept per probe (the agent's
 	// --history): a run of results that fills it is shown as "≥n".
 	HistorySize int

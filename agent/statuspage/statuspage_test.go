@@ -24,6 +24,7 @@ import (
 	"github.com/probed/probed/agent/source"
 	"github.com/probed/probed/agent/statuspage"
 	"github.com/probed/probed/manager"
+	"github.com/probed/probed/manager/podprobes"
 	"github.com/probed/probed/runtime"
 	"github.com/probed/probed/runtime/pluginhost"
 )
@@ -73,7 +74,8 @@ func (f *fixture) options() statuspage.Options {
 		Probes: func(ns, name string) (history.PodHistory, bool) {
 			for _, p := range f.pods {
 				if p.Namespace == ns && p.Name == name {
-					return history.PodHistory{Namespace: ns, Name: name, UID: string(p.UID), Probes: f.hist[ns+"/"+name]}, true
+					return history.PodHistory{Namespace: ns, Name: name, UID: string(p.UID), Probes: f.hist[ns+"/"+name],
+						Refused: history.RefusedOf(f.view(p))}, true
 				}
 			}
 			return history.PodHistory{}, false
@@ -83,8 +85,11 @@ func (f *fixture) options() statuspage.Options {
 			return manager.Stats{Entries: 7, Running: 1, Backlog: map[string]int{"network": 2, "slow": 0, "exec": 0},
 				Pools: map[string]runtime.PoolStats{"network": {Capacity: 256, Busy: 3}, "slow": {Capacity: 1024}, "exec": {Capacity: 64, Busy: 1}}}, true
 		},
-		Plugins:     func() []pluginhost.PluginStatus { return f.plugins },
-		SpecProbes:  f.specProbe,
+		Plugins: func() []pluginhost.PluginStatus { return f.plugins },
+		// The agent's view of each pod's probes (the reconciler's): in
+		// manifest mode the spec's and the annotation's, in cluster mode
+		// the annotation's (the kubelet runs the spec's).
+		Declared:    func(pod *v1.Pod) (*podprobes.View, bool) { return f.view(pod), true },
 		HistorySize: 10,
 		Now:         func() time.Time { return now },
 	}
@@ -96,6 +101,18 @@ func (f *fixture) options() statuspage.Options {
 		opts.Manifests = func() []source.Rejection { return f.rejected }
 	}
 	return opts
+}
+
+// view is the agent's view of a pod's probes (the reconciler's): in
+// manifest mode the spec's and the annotation's, in cluster mode the
+// annotation's (the kubelet runs the spec's), exec refused (no container
+// runtime).
+func (f *fixture) view(pod *v1.Pod) *podprobes.View {
+	policy := podprobes.Policy{}
+	if !f.specProbe {
+		policy.Transforms = []podprobes.Transform{podprobes.LeaveSpecToKubelet, podprobes.RefuseExec("exec probes need the container runtime")}
+	}
+	return podprobes.Of(pod, policy)
 }
 
 func (f *fixture) serve(t *testing.T) *httptest.Server {
@@ -431,8 +448,9 @@ func TestIndex_ProbeRows(t *testing.T) {
 	}
 }
 
-// TestIndex_ClusterModeListsAnnotationProbesOnly: without SpecProbes (the
-// kubelet runs the spec's probes) only the annotation's probes are rows.
+// TestIndex_ClusterModeListsAnnotationProbesOnly: with cluster mode's view
+// (the kubelet runs the spec's probes) only the annotation's probes are
+// rows.
 func TestIndex_ClusterModeListsAnnotationProbesOnly(t *testing.T) {
 	p := pod("default", "web", v1.Container{Name: "app", LivenessProbe: httpProbe("/healthz", intstr.FromInt32(8080), 3)})
 	p.Annotations = map[string]string{"probed.io/probes": `[{"container":"app","type":"readiness","tcpSocket":{"port":5432}}]`}
@@ -763,10 +781,12 @@ func TestPage_LongValuesBreakOnlyAfterSeparators(t *testing.T) {
 	srv := (&fixture{specProbe: true, pods: []*v1.Pod{p},
 		rejected: []source.Rejection{{File: "/srv/manifests/team-payments/payments-api.yaml", Document: 1, Error: "bad <b>", Since: now}}}).serve(t)
 	_, _, body := get(t, srv, "/")
-	if got := cell(t, body, "default/web", "app/liveness", "target"); got != "GET http://10.1.2.3:8080"+path {
+	// The query's values are hidden as the API hides them (runtime/redact).
+	shown := strings.NewReplacer("verbose=1", "verbose=REDACTED", "deep=true", "deep=REDACTED").Replace(path)
+	if got := cell(t, body, "default/web", "app/liveness", "target"); got != "GET http://10.1.2.3:8080"+shown {
 		t.Errorf("target text %q", got)
 	}
-	want := "GET http://<wbr>10.1.2.3:8080/<wbr>api/<wbr>v1/<wbr>namespaces/<wbr>shop/<wbr>services/<wbr>payments-backend-production/<wbr>healthz?<wbr>verbose=<wbr>1&amp;<wbr>deep=<wbr>true"
+	want := "GET http://<wbr>10.1.2.3:8080/<wbr>api/<wbr>v1/<wbr>namespaces/<wbr>shop/<wbr>services/<wbr>payments-backend-production/<wbr>healthz?<wbr>verbose=<wbr>REDACTED&amp;<wbr>deep=<wbr>REDACTED"
 	if !strings.Contains(body, want) {
 		t.Errorf("target markup lacks %s", want)
 	}
@@ -784,4 +804,64 @@ func rowText(tr *html.Node) string {
 		}
 	}
 	return strings.Join(cells, " | ")
+}
+
+// TestIndex_RefusedProbesAndOrigins: each probe row says where the probe is
+// declared (spec, annotation); in cluster mode a probe the agent refuses
+// (exec without the container runtime, a misspelled field) is a row of its
+// own, "refused" with every reason, never "not run yet" as if it ran; a
+// refusal of the whole annotation is a row without container or type; the
+// pod page says the same.
+func TestIndex_RefusedProbesAndOrigins(t *testing.T) {
+	p := pod("default", "web", v1.Container{Name: "app", LivenessProbe: httpProbe("/healthz", intstr.FromInt32(8080), 3)})
+	p.Annotations = map[string]string{"probed.io/probes": `[{"container":"app","type":"readiness","tcpSocket":{"port":5432}},` +
+		`{"container":"app","type":"startup","exec":{"command":["true"]}},{"container":"app","type":"liveness","tcpSoket":{"port":1}}]`}
+	whole := pod("default", "whole", v1.Container{Name: "app"})
+	whole.Annotations = map[string]string{"probed.io/probes": `{"container":"app"}`}
+
+	manifest := pod("shop", "both", v1.Container{Name: "app", LivenessProbe: httpProbe("/healthz", intstr.FromInt32(8080), 3)})
+	manifest.Annotations = map[string]string{"probed.io/probes": `[{"container":"app","type":"readiness","tcpSocket":{"port":5432}}]`}
+	_, _, body := get(t, (&fixture{specProbe: true, pods: []*v1.Pod{manifest}}).serve(t), "/")
+	if !strings.Contains(body, `data-probe="app/liveness" data-origin="spec"`) || !strings.Contains(body, `data-probe="app/readiness" data-origin="annotation"`) {
+		t.Errorf("manifest mode: the rows do not say spec and annotation:\n%s", body)
+	}
+
+	srv := (&fixture{pods: []*v1.Pod{p, whole}, cluster: &statuspage.Cluster{Node: "n", Synced: true, ConditionType: "probed.io/ready"}}).serve(t)
+	_, _, body = get(t, srv, "/")
+	if got := cell(t, body, "default/web", "app/readiness", "last"); got != "not run yet" {
+		t.Errorf("the valid annotation probe: last %q", got)
+	}
+	if got := cell(t, body, "default/web", "app/startup", "last"); got != "refused" {
+		t.Errorf("the exec probe: last %q, want refused", got)
+	}
+	if got := cell(t, body, "default/web", "app/startup", "failure"); got != "metadata.annotations[probed.io/probes][1].exec: Forbidden: exec probes need the container runtime" {
+		t.Errorf("the exec probe's reason %q", got)
+	}
+	if got := cell(t, body, "default/web", "app/liveness", "failure"); !strings.Contains(got, `[2].tcpSoket: Invalid value: "tcpSoket": unknown field`) ||
+		!strings.Contains(got, "must specify a handler type") {
+		t.Errorf("the misspelled probe's reasons %q", got)
+	}
+	if !strings.Contains(body, `data-probe="app/liveness" data-origin="annotation" data-result="refused"`) {
+		t.Error("the refused liveness probe is not marked refused")
+	}
+	if strings.Contains(body, `data-origin="spec"`) {
+		t.Error("cluster mode lists a spec probe")
+	}
+	if got := cell(t, body, "default/whole", "/-", "failure"); !strings.Contains(got, "must be a JSON list of probe objects") {
+		t.Errorf("the whole annotation's refusal %q", got)
+	}
+	if got := cellByClass(t, body, "default/web", "pod-name"); got == "" {
+		t.Error("no pod cell")
+	}
+	if !strings.Contains(body, `<tbody class="pod failing`) {
+		t.Error("a pod with refused probes is not shown failing")
+	}
+
+	_, _, page := get(t, srv, "/pod/default/web")
+	for _, want := range []string{`data-probe="app/startup" data-origin="annotation" data-result="refused"`, "refused:",
+		"Forbidden: exec probes need the container runtime", `<span class="declared origin" data-origin="annotation">(annotation)</span>`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the pod page misses %q", want)
+		}
+	}
 }

@@ -17,9 +17,10 @@ import (
 	"github.com/probed/probed/agent/history"
 	"github.com/probed/probed/agent/source"
 	"github.com/probed/probed/agent/statusview"
-	"github.com/probed/probed/manager/customprobe"
+	"github.com/probed/probed/manager/podprobes"
 	"github.com/probed/probed/runtime"
 	"github.com/probed/probed/runtime/bound"
+	"github.com/probed/probed/runtime/redact"
 )
 
 // filter is the index's query: failing=1, namespace=NS, q=TEXT, refresh=S.
@@ -132,9 +133,14 @@ type probeRow struct {
 	Kind      string // http, tcp, grpc, exec or a plugin kind
 	ExecMode  string // an exec probe's mode (history.Probe.ExecMode)
 	Target    string // GET http://10.1.2.3:8080/healthz, tcp :6379, grpc :9090, plugin redis
-	// Declared: annotation (probed.io/probes) or spec; "" for a probe
-	// known only from its history.
+	// Declared is where the probe is declared (its origin): spec or
+	// annotation (probed.io/probes); "" for a probe known only from its
+	// history.
 	Declared string
+	// Refused says why probed does not run the probe (the view's
+	// refusals: each field and what is wrong with it; or the node's probe
+	// budget); "" for a probe that runs.
+	Refused string
 	// Last is the newest run's result (history.Record.Result); "" before
 	// the first run.
 	Last string
@@ -216,7 +222,7 @@ func (f filter) matches(r *podRow) bool {
 		hay = append(hay, c.Summary)
 	}
 	for _, pr := range r.Probes {
-		hay = append(hay, pr.Container, pr.Type, pr.Kind, pr.Target)
+		hay = append(hay, pr.Container, pr.Type, pr.Kind, pr.Target, pr.Declared, pr.Refused)
 		if pr.LastFailure != nil {
 			hay = append(hay, pr.LastFailure.Message)
 		}
@@ -236,7 +242,7 @@ func (p *Page) rows() []podRow {
 	out := make([]podRow, 0, len(pods))
 	for _, pod := range pods {
 		hist, _ := p.opts.Probes(pod.Namespace, pod.Name)
-		out = append(out, p.row(pod, hist.Probes))
+		out = append(out, p.row(pod, hist))
 	}
 	sort.SliceStable(out, func(i, j int) bool {
 		if out[i].Failing != out[j].Failing {
@@ -266,7 +272,7 @@ func (p *Page) podView(namespace, name string, refresh int) (podView, bool) {
 	}
 	hist, _ := p.opts.Probes(namespace, name)
 	v.Found = true
-	v.Pod = p.row(pod, hist.Probes)
+	v.Pod = p.row(pod, hist)
 	for _, c := range pod.Status.Conditions {
 		v.Conditions = append(v.Conditions, conditionRow{Type: string(c.Type), Status: string(c.Status), Reason: c.Reason,
 			Message: c.Message, Since: c.LastTransitionTime.Time, Stale: isStale(c)})
@@ -286,19 +292,11 @@ func (p *Page) podView(namespace, name string, refresh int) (podView, bool) {
 	return v, true
 }
 
-// declaredProbe is a probe the pod declares, in its spec or annotation.
-type declaredProbe struct {
-	container *v1.Container
-	typ       runtime.ProbeType
-	probe     *v1.Probe
-	plugin    *runtime.PluginAction
-	declared  string
-}
-
 // row joins a pod's declared probes with their histories (by container and
 // probe type). A history without a declared probe (the pod changed since)
 // is listed too, without a target.
-func (p *Page) row(pod *v1.Pod, probes []history.Probe) podRow {
+func (p *Page) row(pod *v1.Pod, hist history.PodHistory) podRow {
+	probes := hist.Probes
 	r := podRow{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID), Phase: string(pod.Status.Phase),
 		Status:  statusview.StatusOf(pod),
 		PageURL: "/pod/" + url.PathEscape(pod.Namespace) + "/" + url.PathEscape(pod.Name),
@@ -330,14 +328,28 @@ func (p *Page) row(pod *v1.Pod, probes []history.Probe) podRow {
 		byKey[probes[i].Container+"/"+probes[i].Type] = &probes[i]
 	}
 	used := map[string]bool{}
-	for _, d := range p.declared(pod) {
-		key := d.container.Name + "/" + d.typ.Lower()
+	refusals := refusalsOf(hist.Refused)
+	for _, d := range declared(pod, p.view(pod)) {
+		key := d.Container.Name + "/" + d.Type.Lower()
 		used[key] = true
-		pr := probeRow{Container: d.container.Name, State: stateOf(d.container.Name), Type: d.typ.Lower(), Declared: d.declared}
+		pr := probeRow{Container: d.Container.Name, State: stateOf(d.Container.Name), Type: d.Type.Lower(), Declared: d.Origin.String()}
 		pr.Kind, pr.Target = target(pod, d)
 		pr.Target = bound.Cut(pr.Target, bound.TargetBytes) // a path is the manifest's length otherwise
-		threshold := [2]int32{d.probe.SuccessThreshold, d.probe.FailureThreshold}
+		threshold := [2]int32{d.Probe.SuccessThreshold, d.Probe.FailureThreshold}
 		fill(&pr, byKey[key], threshold, p.opts.HistorySize)
+		if why := refusals.take(d.Field.String()); why != "" {
+			pr.Refused, pr.Failing = why, true
+		}
+		r.Probes = append(r.Probes, pr)
+	}
+	for _, rf := range refusals.rest() {
+		pr := probeRow{Container: rf.container, State: stateOf(rf.container), Type: rf.typ, Declared: rf.origin, Kind: "-",
+			Refused: rf.reasons, Failing: true}
+		if h := byKey[rf.key]; h != nil && rf.container != "" && !used[rf.key] {
+			used[rf.key] = true // its runs from before the pod changed
+			fill(&pr, h, [2]int32{}, p.opts.HistorySize)
+			pr.Failing = true
+		}
 		r.Probes = append(r.Probes, pr)
 	}
 	for i := range probes {
@@ -471,44 +483,117 @@ func consecutiveOf(recs []history.Record, threshold [2]int32, kept int) consecut
 	return c
 }
 
-// declared lists the probes the pod declares that probed runs: the
-// containers' spec probes (when Options.SpecProbes) and the probed.io/probes
-// annotation's, regular containers and restartable init containers
-// (sidecars), in the order liveness, readiness, startup.
-func (p *Page) declared(pod *v1.Pod) []declaredProbe {
-	var out []declaredProbe
-	var custom []customprobe.Probe
-	if _, ok := pod.Annotations[customprobe.Annotation]; ok {
-		custom, _ = customprobe.Parse(pod, nil) // errors are the manifest's report, not the page's
+// view returns the pod's probes as the agent worked them out
+// (Options.Declared), or, without it, from the pod as manifest mode does.
+func (p *Page) view(pod *v1.Pod) *podprobes.View {
+	if p.opts.Declared == nil {
+		return podprobes.Of(pod, podprobes.Policy{})
 	}
-	containers := []*v1.Container{}
+	v, _ := p.opts.Declared(pod)
+	return v
+}
+
+// declared lists the probes of the view in the page's order: sidecars,
+// then containers, in spec order, each in the order liveness, readiness,
+// startup, a spec probe before a probe of another origin (the view's
+// order).
+func declared(pod *v1.Pod, v *podprobes.View) []*podprobes.Probe {
+	if v == nil {
+		return nil
+	}
+	byContainer := map[string][]*podprobes.Probe{}
+	for i := range v.Probes {
+		p := &v.Probes[i]
+		byContainer[p.Container.Name] = append(byContainer[p.Container.Name], p)
+	}
+	var names []string
 	for i := range pod.Spec.InitContainers {
 		if runtime.IsRestartable(&pod.Spec.InitContainers[i]) {
-			containers = append(containers, &pod.Spec.InitContainers[i])
+			names = append(names, pod.Spec.InitContainers[i].Name)
 		}
 	}
 	for i := range pod.Spec.Containers {
-		containers = append(containers, &pod.Spec.Containers[i])
+		names = append(names, pod.Spec.Containers[i].Name)
 	}
-	for _, c := range containers {
+	out := make([]*podprobes.Probe, 0, len(v.Probes))
+	for _, name := range names {
 		for _, t := range []runtime.ProbeType{runtime.Liveness, runtime.Readiness, runtime.Startup} {
-			if p.opts.SpecProbes {
-				if sp := runtime.ProbeOf(c, t); sp != nil {
-					out = append(out, declaredProbe{container: c, typ: t, probe: sp, declared: "spec"})
-					continue
-				}
-			}
-			for i := range custom {
-				cp := &custom[i]
-				if cp.Container == c.Name && cp.Type == t {
-					d := declaredProbe{container: c, typ: t, probe: &cp.Probe, declared: "annotation"}
-					if cp.Plugin.Name != "" {
-						d.plugin = &cp.Plugin
-					}
-					out = append(out, d)
+			for _, p := range byContainer[name] {
+				if p.Type == t {
+					out = append(out, p)
 				}
 			}
 		}
+	}
+	return out
+}
+
+// refusals are a pod's refused probes as the API serves them
+// (PodHistory.Refused), each reason once taken by the row that shows it.
+type refusals struct {
+	list  []history.Refused
+	taken []bool
+}
+
+func refusalsOf(in []history.Refused) refusals {
+	return refusals{list: in, taken: make([]bool, len(in))}
+}
+
+// reason is how the page words one refusal: its field, then why.
+func reason(r *history.Refused) string {
+	if r.Field == "" {
+		return r.Reason
+	}
+	return r.Field + ": " + r.Reason
+}
+
+// take returns the reasons that refuse a declared probe as a whole (the
+// node's budget: a refusal of its declaration's field or one under it),
+// "" when none does. A declared probe is valid, so no other refusal names
+// its fields.
+func (rs refusals) take(declaredAt string) string {
+	var reasons []string
+	for i := range rs.list {
+		f := rs.list[i].Field
+		if !rs.taken[i] && (f == declaredAt || strings.HasPrefix(f, declaredAt+".") || strings.HasPrefix(f, declaredAt+"[")) {
+			rs.taken[i] = true
+			reasons = append(reasons, reason(&rs.list[i]))
+		}
+	}
+	return bound.Cut(strings.Join(reasons, "; "), bound.MessageBytes)
+}
+
+// rowRefusal is one row of refused probes that are not declared: those
+// of one origin, container and type (as far as known), with every reason.
+type rowRefusal struct {
+	key                    string // container/type
+	container, typ, origin string
+	reasons                string
+}
+
+// rest groups the refusals no declared probe took, in order.
+func (rs refusals) rest() []rowRefusal {
+	var out []rowRefusal
+	index := map[string]int{}
+	for i := range rs.list {
+		if rs.taken[i] {
+			continue
+		}
+		r := &rs.list[i]
+		typ := r.Type
+		if typ == "" {
+			typ = "-"
+		}
+		group := r.Origin + "/" + r.Container + "/" + typ
+		if j, ok := index[group]; ok {
+			out[j].reasons += "; " + reason(r)
+			continue
+		}
+		index[group] = len(out)
+		out = append(out, rowRefusal{key: r.Container + "/" + typ, container: r.Container, typ: typ, origin: r.Origin, reasons: reason(r)})
+	}
+	for i := range out {
+		out[i].reasons = bound.Cut(out[i].reasons, bound.MessageBytes)
 	}
 	return out
 }
@@ -519,19 +604,28 @@ func (p *Page) declared(pod *v1.Pod) []declaredProbe {
 // service when set), "exec cat /tmp/ready", "plugin redis" (with ":port"
 // when set). A named port is shown resolved against the container's ports
 // when it can be (spec 1.4), else by its name.
-func target(pod *v1.Pod, d declaredProbe) (kind, text string) {
-	if d.plugin != nil {
-		text = "plugin " + d.plugin.Name
-		if port := portOf(d.plugin.Port, d.container); port != "" && port != "0" {
+func target(pod *v1.Pod, d *podprobes.Probe) (kind, text string) {
+	// What the API hides (runtime/redact: query values and credentials in
+	// the path, secrets in the command, credential pairs in any other
+	// string of an annotation probe) the page hides: the view is the
+	// agent's own, not the API's redacted copy.
+	var params map[string]string
+	if d.Plugin != nil {
+		params = d.Plugin.Params
+	}
+	secrets := redact.ForContainer(d.Container, params)
+	if d.Plugin != nil {
+		text = "plugin " + secrets.Text(d.Plugin.Name)
+		if port := portOf(d.Plugin.Port, d.Container); port != "" && port != "0" {
 			text += " :" + port
 		}
-		return d.plugin.Name, text
+		return d.Plugin.Name, text
 	}
-	h := &d.probe.ProbeHandler
+	h := &d.Probe.ProbeHandler
 	switch {
 	case h.HTTPGet != nil:
 		g := h.HTTPGet
-		host := g.Host
+		host := secrets.Text(g.Host)
 		if host == "" {
 			host = pod.Status.PodIP
 		}
@@ -539,23 +633,23 @@ func target(pod *v1.Pod, d declaredProbe) (kind, text string) {
 		if scheme == "" {
 			scheme = "http"
 		}
-		path := g.Path
+		path := secrets.URL(g.Path)
 		if !strings.HasPrefix(path, "/") {
 			path = "/" + path
 		}
-		return "http", "GET " + scheme + "://" + net.JoinHostPort(host, portOf(g.Port, d.container)) + path
+		return "http", "GET " + scheme + "://" + net.JoinHostPort(host, portOf(g.Port, d.Container)) + path
 	case h.TCPSocket != nil:
-		return "tcp", "tcp " + net.JoinHostPort(h.TCPSocket.Host, portOf(h.TCPSocket.Port, d.container))
+		return "tcp", "tcp " + net.JoinHostPort(secrets.Text(h.TCPSocket.Host), portOf(h.TCPSocket.Port, d.Container))
 	case h.GRPC != nil:
 		text = "grpc :" + strconv.Itoa(int(h.GRPC.Port))
 		if h.GRPC.Service != nil && *h.GRPC.Service != "" {
-			text += " " + *h.GRPC.Service
+			text += " " + secrets.Text(*h.GRPC.Service)
 		}
 		return "grpc", text
 	case h.Exec != nil:
-		return "exec", strings.TrimSpace("exec " + strings.Join(h.Exec.Command, " "))
+		return "exec", strings.TrimSpace("exec " + strings.Join(secrets.Command(h.Exec.Command), " "))
 	}
-	return runtime.KindOf(d.probe), ""
+	return d.Kind, ""
 }
 
 // portOf resolves a port number or name against the container's ports

@@ -92,13 +92,13 @@ func Fetch(ctx context.Context, opts Options) (*Status, error) {
 		if opts.Namespace != "" && p.Namespace != opts.Namespace {
 			continue
 		}
-		var hist struct {
-			Probes []history.Probe `json:"probes"`
-		}
+		var hist history.PodHistory
 		if err := getJSON(ctx, opts.Client, fmt.Sprintf("%s/pods/%s/%s/probes", base, url.PathEscape(p.Namespace), url.PathEscape(p.Name)), &hist); err != nil {
-			hist.Probes = nil
+			hist = history.PodHistory{}
 		}
-		st.Pods = append(st.Pods, podOf(p, hist.Probes))
+		pod := podOf(p, hist.Probes)
+		pod.Refused = hist.Refused
+		st.Pods = append(st.Pods, pod)
 	}
 	var rep source.Report
 	var notServed *httpError
@@ -167,7 +167,7 @@ func podOf(p *v1.Pod, probes []history.Probe) Pod {
 	out.Containers, out.ReadyContainers, out.StartedContainers, out.Restarts = c.Containers, c.Ready, c.Started, c.Restarts
 	for i := range probes {
 		hp := &probes[i]
-		pr := Probe{Container: hp.Container, Type: hp.Type, Handler: hp.Handler, ExecMode: hp.ExecMode}
+		pr := Probe{Container: hp.Container, Type: hp.Type, Handler: hp.Handler, Origin: hp.Origin, ExecMode: hp.ExecMode}
 		if n := len(hp.Results); n > 0 {
 			last := hp.Results[n-1]
 			pr.LastResult = last.Result

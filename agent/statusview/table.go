@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/probed/probed/agent/history"
 	"github.com/probed/probed/agent/output"
 	"github.com/probed/probed/agent/source"
 )
@@ -33,7 +34,7 @@ func writeTable(out io.Writer, st *Status, wide bool, now time.Time) error {
 		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d/%d\t%d\t%s\t%s\t", output.Printable(p.Namespace), output.Printable(p.Name),
 			p.ReadyContainers, p.Containers, p.StartedContainers, p.Containers, p.Restarts, output.Printable(p.Status), age)
 		if wide {
-			fmt.Fprintf(tw, "%s\t%s\t", orDash(output.Printable(p.PodIP)), probesCell(p.Probes))
+			fmt.Fprintf(tw, "%s\t%s\t", orDash(output.Printable(p.PodIP)), probesCell(p.Probes, p.Refused))
 		}
 		fmt.Fprintln(tw, failureCell(p.LastFailure))
 	}
@@ -108,14 +109,16 @@ func rejectionCell(r source.Rejection, wide bool) string {
 const errorRunes = 160
 
 // probesCell is the wide PROBES column: container/type=last result of each
-// probe ("app/readiness=success,app/liveness=failure"), an exec probe's
-// mode in parentheses ("app/liveness(resident)=success"); "-" without
-// probes, "none" for a probe that has not run yet.
-func probesCell(probes []Probe) string {
-	if len(probes) == 0 {
+// probe ("app/readiness=success,app/liveness=failure"), prefixed with its
+// origin when the agent says it ("annotation:app/readiness=success"), an
+// exec probe's mode in parentheses ("spec:app/liveness(resident)=success");
+// "-" without probes, "none" for a probe that has not run yet; then each
+// refused probe once, "=refused" ("annotation:app/startup=refused").
+func probesCell(probes []Probe, refused []history.Refused) string {
+	if len(probes) == 0 && len(refused) == 0 {
 		return "-"
 	}
-	parts := make([]string, 0, len(probes))
+	parts := make([]string, 0, len(probes)+len(refused))
 	for _, p := range probes {
 		r := p.LastResult
 		if r == "" {
@@ -125,9 +128,26 @@ func probesCell(probes []Probe) string {
 		if p.ExecMode != "" {
 			mode = "(" + p.ExecMode + ")"
 		}
-		parts = append(parts, output.Printable(p.Container+"/"+p.Type+mode+"="+r))
+		parts = append(parts, output.Printable(origin(p.Origin)+p.Container+"/"+p.Type+mode+"="+r))
+	}
+	seen := map[string]bool{}
+	for _, rf := range refused {
+		name := origin(rf.Origin) + orDash(rf.Container) + "/" + orDash(rf.Type)
+		if !seen[name] {
+			seen[name] = true
+			parts = append(parts, output.Printable(name+"=refused"))
+		}
 	}
 	return strings.Join(parts, ",")
+}
+
+// origin is a probe's origin as the PROBES column prefixes it: "spec:",
+// "annotation:"; "" when the agent did not say.
+func origin(o string) string {
+	if o == "" {
+		return ""
+	}
+	return o + ":"
 }
 
 // failureCell is the LAST FAILURE column: "<container> <type>: <message>

@@ -3,6 +3,7 @@ package statusview
 import (
 	"time"
 
+	"github.com/probed/probed/agent/history"
 	"github.com/probed/probed/agent/output"
 	"github.com/probed/probed/agent/source"
 )
@@ -60,6 +61,10 @@ type Pod struct {
 	// Probes are the pod's probes, sorted by container and type; [] when
 	// none has run.
 	Probes []Probe `json:"probes"`
+	// Refused are the probes the pod declares that probed does not run,
+	// one per reason (GET /pods/{namespace}/{name}/probes' refused); absent
+	// when none.
+	Refused []history.Refused `json:"refused,omitempty"`
 	// LastFailure is the newest failed or errored run over the pod's probes.
 	LastFailure *Failure `json:"lastFailure,omitempty"`
 }
@@ -69,6 +74,10 @@ type Probe struct {
 	Container string `json:"container"`
 	Type      string `json:"type"`    // liveness, readiness or startup
 	Handler   string `json:"handler"` // http, tcp, exec, grpc or a plugin kind
+	// Origin is where the probe is declared: spec (the container's own)
+	// or annotation (probed.io/probes); absent from an agent that does not
+	// say.
+	Origin string `json:"origin,omitempty"`
 	// ExecMode is how an exec probe runs (history.Probe.ExecMode):
 	// resident, execsync, ...; absent for other kinds.
 	ExecMode string `json:"execMode,omitempty"`

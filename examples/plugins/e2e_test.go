@@ -25,6 +25,7 @@ import (
 	"github.com/probed/probed/examples/plugins/internal/redistest"
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/manager/customprobe"
+	"github.com/probed/probed/manager/podprobes"
 	"github.com/probed/probed/manager/results"
 	"github.com/probed/probed/runtime"
 	"github.com/probed/probed/runtime/pluginhost"
@@ -113,11 +114,17 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
+// knownKinds is the policy the agent reads a manifest's probes with: the
+// kinds the host's plugins serve are known.
+func (e *env) knownKinds() podprobes.Policy {
+	return podprobes.Policy{Annotation: customprobe.Options{KnownKind: e.host.HasKind}}
+}
+
 // addPod adds a pod whose custom probes are annotation.
 func (e *env) addPod(t *testing.T, uid, annotation string) *v1.Pod {
 	t.Helper()
 	pod, st := pluginhosttest.Pod(types.UID(uid), map[string]string{customprobe.Annotation: annotation})
-	if _, errs := customprobe.Parse(pod, e.host.HasKind); len(errs) > 0 {
+	if errs := podprobes.Of(pod, e.knownKinds()).Errors(); len(errs) > 0 {
 		t.Fatalf("annotation: %v", errs.ToAggregate())
 	}
 	e.statuses.Set(pod.UID, st)
@@ -192,7 +199,7 @@ func TestUnknownKindIsAValidationError(t *testing.T) {
 	e := newEnv(t)
 	pod, _ := pluginhosttest.Pod("u", map[string]string{customprobe.Annotation: `[{"container":"app","type":"readiness",
 		"plugin":{"name":"dns","port":53}}]`})
-	_, errs := customprobe.Parse(pod, e.host.HasKind)
+	errs := podprobes.Of(pod, e.knownKinds()).Errors()
 	if len(errs) != 1 {
 		t.Fatalf("errors %v", errs)
 	}

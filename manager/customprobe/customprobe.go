@@ -27,7 +27,7 @@
 //	    "expect": {"status": [200], "bodyRegex": "ok"}}, // checks on the answer (runtime/expect)
 //	  "tcpSocket": {"port": "redis"},               // v1.TCPSocketAction
 //	  "grpc": {"port": 9090, "service": "health"},  // v1.GRPCAction
-//	  "exec": {"command": ["cat", "/tmp/ready"]},   // v1.ExecAction; manifest mode only
+//	  "exec": {"command": ["cat", "/tmp/ready"]},   // v1.ExecAction; in cluster mode with the container runtime only
 //	  "plugin": {                    // a kind a plugin serves
 //	    "name": "http-match",        // required: the probe kind
 //	    "port": 8080,                // optional: a number 1-65535 or a port name of the container
@@ -56,6 +56,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -136,9 +137,6 @@ type Options struct {
 	// KnownKind reports whether a plugin kind is served; nil: every kind
 	// is accepted (its runs are errored until a plugin serves it).
 	KnownKind func(kind string) bool
-	// ExecUnavailable, when not empty, rejects exec handlers with this
-	// reason (cluster mode: an exec probe needs the container runtime).
-	ExecUnavailable string
 	// Egress, when set, is cluster mode's rule of where probes connect
 	// (runtime/egress, Rule.CheckHost): httpGet.host and tcpSocket.host
 	// are refused (field.Forbidden, naming the reason and
@@ -186,19 +184,61 @@ var probeTypeNames = []string{"liveness", "readiness", "startup"}
 // a valid IANA_SVC_NAME, a params value that is not a string, a probe type the
 // container already has in its spec or twice in the annotation, and the
 // timing rules of ValidateTiming and ValidateMilliseconds, and with Options
-// an exec handler (ExecUnavailable) and a host field the egress rule does
-// not allow (Egress). Field paths look like
+// a host field the egress rule does not allow (Egress) and the per-pod
+// limits (Limits). Field paths look like
 // metadata.annotations[probed.io/probes][0].plugin.name.
 //
 // An element with errors is left out of the result; the others are returned
 // alongside the errors, in annotation order. A value that is not a JSON list
 // yields no probes at all.
+//
+// The agent reads a pod's annotation once per pod and spec change, through
+// manager/podprobes (which calls Read); Parse is the same rules for a
+// library user who wants the probes and errors alone.
 func Parse(pod *v1.Pod, knownKind func(string) bool) ([]Probe, field.ErrorList) {
 	return ParseWith(pod, Options{KnownKind: knownKind})
 }
 
 // ParseWith is Parse with options.
 func ParseWith(pod *v1.Pod, opts Options) ([]Probe, field.ErrorList) {
+	elements, errs := Read(pod, opts)
+	var out []Probe
+	for i := range elements {
+		errs = append(errs, elements[i].Errs...)
+		if len(elements[i].Errs) == 0 {
+			out = append(out, elements[i].Probe)
+		}
+	}
+	return out, errs
+}
+
+// Element is one element of the annotation's list as Read found it.
+type Element struct {
+	// Index is its 0-based position in the list.
+	Index int
+	// Probe is the probe, defaulted, when Errs is empty. Otherwise it holds
+	// what decoded: Container as written (when it was a string), Type when
+	// TypeKnown.
+	Probe Probe
+	// Container is the pod's container Probe.Container names (a regular
+	// container or a restartable init container), nil when there is none
+	// or the name did not decode.
+	Container *v1.Container
+	// TypeKnown: the element's type decoded to liveness, readiness or
+	// startup, and Probe.Type is it.
+	TypeKnown bool
+	// Errs are the element's errors, each naming its field
+	// (metadata.annotations[probed.io/probes][N]...); empty: valid.
+	Errs field.ErrorList
+}
+
+// Read applies Parse's rules element by element: the elements of the
+// list in order, each with its probe or its errors, and, apart, the errors
+// of the whole annotation (longer than MaxAnnotationBytes, not a JSON list,
+// more elements than Limits.MaxProbes), with which there are no elements.
+// It returns nil, nil when the pod is nil or has no annotation, and for an
+// empty value, "[]" or "null".
+func Read(pod *v1.Pod, opts Options) ([]Element, field.ErrorList) {
 	if pod == nil {
 		return nil, nil
 	}
@@ -206,7 +246,8 @@ func ParseWith(pod *v1.Pod, opts Options) ([]Probe, field.ErrorList) {
 	if !ok {
 		return nil, nil
 	}
-	root := field.NewPath("metadata", "annotations").Key(Annotation)
+	reads.Add(1)
+	root := Path()
 	trimmed := bytes.TrimSpace([]byte(value))
 	if len(trimmed) == 0 || string(trimmed) == "null" {
 		return nil, nil
@@ -224,17 +265,24 @@ func ParseWith(pod *v1.Pod, opts Options) ([]Probe, field.ErrorList) {
 		return nil, field.ErrorList{e}
 	}
 	p := &parser{pod: pod, podRef: podRef(pod), opts: opts, seen: map[probeKey]int{}}
-	var out []Probe
-	var errs field.ErrorList
+	out := make([]Element, len(items))
 	for i, raw := range items {
-		pr, es := p.entry(raw, root.Index(i), i)
-		errs = append(errs, es...)
-		if len(es) == 0 {
-			out = append(out, pr)
-		}
+		out[i] = p.entry(raw, root.Index(i), i)
 	}
-	return out, errs
+	return out, nil
 }
+
+// reads counts the annotations Read has read (Reads).
+var reads atomic.Uint64
+
+// Reads returns how many annotations Read (and so Parse) has read in this
+// process. Tests count with it that the agent reads a pod's annotation once
+// per pod and spec change.
+func Reads() uint64 { return reads.Load() }
+
+// Path is the field path of the annotation:
+// metadata.annotations[probed.io/probes].
+func Path() *field.Path { return field.NewPath("metadata", "annotations").Key(Annotation) }
 
 type probeKey struct {
 	container string
@@ -249,12 +297,19 @@ type parser struct {
 }
 
 // entry decodes and validates one element of the list.
-func (p *parser) entry(raw json.RawMessage, path *field.Path, index int) (Probe, field.ErrorList) {
+func (p *parser) entry(raw json.RawMessage, path *field.Path, index int) Element {
+	probe, ctr, typeOK, errs := p.element(raw, path, index)
+	return Element{Index: index, Probe: probe, Container: ctr, TypeKnown: typeOK, Errs: errs}
+}
+
+// element decodes and validates one element: the probe, its container,
+// whether its type decoded, and its errors.
+func (p *parser) element(raw json.RawMessage, path *field.Path, index int) (Probe, *v1.Container, bool, field.ErrorList) {
 	var out Probe
 	var errs field.ErrorList
 	obj, es := decodeObject(raw, path)
 	if es != nil {
-		return out, es
+		return out, nil, false, es
 	}
 	var typeName string
 	var haveContainer, haveType bool
@@ -321,9 +376,6 @@ func (p *parser) entry(raw json.RawMessage, path *field.Path, index int) (Probe,
 		case "exec":
 			out.Probe.Exec = &v1.ExecAction{}
 			es = decodeStrict(v, fp, out.Probe.Exec)
-			if es == nil && p.opts.ExecUnavailable != "" {
-				es = field.ErrorList{field.Forbidden(fp, p.opts.ExecUnavailable)}
-			}
 			handlers = append(handlers, k)
 			handlerDecoded = handlerDecoded && es == nil
 		default:
@@ -403,7 +455,10 @@ func (p *parser) entry(raw json.RawMessage, path *field.Path, index int) (Probe,
 	if out.Expect != nil && handlerDecoded && len(handlers) == 1 {
 		errs = append(errs, validateExpect(&out, path)...)
 	}
-	return out, errs
+	if !containerOK {
+		ctr = nil
+	}
+	return out, ctr, typeOK, errs
 }
 
 // validatePeriods refuses a period under the node's shortest

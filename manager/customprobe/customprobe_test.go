@@ -265,20 +265,6 @@ func TestParseBuiltinHandlerDefaults(t *testing.T) {
 	}
 }
 
-// TestParseExecUnavailable: in cluster mode exec needs the container
-// runtime and is rejected with an error that says so (issue 10 §2.2).
-func TestParseExecUnavailable(t *testing.T) {
-	got, errs := ParseWith(testPod(`[{"container":"app","type":"liveness","exec":{"command":["true"]}},{"container":"app","type":"readiness","tcpSocket":{"port":80}}]`),
-		Options{ExecUnavailable: "exec probes need the container runtime; not available in cluster mode"})
-	want := []string{`metadata.annotations[probed.io/probes][0].exec: Forbidden: exec probes need the container runtime; not available in cluster mode`}
-	if s := errStrings(errs); !reflect.DeepEqual(s, want) {
-		t.Errorf("got %q, want %q", s, want)
-	}
-	if len(got) != 1 || got[0].Type != runtime.Readiness {
-		t.Errorf("the valid probe must be kept: %+v", got)
-	}
-}
-
 func TestParseTooLong(t *testing.T) {
 	v := "[" + strings.Repeat(" ", MaxAnnotationBytes) + "]"
 	got, errs := Parse(testPod(v), nil)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/manager/customprobe"
+	"github.com/probed/probed/manager/podprobes"
 	"github.com/probed/probed/manager/results"
 	"github.com/probed/probed/runtime"
 )
@@ -60,11 +61,11 @@ type Results struct {
 	Readiness, Startup results.Manager
 }
 
-// Decide computes the readiness-gate verdict of pod from its annotation
-// probes (the customprobe.Probe elements of the probed.io/probes annotation
-// that parsed without errors), its container statuses as the kubelet wrote
-// them, and the results managers; proberStart is when the prober manager
-// started (W6c).
+// Decide computes the readiness-gate verdict of pod from the probes probed
+// runs for it (its view, podprobes.View: in cluster mode the elements of
+// the probed.io/probes annotation that were not refused), its container
+// statuses as the kubelet wrote them, and the results managers; proberStart
+// is when the prober manager started (W6c).
 //
 // Per container that has annotation readiness or startup probes, in pod
 // order (init containers first):
@@ -82,18 +83,23 @@ type Results struct {
 // Any False makes the verdict False (the first failure gives the reason);
 // else anything not known makes it not known; else True, ProbeSucceeded, or
 // NoProbes when the pod has no annotation readiness probe.
-func Decide(pod *v1.Pod, probes []customprobe.Probe, res Results, proberStart time.Time) Verdict {
+func Decide(pod *v1.Pod, probes *podprobes.View, res Results, proberStart time.Time) Verdict {
 	type want struct{ readiness, startup bool }
 	wanted := map[string]*want{}
 	readinessProbes := 0
-	for _, p := range probes {
+	var all []podprobes.Probe
+	if probes != nil {
+		all = probes.Probes
+	}
+	for i := range all {
+		p := &all[i]
 		if p.Type != runtime.Readiness && p.Type != runtime.Startup {
 			continue
 		}
-		w := wanted[p.Container]
+		w := wanted[p.Container.Name]
 		if w == nil {
 			w = &want{}
-			wanted[p.Container] = w
+			wanted[p.Container.Name] = w
 		}
 		if p.Type == runtime.Readiness {
 			w.readiness = true

@@ -69,9 +69,9 @@ func (r *resultsSet) startup(name string, v results.Result) *resultsSet {
 
 func decide(t *testing.T, pod *v1.Pod, r *resultsSet) Verdict {
 	t.Helper()
-	probes, errs := customprobe.Parse(pod, nil)
-	if len(errs) > 0 {
-		t.Fatalf("annotation: %v", errs)
+	probes, _ := viewOf(pod)
+	if len(probes.Refused) > 0 {
+		t.Fatalf("annotation: %v", probes.Errors())
 	}
 	return Decide(pod, probes, r.res, proberStart)
 }
@@ -238,11 +238,12 @@ func TestDecideMessagesHoldNoSecrets(t *testing.T) {
 func TestDecideIgnoresBadElements(t *testing.T) {
 	pod := gatedPod(proberStart.Add(time.Minute), probeJSON("app", "readiness"),
 		`{"container":"side","type":"readiness","plugin":{"name":""}}`)
-	if _, errs := customprobe.Parse(pod, nil); len(errs) == 0 {
-		t.Fatal("the second element should not parse")
+	probes, _ := viewOf(pod)
+	if len(probes.Refused) == 0 {
+		t.Fatal("the second element should be refused")
 	}
 	r := newResults().readiness("app", results.Success)
-	got := Decide(pod, parsedProbes(pod), r.res, proberStart)
+	got := Decide(pod, probes, r.res, proberStart)
 	want := Verdict{true, v1.ConditionTrue, ReasonProbeSucceeded, MessageProbesSucceeded}
 	if got != want {
 		t.Errorf("Decide:\n got %+v\nwant %+v", got, want)

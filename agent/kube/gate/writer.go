@@ -53,7 +53,7 @@ import (
 
 	"github.com/probed/probed/agent/pods"
 	"github.com/probed/probed/agent/verdicts"
-	"github.com/probed/probed/manager/customprobe"
+	"github.com/probed/probed/manager/podprobes"
 	"github.com/probed/probed/manager/results"
 	"github.com/probed/probed/runtime"
 )
@@ -122,17 +122,21 @@ type Options struct {
 	RetryBaseDelay, RetryMaxDelay time.Duration
 	// RequestTimeout bounds one patch; default DefaultRequestTimeout.
 	RequestTimeout time.Duration
-	// Probes returns a pod's annotation probes; default: the elements of
-	// customprobe.Parse(pod, nil) that parsed. Give the agent's own parse
-	// when it rejects more (e.g. exec in cluster mode), so that a probe
-	// that never runs does not hold the verdict back.
-	Probes func(pod *v1.Pod) []customprobe.Probe
+	// Probes returns the probes probed runs for a pod, as the agent worked
+	// them out where the pod came in (reconciler.Probes: podprobes.View,
+	// the mode's policy applied, so a probe that never runs does not hold
+	// the verdict back), or false when it does not know the pod: then
+	// nothing is written. Default: the view worked out from the pod on
+	// each verdict with cluster mode's rule that the kubelet runs the
+	// spec's probes (podprobes.LeaveSpecToKubelet), for a Writer used
+	// alone.
+	Probes func(pod *v1.Pod) (*podprobes.View, bool)
 	// Refusal, when set, says why a pod's condition must be False whatever
-	// its probes' results (cluster mode: agent/kube/limits, an annotation
-	// whose readiness or startup probes were refused, or a pod over the
-	// node's probe budget): the condition then carries that reason and
-	// message. The message must be short (it is written as it is).
-	Refusal func(pod *v1.Pod) (reason, message string, refused bool)
+	// its probes' results (cluster mode: agent/kube/limits, a pod whose
+	// view refuses a readiness or startup probe, or a pod over the node's
+	// probe budget): the condition then carries that reason and message.
+	// The message must be short (it is written as it is).
+	Refusal func(pod *v1.Pod, probes *podprobes.View) (reason, message string, refused bool)
 	// ProberStart is when the prober manager started (W6c); zero: the
 	// clock's now when New is called.
 	ProberStart time.Time
@@ -234,7 +238,7 @@ func New(opts Options) (*Writer, error) {
 		opts.RequestTimeout = DefaultRequestTimeout
 	}
 	if opts.Probes == nil {
-		opts.Probes = parsedProbes
+		opts.Probes = viewOf
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
@@ -263,10 +267,9 @@ func New(opts Options) (*Writer, error) {
 	return w, nil
 }
 
-// parsedProbes is the default Options.Probes.
-func parsedProbes(pod *v1.Pod) []customprobe.Probe {
-	probes, _ := customprobe.Parse(pod, nil)
-	return probes
+// viewOf is the default Options.Probes.
+func viewOf(pod *v1.Pod) (*podprobes.View, bool) {
+	return podprobes.Of(pod, podprobes.Policy{Transforms: []podprobes.Transform{podprobes.LeaveSpecToKubelet}}), true
 }
 
 // ConditionType returns the condition type the writer owns.
@@ -451,7 +454,11 @@ func (w *Writer) plan(uid types.UID) (write, bool) {
 	if !ok || !HasGate(pod, w.opts.ConditionType) {
 		return write{}, false
 	}
-	v := w.verdict(pod)
+	probes, ok := w.opts.Probes(pod)
+	if !ok {
+		return write{}, false // the reconciler does not know it (yet, or any more)
+	}
+	v := w.verdict(pod, probes)
 	if !v.Known {
 		return write{}, false // keep the pod's condition (M8, M9 analogue)
 	}
@@ -467,13 +474,13 @@ func (w *Writer) plan(uid types.UID) (write, bool) {
 }
 
 // verdict is the pod's refusal (Options.Refusal), else Decide's verdict.
-func (w *Writer) verdict(pod *v1.Pod) Verdict {
+func (w *Writer) verdict(pod *v1.Pod, probes *podprobes.View) Verdict {
 	if w.opts.Refusal != nil {
-		if reason, msg, refused := w.opts.Refusal(pod); refused {
+		if reason, msg, refused := w.opts.Refusal(pod, probes); refused {
 			return Verdict{Known: true, Status: v1.ConditionFalse, Reason: reason, Message: msg}
 		}
 	}
-	return Decide(pod, w.opts.Probes(pod), Results{Readiness: w.opts.Readiness, Startup: w.opts.Startup}, w.proberStart)
+	return Decide(pod, probes, Results{Readiness: w.opts.Readiness, Startup: w.opts.Startup}, w.proberStart)
 }
 
 // current returns the pod's condition: the one last sent while the

@@ -13,7 +13,11 @@
 //   - type, reason and note are the kubelet's (K4: Unhealthy, ProbeWarning,
 //     ...), the note cut to the API's 1,024-byte limit;
 //   - action says what probed was doing: ActionFor maps the reason (and, for
-//     the prober's K4 events, the probe named at the start of the message).
+//     the prober's K4 events, the probe named at the start of the message);
+//   - the event of a probe run (ProbeEventf) carries the label
+//     LabelOrigin: where its probe is declared, spec or annotation
+//     (kubectl get events -l probed.io/probe-origin=annotation). Its note
+//     stays the kubelet's or probed's text.
 //
 // # Flood control
 //
@@ -54,6 +58,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/lru"
 
+	"github.com/probed/probed/runtime"
 	"github.com/probed/probed/runtime/bound"
 )
 
@@ -76,6 +81,11 @@ const (
 	DefaultMaxObjects      = 4096            // tools/record's LRU size
 	DefaultFlushTimeout    = 5 * time.Second // bound of the flush at shutdown
 )
+
+// LabelOrigin is the label of a probe run's Event that says where the probe
+// is declared: "spec" (the container's own) or "annotation"
+// (probed.io/probes).
+const LabelOrigin = "probed.io/probe-origin"
 
 // Actions (events.k8s.io/v1 action: what the reporting controller was doing).
 const (
@@ -110,6 +120,8 @@ type Options struct {
 	// Log receives the drop and shutdown lines (default slog.Default()).
 	Log *slog.Logger
 }
+
+var _ runtime.ProbeRecorder = (*Recorder)(nil)
 
 // Recorder sends probe events to the API server. Create it with New; Run
 // owns its goroutines and stops them.
@@ -167,7 +179,7 @@ func New(opts Options) (*Recorder, error) {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
-	s := &sink{inner: &events.EventSinkImpl{Interface: opts.Client.EventsV1()}, instance: opts.NodeName}
+	s := &sink{inner: &events.EventSinkImpl{Interface: opts.Client.EventsV1()}, instance: opts.NodeName, origins: lru.New(opts.MaxObjects)}
 	b := events.NewBroadcaster(s)
 	r := &Recorder{
 		opts:        opts,
@@ -229,6 +241,16 @@ func (r *Recorder) Dropped() uint64 { return r.dropped.Load() }
 // blocks. An event after Run's context ended is dropped (counted in
 // Dropped). Other objects than pods and references are logged and dropped.
 func (r *Recorder) Eventf(object k8sruntime.Object, eventtype, reason, messageFmt string, args ...interface{}) {
+	r.eventf("", object, eventtype, reason, messageFmt, args...)
+}
+
+// ProbeEventf is Eventf for the event of a probe run (runtime.ProbeRecorder):
+// the Event carries the label LabelOrigin with the probe's origin.
+func (r *Recorder) ProbeEventf(origin runtime.Origin, object k8sruntime.Object, eventtype, reason, messageFmt string, args ...interface{}) {
+	r.eventf(origin.String(), object, eventtype, reason, messageFmt, args...)
+}
+
+func (r *Recorder) eventf(origin string, object k8sruntime.Object, eventtype, reason, messageFmt string, args ...interface{}) {
 	regarding, key, ok := reference(object)
 	if !ok {
 		r.opts.Log.Warn("events: event about an object that is not a pod or container reference, not sent", "object", fmt.Sprintf("%T", object), "reason", reason)
@@ -239,8 +261,21 @@ func (r *Recorder) Eventf(object k8sruntime.Object, eventtype, reason, messageFm
 		r.dropped.Add(1)
 		return
 	}
+	action := ActionFor(reason, note)
+	if origin != "" {
+		// tools/events builds the Event; the sink labels it when it
+		// creates it (a series' later writes keep the label).
+		r.sink.origins.Add(originKey(regarding, reason, action), origin)
+	}
 	// The note is passed as an argument: a '%' in a probe's output is text.
-	r.recorder.Eventf(regarding, nil, eventtype, reason, ActionFor(reason, note), "%s", note)
+	r.recorder.Eventf(regarding, nil, eventtype, reason, action, "%s", note)
+}
+
+// originKey identifies the Events whose probe's origin the sink labels:
+// those of one container (or pod), reason and action, as tools/events
+// folds them into one series.
+func originKey(regarding *v1.ObjectReference, reason, action string) string {
+	return string(regarding.UID) + "\x00" + regarding.FieldPath + "\x00" + reason + "\x00" + action
 }
 
 // admit takes a token from the object's bucket, then from the node's; an
@@ -320,6 +355,9 @@ func ActionFor(reason, note string) string {
 type sink struct {
 	inner    events.EventSink
 	instance string
+	// origins are the probe origins of the events recorded, by originKey
+	// (an LRU of MaxObjects: bounded).
+	origins  *lru.Cache
 	inflight atomic.Int64
 	last     atomic.Int64 // unix nanos of the last write's end
 }
@@ -336,6 +374,12 @@ func (s *sink) Create(ctx context.Context, event *eventsv1.Event) (*eventsv1.Eve
 	defer s.begin()()
 	event = event.DeepCopy()
 	event.ReportingInstance = s.instance
+	if origin, ok := s.origins.Get(originKey(&event.Regarding, event.Reason, event.Action)); ok {
+		if event.Labels == nil {
+			event.Labels = map[string]string{}
+		}
+		event.Labels[LabelOrigin] = origin.(string)
+	}
 	return s.inner.Create(ctx, event)
 }
 

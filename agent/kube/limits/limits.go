@@ -4,9 +4,13 @@
 // and, when some do not, why:
 //
 //   - the annotation's own rules and the operator's per-pod limits
-//     (customprobe.Options: exec without a container runtime, at most
-//     Limits.MaxProbes probes, no period under Limits.MinPeriod, ...): an
-//     invalid element does not run; the others do;
+//     (customprobe.Options: at most Limits.MaxProbes probes, no period
+//     under Limits.MinPeriod, ...) and the mode's transforms (exec without
+//     a container runtime) are applied where the pod comes in, in its
+//     probes' view (manager/podprobes: cluster mode's Policy): an invalid
+//     element does not run; the others do. The Room reads the view's
+//     refusals — container, type, field and reason, each as the element
+//     said it — and reports them;
 //   - a node-wide budget of annotation probe runs per second (MaxRate): a
 //     pod whose probes would take the node's runs past it runs none of them
 //     until the pods before it leave room (pods are admitted in the order
@@ -23,21 +27,19 @@
 package limits
 
 import (
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"math"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/probed/probed/agent/pods"
 	"github.com/probed/probed/manager/customprobe"
+	"github.com/probed/probed/manager/podprobes"
 	"github.com/probed/probed/runtime"
 )
 
@@ -59,9 +61,6 @@ const MaxMessage = 512
 
 // Options configure a Room.
 type Options struct {
-	// Annotation is how the agent reads the annotation in cluster mode
-	// (its rules and the per-pod limits).
-	Annotation customprobe.Options
 	// MaxRate is the node's budget of annotation probe runs per second,
 	// the sum of 1/period over every admitted pod's annotation probes;
 	// zero: no budget.
@@ -75,9 +74,9 @@ type Options struct {
 }
 
 // Room admits pods' annotation probes. It is a pods.Listener (an arriving
-// pod's annotation errors are reported; a removed pod's budget is freed)
-// and gives the manager its Admit and the condition writer its Refusal. It
-// is safe for concurrent use.
+// pod's refused probes are reported; a removed pod's budget is freed) and
+// gives the manager its Admit and the condition writer its Refusal. It is
+// safe for concurrent use.
 type Room struct {
 	opts Options
 	log  *slog.Logger
@@ -96,11 +95,6 @@ func New(opts Options) *Room {
 		opts.Logger = slog.Default()
 	}
 	return &Room{opts: opts, log: opts.Logger, admitted: map[types.UID]float64{}, refused: map[types.UID]string{}}
-}
-
-// Parse reads the pod's annotation as the agent does in cluster mode.
-func (r *Room) Parse(pod *v1.Pod) ([]customprobe.Probe, field.ErrorList) {
-	return customprobe.ParseWith(pod, r.opts.Annotation)
 }
 
 // Admit decides whether the pod's annotation probes, whose periods are
@@ -153,46 +147,67 @@ func (r *Room) Admit(pod *v1.Pod, periods []time.Duration) bool {
 
 // Refusal says why the pod's readiness-gate condition must be False
 // whatever its probes' results: its probes were refused for the budget
-// (ProbeBudgetExceeded), or an element of its annotation that is (or may
-// be) a readiness or startup probe was refused (InvalidProbeAnnotation,
-// with the first such error). The message is at most MaxMessage bytes.
-func (r *Room) Refusal(pod *v1.Pod) (reason, message string, refused bool) {
+// (ProbeBudgetExceeded), or a refused probe of its view (probes) is, or may
+// be, a readiness or startup probe (InvalidProbeAnnotation, with the first
+// such error). The message is at most MaxMessage bytes.
+func (r *Room) Refusal(pod *v1.Pod, probes *podprobes.View) (reason, message string, refused bool) {
 	r.mu.Lock()
 	msg, overBudget := r.refused[pod.UID]
 	r.mu.Unlock()
 	if overBudget {
 		return ReasonProbeBudgetExceeded, cut(msg), true
 	}
-	_, errs := r.Parse(pod)
-	var gating field.ErrorList
-	for _, e := range errs {
-		if gatesReadiness(pod, e.Field) {
-			gating = append(gating, e)
+	var first *podprobes.Refusal
+	gating := 0
+	if probes != nil {
+		for i := range probes.Refused {
+			if rf := &probes.Refused[i]; gatesReadiness(rf) {
+				if first == nil {
+					first = rf
+				}
+				gating++
+			}
+		}
+		if first == nil && probes.RefusedMore > 0 {
+			gating = probes.RefusedMore // refusals not kept: they may be readiness probes
 		}
 	}
-	if len(gating) == 0 {
+	if gating == 0 {
 		return "", "", false
 	}
-	msg = customprobe.Annotation + " annotation: " + gating[0].Error()
-	if len(gating) > 1 {
-		msg += fmt.Sprintf(" (and %d more errors)", len(gating)-1)
+	if first == nil {
+		msg = fmt.Sprintf("%s annotation: %d errors", customprobe.Annotation, gating)
+	} else {
+		msg = customprobe.Annotation + " annotation: " + first.Err.Error()
+		if gating > 1 {
+			msg += fmt.Sprintf(" (and %d more errors)", gating-1)
+		}
 	}
 	return ReasonInvalidProbeAnnotation, cut(msg) + "; the pod's readiness cannot be checked", true
 }
 
-// PodAdded reports the pod's annotation errors (issue 10 §2.2): one Warning
-// Event on the pod naming every field, and one log line per error naming
-// pod, container and field. The annotation's valid elements run; the node's
-// other pods are not affected. The reconciler calls it when the pod
+// BudgetRefusal returns the message of the pod's refusal for the node's
+// budget, if its probes are refused for it now.
+func (r *Room) BudgetRefusal(uid types.UID) (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	msg, ok := r.refused[uid]
+	return msg, ok
+}
+
+// PodAdded reports the pod's refused probes (issue 10 §2.2): one Warning
+// Event on the pod naming every field, and one log line per refusal naming
+// pod, container and field. The annotation's valid elements run; the
+// node's other pods are not affected. The reconciler calls it when the pod
 // arrives and when its probes change.
 func (r *Room) PodAdded(p *pods.Pod) {
-	_, errs := r.Parse(p.Pod)
+	errs := p.Probes.Errors()
 	if len(errs) == 0 {
 		return
 	}
-	for _, e := range errs {
-		r.log.Error("invalid probe annotation", "pod", p.Pod.Namespace+"/"+p.Pod.Name, "container", containerOf(p.Pod, e.Field),
-			"field", e.Field, "err", e.ErrorBody())
+	for _, rf := range p.Probes.Refused {
+		r.log.Error("invalid probe annotation", "pod", p.Pod.Namespace+"/"+p.Pod.Name, "container", rf.Container,
+			"field", rf.Field, "err", rf.Reason)
 	}
 	r.opts.Recorder.Eventf(runtime.ContainerRef(p.Pod, ""), v1.EventTypeWarning, ReasonInvalidProbeAnnotation,
 		"%s annotation: %s; its other probes run", customprobe.Annotation, errs.ToAggregate().Error())
@@ -220,58 +235,11 @@ func (r *Room) Used() (used, budget float64) {
 	return r.used, r.opts.MaxRate
 }
 
-// gatesReadiness reports whether an error at fieldPath may concern a
-// readiness or startup probe: an error of the whole annotation, or of an
-// element whose type is not plainly "liveness".
-func gatesReadiness(pod *v1.Pod, fieldPath string) bool {
-	item, ok := element(pod, fieldPath)
-	if !ok {
-		return true
-	}
-	var t struct {
-		Type string `json:"type"`
-	}
-	if json.Unmarshal(item, &t) != nil {
-		return true
-	}
-	pt, err := runtime.ParseProbeType(t.Type)
-	return err != nil || pt != runtime.Liveness
-}
-
-// containerOf names the container of the annotation element a field path
-// points into, or "".
-func containerOf(pod *v1.Pod, fieldPath string) string {
-	item, ok := element(pod, fieldPath)
-	if !ok {
-		return ""
-	}
-	var c struct {
-		Container string `json:"container"`
-	}
-	if json.Unmarshal(item, &c) != nil {
-		return ""
-	}
-	return c.Container
-}
-
-// element returns the annotation element a field path
-// (metadata.annotations[probed.io/probes][N]...) points into.
-func element(pod *v1.Pod, fieldPath string) (json.RawMessage, bool) {
-	prefix := "metadata.annotations[" + customprobe.Annotation + "]["
-	rest, ok := strings.CutPrefix(fieldPath, prefix)
-	if !ok {
-		return nil, false
-	}
-	num, _, ok := strings.Cut(rest, "]")
-	n, err := strconv.Atoi(num)
-	if !ok || err != nil {
-		return nil, false
-	}
-	var items []json.RawMessage
-	if json.Unmarshal([]byte(pod.Annotations[customprobe.Annotation]), &items) != nil || n < 0 || n >= len(items) {
-		return nil, false
-	}
-	return items[n], true
+// gatesReadiness reports whether a refused probe may be a readiness or
+// startup probe: one of an error of the whole annotation (no element), or
+// of an element whose type did not decode or is not liveness.
+func gatesReadiness(r *podprobes.Refusal) bool {
+	return !r.TypeKnown || r.Type != runtime.Liveness
 }
 
 // perSecond prints a rate with at most two decimals.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/probed/probed/agent/pods"
 	"github.com/probed/probed/manager/customprobe"
+	"github.com/probed/probed/manager/podprobes"
 )
 
 // IgnoreCurrent: ants starts its package-level default pool at init.
@@ -31,10 +32,17 @@ func pod(uid, annotation string, containers ...string) *v1.Pod {
 	return p
 }
 
-func newRoom(maxRate float64, lim customprobe.Limits) (*Room, *record.FakeRecorder) {
+func newRoom(maxRate float64) (*Room, *record.FakeRecorder) {
 	rec := record.NewFakeRecorder(100)
-	return New(Options{Annotation: customprobe.Options{Limits: lim}, MaxRate: maxRate, MaxRateFlag: "--max-probe-rate",
+	return New(Options{MaxRate: maxRate, MaxRateFlag: "--max-probe-rate",
 		Recorder: rec, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}), rec
+}
+
+// view is the pod's probes as cluster mode works them out with the
+// per-pod limits lim (podprobes.Of where the pod comes in).
+func view(p *v1.Pod, lim customprobe.Limits) *podprobes.View {
+	return podprobes.Of(p, podprobes.Policy{Annotation: customprobe.Options{Limits: lim},
+		Transforms: []podprobes.Transform{podprobes.LeaveSpecToKubelet}})
 }
 
 func events(rec *record.FakeRecorder) []string {
@@ -64,7 +72,7 @@ func periods(d time.Duration, n int) []time.Duration {
 // condition says why; when an admitted pod leaves, the refused one fits at
 // its next AddPod and is told so.
 func TestBudgetAdmitsInOrderAndRefusesWhatDoesNotFit(t *testing.T) {
-	r, rec := newRoom(100, customprobe.Limits{})
+	r, rec := newRoom(100)
 	a, b := pod("a", ""), pod("b", "")
 	if !r.Admit(a, periods(100*time.Millisecond, 6)) { // 60 runs/s
 		t.Fatal("a (60/s of 100/s) refused")
@@ -79,11 +87,11 @@ func TestBudgetAdmitsInOrderAndRefusesWhatDoesNotFit(t *testing.T) {
 		!strings.Contains(evs[0], "--max-probe-rate 100/s") || !strings.Contains(evs[0], "has 40/s left") {
 		t.Fatalf("events %q, want one ProbeBudgetExceeded saying 50 asked, 40 left", evs)
 	}
-	reason, msg, refused := r.Refusal(b)
+	reason, msg, refused := r.Refusal(b, view(b, customprobe.Limits{}))
 	if !refused || reason != ReasonProbeBudgetExceeded || !strings.Contains(msg, "none of them run") {
 		t.Fatalf("Refusal(b) = %q %q %v", reason, msg, refused)
 	}
-	if _, _, refused := r.Refusal(a); refused {
+	if _, _, refused := r.Refusal(a, view(a, customprobe.Limits{})); refused {
 		t.Fatal("the admitted pod is refused")
 	}
 	if used, budget := r.Used(); used != 60 || budget != 100 {
@@ -97,7 +105,7 @@ func TestBudgetAdmitsInOrderAndRefusesWhatDoesNotFit(t *testing.T) {
 	if evs := events(rec); len(evs) != 1 || !strings.Contains(evs[0], "Normal ProbesAdmitted") {
 		t.Fatalf("events %q, want one ProbesAdmitted", evs)
 	}
-	if _, _, refused := r.Refusal(b); refused {
+	if _, _, refused := r.Refusal(b, view(b, customprobe.Limits{})); refused {
 		t.Fatal("b still refused once admitted")
 	}
 	// Admitting it again (every AddPod) changes nothing.
@@ -112,7 +120,7 @@ func TestBudgetAdmitsInOrderAndRefusesWhatDoesNotFit(t *testing.T) {
 // A pod whose probes change (the reconciler adds it anew) keeps its place
 // and is charged its new rate; over the budget it loses it.
 func TestBudgetChargesAChangedPodItsNewRate(t *testing.T) {
-	r, _ := newRoom(10, customprobe.Limits{})
+	r, _ := newRoom(10)
 	p := pod("p", "")
 	if !r.Admit(p, periods(time.Second, 8)) {
 		t.Fatal("refused")
@@ -130,11 +138,11 @@ func TestBudgetChargesAChangedPodItsNewRate(t *testing.T) {
 
 // Without a budget, or without probes, every pod is admitted.
 func TestNoBudgetAdmitsAll(t *testing.T) {
-	r, rec := newRoom(0, customprobe.Limits{})
+	r, rec := newRoom(0)
 	if !r.Admit(pod("p", ""), periods(100*time.Millisecond, 1000)) {
 		t.Fatal("refused without a budget")
 	}
-	r, _ = newRoom(1, customprobe.Limits{})
+	r, _ = newRoom(1)
 	if !r.Admit(pod("q", ""), nil) {
 		t.Fatal("a pod without probes refused")
 	}
@@ -149,7 +157,7 @@ func TestNoBudgetAdmitsAll(t *testing.T) {
 // an annotation over --max-probes-per-pod is refused whole, and says so.
 func TestRefusalOfInvalidElements(t *testing.T) {
 	lim := customprobe.Limits{MaxProbes: 2, MaxProbesFlag: "--max-probes-per-pod", MinPeriod: time.Second, MinPeriodFlag: "--min-probe-period"}
-	r, _ := newRoom(0, lim)
+	r, _ := newRoom(0)
 	cases := []struct {
 		name, annotation string
 		refused          bool
@@ -169,7 +177,8 @@ func TestRefusalOfInvalidElements(t *testing.T) {
 		{"valid", `[{"container":"app","type":"readiness","tcpSocket":{"port":80}}]`, false, nil},
 	}
 	for _, c := range cases {
-		reason, msg, refused := r.Refusal(pod("p", c.annotation, "app"))
+		p := pod("p", c.annotation, "app")
+		reason, msg, refused := r.Refusal(p, view(p, lim))
 		if refused != c.refused {
 			t.Errorf("%s: refused = %v (%q), want %v", c.name, refused, msg, c.refused)
 			continue
@@ -190,9 +199,10 @@ func TestRefusalOfInvalidElements(t *testing.T) {
 
 // A message is cut to MaxMessage bytes on a rune boundary.
 func TestRefusalMessageIsBounded(t *testing.T) {
-	r, _ := newRoom(0, customprobe.Limits{})
+	r, _ := newRoom(0)
 	name := strings.Repeat("é", 400)
-	_, msg, refused := r.Refusal(pod("p", `[{"container":"`+name+`","type":"readiness","tcpSocket":{"port":80}}]`, "app"))
+	p := pod("p", `[{"container":"`+name+`","type":"readiness","tcpSocket":{"port":80}}]`, "app")
+	_, msg, refused := r.Refusal(p, view(p, customprobe.Limits{}))
 	if !refused || len(msg) > MaxMessage+len("; the pod's readiness cannot be checked") || !strings.Contains(msg, "…") {
 		t.Fatalf("refused %v, message of %d bytes: %q", refused, len(msg), msg)
 	}
@@ -204,14 +214,16 @@ func TestRefusalMessageIsBounded(t *testing.T) {
 // PodAdded reports every error of the annotation in one Event naming the
 // fields; a valid annotation makes none.
 func TestPodAddedReportsTheFields(t *testing.T) {
-	r, rec := newRoom(0, customprobe.Limits{})
-	r.PodAdded(&pods.Pod{Pod: pod("p", `[{"container":"app","type":"readiness","tcpSocket":{"prot":80}},{"container":"app","type":"liveness","tcpSocket":{"port":80}}]`, "app")})
+	r, rec := newRoom(0)
+	p := pod("p", `[{"container":"app","type":"readiness","tcpSocket":{"prot":80}},{"container":"app","type":"liveness","tcpSocket":{"port":80}}]`, "app")
+	r.PodAdded(&pods.Pod{Pod: p, Probes: view(p, customprobe.Limits{})})
 	evs := events(rec)
 	if len(evs) != 1 || !strings.Contains(evs[0], "Warning InvalidProbeAnnotation") || !strings.Contains(evs[0], `[0].tcpSocket`) ||
 		!strings.Contains(evs[0], "its other probes run") {
 		t.Fatalf("events %q", evs)
 	}
-	r.PodAdded(&pods.Pod{Pod: pod("q", `[{"container":"app","type":"liveness","tcpSocket":{"port":80}}]`, "app")})
+	q := pod("q", `[{"container":"app","type":"liveness","tcpSocket":{"port":80}}]`, "app")
+	r.PodAdded(&pods.Pod{Pod: q, Probes: view(q, customprobe.Limits{})})
 	if evs := events(rec); len(evs) != 0 {
 		t.Fatalf("events %q for a valid annotation", evs)
 	}

@@ -320,13 +320,13 @@ func TestStatusesFollowTheKubeletThroughTheInformer(t *testing.T) {
 	statuses := NewStatuses()
 	liveness, readiness, startup := results.NewManager(), results.NewManager(), results.NewManager()
 	m, err := manager.New(manager.Options{Status: statuses, Liveness: liveness, Readiness: readiness, Startup: startup,
-		SkipSpecProbes: true, Logger: discard()})
+		Probes: clusterPolicy, Logger: discard()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	gate := newStartupTarget(t)
 	statuses.SetProber(m)
-	rec := reconciler.New(reconciler.Options{Manager: m, Listener: statuses, Logger: discard()})
+	rec := reconciler.New(reconciler.Options{Manager: m, Listener: statuses, Probes: clusterPolicy, Logger: discard()})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(2)

@@ -11,6 +11,7 @@ import (
 	"github.com/probed/probed/agent/pods"
 	"github.com/probed/probed/agent/reconciler"
 	"github.com/probed/probed/manager"
+	"github.com/probed/probed/manager/podprobes"
 	"github.com/probed/probed/manager/results"
 	"github.com/probed/probed/runtime"
 )
@@ -25,11 +26,15 @@ type overlayRig struct {
 	startup  results.Manager
 }
 
+// clusterPolicy is cluster mode's rule of a pod's probes: the kubelet runs
+// the spec's, probed the annotation's.
+var clusterPolicy = podprobes.Policy{Transforms: []podprobes.Transform{podprobes.LeaveSpecToKubelet}}
+
 func newOverlayRig(t *testing.T) *overlayRig {
 	t.Helper()
 	clock := clocktesting.NewFakeClock(time.Now())
 	r := &overlayRig{statuses: NewStatuses(), startup: results.NewManager()}
-	m, err := manager.New(manager.Options{Status: r.statuses, Startup: r.startup, Clock: clock, SkipSpecProbes: true, Logger: discard()})
+	m, err := manager.New(manager.Options{Status: r.statuses, Startup: r.startup, Clock: clock, Probes: clusterPolicy, Logger: discard()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +45,7 @@ func newOverlayRig(t *testing.T) *overlayRig {
 	})
 	r.mgr = m
 	r.statuses.SetProber(m)
-	r.rec = reconciler.New(reconciler.Options{Manager: m, Listener: r.statuses, Clock: clock, Logger: discard()})
+	r.rec = reconciler.New(reconciler.Options{Manager: m, Listener: r.statuses, Clock: clock, Probes: clusterPolicy, Logger: discard()})
 	return r
 }
 
