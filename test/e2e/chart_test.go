@@ -388,7 +388,9 @@ func TestChartOnTheNode(t *testing.T) {
 	ns := kubetest.Namespace(t)
 	kubetest.LabelNamespace(t, ns, map[string]string{"probed.io/liveness-actions": "enabled"})
 	t.Cleanup(func() {
-		// What the test did not undo (it failed half way): the release, then its namespace.
+		// What the test did not undo (it failed half way): the workload (its ReplicaSet would
+		// make its pod again behind nodetest's cleanup), the release, then its namespace.
+		deleteDeployment(t, c, ns, "web")
 		k.run(3*time.Minute, n.Helm, "uninstall", chartRelease, "-n", chartNS, "--wait")
 		k.run(3*time.Minute, n.Kubectl, "delete", "namespace", chartNS, "--ignore-not-found", "--wait")
 	})
@@ -527,6 +529,31 @@ func TestChartOnTheNode(t *testing.T) {
 	}
 }
 
+// deleteDeployment deletes ns/name in the foreground (its ReplicaSets and
+// pods first: none is made again behind the deletion) and waits until it
+// is gone; a Deployment already gone is fine.
+func deleteDeployment(t *testing.T, c kubernetes.Interface, ns, name string) {
+	t.Helper()
+	fg := metav1.DeletePropagationForeground
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err := c.AppsV1().Deployments(ns).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &fg})
+	if apierrors.IsNotFound(err) {
+		return
+	}
+	if err != nil {
+		t.Errorf("delete Deployment %s/%s: %v", ns, name, err)
+		return
+	}
+	for ctx.Err() == nil {
+		if _, err := c.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Errorf("Deployment %s/%s still there 2 minutes after its deletion", ns, name)
+}
+
 func mustGet(t *testing.T, c kubernetes.Interface, ns, name string) *v1.Pod {
 	t.Helper()
 	p, err := c.CoreV1().Pods(ns).Get(kubetest.Context(t), name, metav1.GetOptions{})
@@ -553,6 +580,7 @@ func TestPlainManifestsOnTheNode(t *testing.T) {
 	}
 	ns := kubetest.Namespace(t)
 	t.Cleanup(func() {
+		deleteDeployment(t, c, ns, "web")
 		k.run(3*time.Minute, n.Kubectl, "delete", "-f", plainDir, "--ignore-not-found", "--wait")
 	})
 
@@ -614,9 +642,7 @@ func TestPlainManifestsOnTheNode(t *testing.T) {
 	checkNoFlip(t, h, web.UID, from, web.Name, "the agent's rollout")
 
 	// Off: the Deployment first, then the manifests, then the hand-back.
-	if err := c.AppsV1().Deployments(ns).Delete(kubetest.Context(t), "web", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	deleteDeployment(t, c, ns, "web")
 	if out, _, code := runProbed(t, nil, "release", "--kubeconfig", n.Kubeconfig); code != 0 {
 		t.Fatalf("probed release: exit %d:\n%s", code, out)
 	}
