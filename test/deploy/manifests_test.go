@@ -20,37 +20,62 @@ import (
 
 // TestManifestsDecodeStrictly: every file of deploy/kubernetes decodes
 // strictly into the typed objects the install needs, and a misspelled field
-// would be caught (the decoder is strict, not lenient).
+// would be caught (the decoder is strict, not lenient). The directory's root
+// is exactly the default install, deploy.Base, in the order `kubectl apply -f
+// deploy/kubernetes/` applies files (by name): the namespace before
+// everything in it, the admission policy before the agent it limits, and no
+// opt-in role (a plain apply grants the rights of --liveness-action=event
+// alone); the opt-in roles are in options/.
 func TestManifestsDecodeStrictly(t *testing.T) {
-	entries, err := fs.ReadDir(deploy.Kubernetes, ".")
+	root, err := fs.ReadDir(deploy.Kubernetes, ".")
 	if err != nil {
 		t.Fatal(err)
 	}
+	var applied []string
+	for _, e := range root {
+		if !e.IsDir() {
+			applied = append(applied, e.Name())
+		}
+	}
+	sort.Strings(applied) // kubectl's order
+	if !slices.Equal(applied, deploy.Base) {
+		t.Errorf("kubectl apply -f deploy/kubernetes/ applies %v, want deploy.Base %v", applied, deploy.Base)
+	}
 	var kinds []string
-	for _, e := range entries {
-		objects, err := deploy.File(e.Name())
+	for _, f := range append(applied, deploy.EvictionFile, deploy.RestartFile) {
+		objects, err := deploy.File(f)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, obj := range objects {
-			kinds = append(kinds, e.Name()+":"+kindOf(obj))
+			kinds = append(kinds, f+":"+kindOf(obj))
 		}
 	}
 	want := []string{
+		"00-namespace.yaml:Namespace", "01-serviceaccount.yaml:ServiceAccount", "02-clusterrole.yaml:ClusterRole",
+		"03-clusterrolebinding.yaml:ClusterRoleBinding",
 		"04-admissionpolicy.yaml:ValidatingAdmissionPolicy", "04-admissionpolicy.yaml:ValidatingAdmissionPolicyBinding",
+		"05-daemonset.yaml:DaemonSet",
 		"options/clusterrole-eviction.yaml:ClusterRole", "options/clusterrole-eviction.yaml:ClusterRoleBinding",
 		"options/clusterrole-restart.yaml:ClusterRole", "options/clusterrole-restart.yaml:ClusterRoleBinding",
-		"02-clusterrole.yaml:ClusterRole", "03-clusterrolebinding.yaml:ClusterRoleBinding",
-		"05-daemonset.yaml:DaemonSet", "00-namespace.yaml:Namespace", "01-serviceaccount.yaml:ServiceAccount",
 	}
-	sort.Strings(kinds)
 	if !slices.Equal(kinds, want) {
 		t.Errorf("deploy/kubernetes holds %v, want %v", kinds, want)
 	}
-	for _, f := range deploy.Base {
-		if _, err := fs.Stat(deploy.Kubernetes, f); err != nil {
-			t.Errorf("deploy.Base lists %s: %v", f, err)
-		}
+	options, err := fs.ReadDir(deploy.Kubernetes, "options")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range options {
+		names = append(names, "options/"+e.Name())
+	}
+	if want := []string{deploy.EvictionFile, deploy.RestartFile, deploy.CRIPatchFile}; !slices.Equal(names, want) {
+		t.Errorf("deploy/kubernetes/options holds %v, want %v", names, want)
+	}
+	// The DaemonSet, where kubectl applies it, comes after the namespace and the policy.
+	if i, j := slices.Index(applied, deploy.DaemonSetFile), slices.Index(applied, deploy.PolicyFile); i < j || slices.Index(applied, deploy.NamespaceFile) != 0 {
+		t.Errorf("apply order %v: the namespace first, the policy before the DaemonSet", applied)
 	}
 
 	data, _ := fs.ReadFile(deploy.Kubernetes, "05-daemonset.yaml")
