@@ -11,7 +11,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,11 +20,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
-	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/probed/probed/agent/release"
 	"github.com/probed/probed/deploy/image"
@@ -142,71 +138,9 @@ func probedImage(t *testing.T) string {
 	return archive
 }
 
-// podsHistory records every version of the pods of ns matching selector
-// that the API server sent to a watch opened before them.
-type podsHistory struct {
-	mu   sync.Mutex
-	pods []*v1.Pod
-}
-
-func watchPods(t *testing.T, c kubernetes.Interface, ns, selector string) *podsHistory {
-	t.Helper()
-	list, err := c.CoreV1().Pods(ns).List(kubetest.Context(t), metav1.ListOptions{LabelSelector: selector})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	w, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, &cache.ListWatch{
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = selector
-			return c.CoreV1().Pods(ns).Watch(ctx, o)
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &podsHistory{}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ev := range w.ResultChan() {
-			if pod, ok := ev.Object.(*v1.Pod); ok {
-				h.mu.Lock()
-				h.pods = append(h.pods, pod)
-				h.mu.Unlock()
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		w.Stop()
-		<-done
-	})
-	return h
-}
-
-func (h *podsHistory) len() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.pods)
-}
-
-// of returns the versions of pod uid recorded at or after index from.
-func (h *podsHistory) of(uid types.UID, from int) []*v1.Pod {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []*v1.Pod
-	for _, p := range h.pods[from:] {
-		if p.UID == uid {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
 // checkReadyOnlyWithGate: in every version of pod uid, Ready turned True
 // only where probed's gate was True (the kubelet computes Ready from it).
-func checkReadyOnlyWithGate(t *testing.T, h *podsHistory, uid types.UID, name string) {
+func checkReadyOnlyWithGate(t *testing.T, h *podHistory, uid types.UID, name string) {
 	t.Helper()
 	wasReady := false
 	for _, p := range h.of(uid, 0) {
@@ -222,7 +156,7 @@ func checkReadyOnlyWithGate(t *testing.T, h *podsHistory, uid types.UID, name st
 
 // checkNoFlip: no version of pod uid recorded from index from is not
 // Ready or has the gate not True.
-func checkNoFlip(t *testing.T, h *podsHistory, uid types.UID, from int, name, during string) {
+func checkNoFlip(t *testing.T, h *podHistory, uid types.UID, from int, name, during string) {
 	t.Helper()
 	for _, p := range h.of(uid, from) {
 		if ready, desc := podReady(p); !ready {
@@ -408,7 +342,7 @@ func TestChartOnTheNode(t *testing.T) {
 	}
 
 	// A gated Deployment, scheduled, and a bare gated pod for the uninstall.
-	h := watchPods(t, c, ns, "app in (web, leftover)")
+	h := watchPods(t, c, ns, metav1.ListOptions{LabelSelector: "app in (web, leftover)"})
 	port := nodetest.FreePorts(t, 2)
 	if _, err := c.AppsV1().Deployments(ns).Create(kubetest.Context(t), webDeployment(n, ns, port[0]), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -603,7 +537,7 @@ func TestPlainManifestsOnTheNode(t *testing.T) {
 	agent := agentPod(t, c, n, plainNS, "probed", "")
 	token := agentToken(t, n, agent, "probed")
 
-	h := watchPods(t, c, ns, "app=web")
+	h := watchPods(t, c, ns, metav1.ListOptions{LabelSelector: "app=web"})
 	port := nodetest.FreePorts(t, 1)[0]
 	d := webDeployment(n, ns, port)
 	if _, err := c.AppsV1().Deployments(ns).Create(kubetest.Context(t), d, metav1.CreateOptions{}); err != nil {
