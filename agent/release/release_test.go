@@ -2,6 +2,7 @@ package release_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
@@ -33,10 +35,14 @@ func gatedPod(t *testing.T, c kubernetes.Interface, ns, name, annotation string,
 	if specReadiness {
 		pod.Spec.Containers[0].ReadinessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{Port: intstr.FromInt32(8080)}}}
 	}
-	kubetest.CreatePod(t, c, pod)
-	return kubetest.PatchPodStatus(t, c, ns, name, func(s *v1.PodStatus) {
-		s.Conditions = append(s.Conditions, v1.PodCondition{Type: gate, Status: v1.ConditionTrue, Reason: "ProbeSucceeded"})
-	})
+	pod = kubetest.CreatePod(t, c, pod)
+	// The condition as the agent writes it (kubetest.PatchPodStatus writes the kubelet's part).
+	patch := fmt.Sprintf(`{"metadata":{"uid":%q},"status":{"conditions":[{"type":%q,"status":"True","reason":"ProbeSucceeded","lastTransitionTime":"2026-12-05T10:00:00Z"}]}}`, pod.UID, gate)
+	pod, err := c.CoreV1().Pods(ns).Patch(kubetest.Context(t), name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pod
 }
 
 func condition(t *testing.T, c kubernetes.Interface, ns, name string) *v1.PodCondition {
@@ -94,8 +100,8 @@ func TestReleaseHandsBackEachPod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := condition(t, c, ns, "only-probed"); c.Reason != "ProbeSucceeded" {
-		t.Fatalf("without Write the condition changed: %+v", c)
+	if got := condition(t, c, ns, "only-probed"); got == nil || got.Reason != "ProbeSucceeded" {
+		t.Fatalf("without Write the condition changed: %+v", got)
 	}
 	r, err := release.Run(kubetest.Context(t), c, release.Options{Gate: gate, Namespace: ns, Write: true, Now: func() time.Time { return now }})
 	if err != nil {
