@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io/fs"
 	"reflect"
+	"sort"
 	"strings"
 	"testing"
 
@@ -29,7 +30,7 @@ import (
 func TestChartCRIRendersThePlainPatch(t *testing.T) {
 	want := patchedDaemonSet(t, deploy.CRIPatchFile)
 	got := only[*appsv1.DaemonSet](t, render(t, "probed", "probed-system", "--set", "cri.enabled=true"))
-	if d := diffIgnoringLabels(got, want); d != "" {
+	if d := diffIgnoringLabels(inNameOrder(got), inNameOrder(want)); d != "" {
 		t.Fatalf("chart with cri.enabled and the patched plain DaemonSet differ:\n%s", d)
 	}
 
@@ -112,6 +113,31 @@ func patchedDaemonSet(t *testing.T, file string, set ...string) *appsv1.DaemonSe
 	return ds
 }
 
+// inNameOrder sorts the DaemonSet's env, volumes and mounts by name (mount
+// path): a strategic-merge patch puts the items it adds first, `kubectl set
+// env` last, the chart where its template has them; their order means
+// nothing here (no variable refers to another).
+// Both sides go through JSON, as the patched side did (a quantity decoded
+// from YAML and one from JSON differ inside while equal).
+func inNameOrder(in *appsv1.DaemonSet) *appsv1.DaemonSet {
+	b, err := json.Marshal(in)
+	if err != nil {
+		panic(err)
+	}
+	ds := &appsv1.DaemonSet{}
+	if err := json.Unmarshal(b, ds); err != nil {
+		panic(err)
+	}
+	spec := &ds.Spec.Template.Spec
+	sort.Slice(spec.Volumes, func(i, j int) bool { return spec.Volumes[i].Name < spec.Volumes[j].Name })
+	for i := range spec.Containers {
+		c := &spec.Containers[i]
+		sort.Slice(c.Env, func(i, j int) bool { return c.Env[i].Name < c.Env[j].Name })
+		sort.Slice(c.VolumeMounts, func(i, j int) bool { return c.VolumeMounts[i].MountPath < c.VolumeMounts[j].MountPath })
+	}
+	return ds
+}
+
 // envOf is a container's literal env values by name.
 func envOf(c v1.Container) map[string]string {
 	env := map[string]string{}
@@ -147,11 +173,8 @@ func TestChartCRIExecMode(t *testing.T) {
 		t.Errorf("default: %v", env)
 	}
 	got := ds("--set", "cri.execMode=resident")
-	want := patchedDaemonSet(t, deploy.CRIPatchFile)
-	c := &want.Spec.Template.Spec.Containers[0]
-	// The chart lists the exec mode before the endpoint; set env appends: compare as sets.
-	c.Env = append(c.Env[:len(c.Env)-1], v1.EnvVar{Name: envExecMode, Value: "resident"}, c.Env[len(c.Env)-1])
-	if d := diffIgnoringLabels(got, want); d != "" {
+	want := patchedDaemonSet(t, deploy.CRIPatchFile, envExecMode+"=resident")
+	if d := diffIgnoringLabels(inNameOrder(got), inNameOrder(want)); d != "" {
 		t.Errorf("cri.execMode=resident and the plain DaemonSet with %s=resident differ:\n%s", envExecMode, d)
 	}
 	if _, err := helmRun(t, "template", "x", chartDir, "--set", "cri.enabled=true", "--set", "cri.execMode=fast"); err == nil || !strings.Contains(err.Error(), "execMode") {
