@@ -387,7 +387,7 @@ func TestChartOnTheNode(t *testing.T) {
 	// Upgrade: the agent rolls; no gated pod flips.
 	from := h.len()
 	took = k.helm("upgrade", chartRelease, chartDir, "-n", chartNS, "--reuse-values", "--wait", "--timeout", "5m",
-		"--set", "podAnnotations.example\\.com/rolled=1")
+		"--set-string", "podAnnotations.example\\.com/rolled=1")
 	next := agentPod(t, c, n, chartNS, chartFullname, agent.UID)
 	t.Logf("helm upgrade --wait: %v (agent pod %s replaced by %s)", took.Round(100*time.Millisecond), agent.Name, next.Name)
 	time.Sleep(5 * time.Second) // the new agent's first verdicts
