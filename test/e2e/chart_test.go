@@ -279,6 +279,19 @@ func deploymentPod(t *testing.T, c kubernetes.Interface, ns string, not types.UI
 	return got
 }
 
+// runningNotReady: the pod is on node n (the scheduler bound it), its
+// container runs, probed's gate says ProbeFailed (its exec probe ran in the
+// container and failed) and the kubelet's Ready is not True.
+func runningNotReady(n *nodetest.Node) func(*v1.Pod) (bool, string) {
+	return func(p *v1.Pod) (bool, string) {
+		g := gateCondition(p, gate)
+		cs := containerStatus(p, "app")
+		ready, desc := podReady(p)
+		return p.Spec.NodeName == n.Name && cs != nil && cs.State.Running != nil && g != nil && g.Status == v1.ConditionFalse &&
+			g.Reason == "ProbeFailed" && !ready, desc
+	}
+}
+
 // webDeployment is the gated workload: the probe target, scheduled (no
 // spec.nodeName), its readiness an annotation exec probe that reads a file of
 // an emptyDir (it outlives a container restart) and its liveness an
@@ -330,12 +343,13 @@ func TestChartOnTheNode(t *testing.T) {
 	})
 
 	// Install.
+	installed := time.Now()
 	took := k.helm("install", chartRelease, chartDir, "-n", chartNS, "--create-namespace", "--wait", "--timeout", "5m",
 		"--set", "image.repository="+repo, "--set", "image.tag="+tag,
 		"--set", "apiServer.host="+n.APIHost, "--set", "apiServer.port="+strconv.Itoa(n.APIPort),
 		"--set", "cri.enabled=true", "--set", "cri.socket="+n.CRISocket, "--set", "livenessAction=restart")
-	t.Logf("helm install --wait: %v", took.Round(100*time.Millisecond))
 	agent := agentPod(t, c, n, chartNS, chartFullname, "")
+	t.Logf("helm install --wait: %v, the agent Ready %v after helm began", took.Round(100*time.Millisecond), time.Since(installed).Round(100*time.Millisecond))
 	token := agentToken(t, n, agent, chartFullname)
 	if logs := k.kubectl("-n", chartNS, "logs", agent.Name); !strings.Contains(logs, "level=") {
 		t.Errorf("kubectl logs of the agent (the API server through the kubelet): %q", tail(logs, 5))
@@ -352,11 +366,7 @@ func TestChartOnTheNode(t *testing.T) {
 	left.Annotations = map[string]string{"probed.io/probes": "[" + httpProbe("app", "readiness", "ready", port[1], 1) + "]"}
 	left.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: gate}}
 	kubetest.CreatePod(t, c, left)
-	web := deploymentPod(t, c, ns, "", 2*time.Minute, "running, not Ready (its exec readiness fails: no file)", func(p *v1.Pod) (bool, string) {
-		g := gateCondition(p, gate)
-		ready, desc := podReady(p)
-		return p.Spec.NodeName == n.Name && g != nil && g.Status == v1.ConditionFalse && !ready, desc
-	})
+	web := deploymentPod(t, c, ns, "", 2*time.Minute, "running, not Ready (its exec readiness fails: no file)", runningNotReady(n))
 	checkPolicyDeniesReady(t, token, web)
 	// kubectl exec: the API server, the kubelet, the runtime's streaming server.
 	k.kubectl("-n", ns, "exec", web.Name, "-c", "app", "--", "touch", "/ready/ready")
@@ -386,10 +396,12 @@ func TestChartOnTheNode(t *testing.T) {
 
 	// Upgrade: the agent rolls; no gated pod flips.
 	from := h.len()
+	upgraded := time.Now()
 	took = k.helm("upgrade", chartRelease, chartDir, "-n", chartNS, "--reuse-values", "--wait", "--timeout", "5m",
 		"--set-string", "podAnnotations.example\\.com/rolled=1")
 	next := agentPod(t, c, n, chartNS, chartFullname, agent.UID)
-	t.Logf("helm upgrade --wait: %v (agent pod %s replaced by %s)", took.Round(100*time.Millisecond), agent.Name, next.Name)
+	t.Logf("helm upgrade --wait: %v, the new agent Ready %v after helm began (agent pod %s replaced by %s)", took.Round(100*time.Millisecond),
+		time.Since(upgraded).Round(100*time.Millisecond), agent.Name, next.Name)
 	time.Sleep(5 * time.Second) // the new agent's first verdicts
 	checkNoFlip(t, h, web.UID, from, web.Name, "helm upgrade")
 	leftover, err := c.CoreV1().Pods(ns).Get(kubetest.Context(t), "leftover", metav1.GetOptions{})
@@ -518,6 +530,7 @@ func TestPlainManifestsOnTheNode(t *testing.T) {
 		k.run(3*time.Minute, n.Kubectl, "delete", "-f", plainDir, "--ignore-not-found", "--wait")
 	})
 
+	applied := time.Now()
 	_, took := k.must(n.Kubectl, "apply", "-f", plainDir)
 	t.Logf("kubectl apply -f deploy/kubernetes/: %v", took.Round(100*time.Millisecond))
 	for _, name := range []string{"probed-eviction", "probed-liveness-restart"} {
@@ -535,6 +548,7 @@ func TestPlainManifestsOnTheNode(t *testing.T) {
 	writeFile(t, patchFile, strings.Replace(string(patch), "path: /run/containerd/containerd.sock", "path: "+n.CRISocket, 1))
 	k.kubectl("-n", plainNS, "patch", "daemonset", "probed", "--patch-file", patchFile)
 	agent := agentPod(t, c, n, plainNS, "probed", "")
+	t.Logf("the agent Ready %v after kubectl apply began (its API server named, the runtime patched)", time.Since(applied).Round(100*time.Millisecond))
 	token := agentToken(t, n, agent, "probed")
 
 	h := watchPods(t, c, ns, metav1.ListOptions{LabelSelector: "app=web"})
@@ -543,11 +557,7 @@ func TestPlainManifestsOnTheNode(t *testing.T) {
 	if _, err := c.AppsV1().Deployments(ns).Create(kubetest.Context(t), d, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	web := deploymentPod(t, c, ns, "", 2*time.Minute, "running, not Ready", func(p *v1.Pod) (bool, string) {
-		g := gateCondition(p, gate)
-		ready, desc := podReady(p)
-		return g != nil && g.Status == v1.ConditionFalse && !ready, desc
-	})
+	web := deploymentPod(t, c, ns, "", 2*time.Minute, "running, not Ready", runningNotReady(n))
 	checkPolicyDeniesReady(t, token, web)
 	k.kubectl("-n", ns, "exec", web.Name, "-c", "app", "--", "touch", "/ready/ready")
 	web = deploymentPod(t, c, ns, "", time.Minute, "Ready after probed's exec probe", func(p *v1.Pod) (bool, string) { return podReady(p) })
