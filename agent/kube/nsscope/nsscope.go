@@ -103,7 +103,7 @@ func (s *Scope) Known(namespace string) (why string, known bool) {
 func (s *Scope) Allows(ctx context.Context, namespace string) (why string, err error) {
 	if !cache.WaitForCacheSync(ctx.Done(), s.synced) {
 		return "", fmt.Errorf("the namespaces selected by %s=%s could not be listed "+
-			"(may the agent list and watch namespaces? deploy/kubernetes/clusterrole-eviction.yaml, clusterrole-restart.yaml)", Flag, s.selector)
+			"(may the agent list and watch namespaces? deploy/kubernetes/options/clusterrole-eviction.yaml, options/clusterrole-restart.yaml)", Flag, s.selector)
 	}
 	why, _ = s.Known(namespace)
 	return why, nil
