@@ -26,7 +26,7 @@ func TestMaxMinExamples(t *testing.T) {
 		{1000, []int64{2000, 2000}, []int64{500, 500}},
 		{8, []int64{15, 1}, []int64{7, 1}},
 		{8, []int64{15, 15, 15}, []int64{3, 3, 2}}, // the remainder to the first
-		{10, []int64{3, 3, 3}, []int64{3, 3, 3}},  // everyone met, 1 left
+		{10, []int64{3, 3, 3}, []int64{3, 3, 3}},   // everyone met, 1 left
 		{2, []int64{1, 1, 1, 1}, []int64{1, 1, 0, 0}},
 		{5, []int64{-4, 10}, []int64{0, 5}},
 		{0, []int64{3}, []int64{0}},
