@@ -243,7 +243,7 @@ func compileRegex(s string) (*regexp.Regexp, error) {
 		return nil, fmt.Errorf("not an RE2 expression: %s", strings.TrimPrefix(err.Error(), "error parsing regexp: "))
 	}
 	const preLimit = 64 * tenant.RegexInstructions // bounds the expansion below
-	n := progSize(parsed, preLimit) + 2 // and the program's fail and match
+	n := progSize(parsed, preLimit) + 2            // and the program's fail and match
 	if n <= preLimit {
 		prog, err := syntax.Compile(parsed.Simplify())
 		if err != nil {

@@ -176,8 +176,8 @@ func TestValidate(t *testing.T) {
 // Real patterns fit.
 func TestRegexBoundedByItsProgram(t *testing.T) {
 	for _, p := range []string{
-		`[a-z]{1000}b`,                  // 12 bytes, 1,003 instructions: 154 ms per 10 KiB body
-		`(?:[a-z]{100}){10}b`,           // the same, nested
+		`[a-z]{1000}b`,          // 12 bytes, 1,003 instructions: 154 ms per 10 KiB body
+		`(?:[a-z]{100}){10}b`,   // the same, nested
 		`(?:(?:a{10}){10}){10}`, // 1,000 repeats, never expanded
 		`\w{64}x`,
 		`(?:ab|cd|ef|gh){15}`,

@@ -174,16 +174,16 @@ type stream struct {
 
 	mu     sync.Mutex
 	state  int
-	rec    []byte     // startup and status: the record being read
-	out    []byte     // a run: the output kept
-	tail   []byte     // a run: the last bytes, which may begin the end mark
-	end    []byte     // a run: the end mark ("\x1eTOKEN " on stdout, "\x1eTOKEN\n" on stderr)
-	budget *runBudget // a run: what it printed on both streams
-	noise  int        // stderr before ready: bytes seen
-	env    [2][]byte  // the environment dumps, until the helper takes them (takeEnv)
-	event chan any      // startupDone, readyRecord, unsupportedRecord, *frame
-	err   error         // the first protocol error; every later write fails with it
-	broke chan struct{} // closed with err
+	rec    []byte        // startup and status: the record being read
+	out    []byte        // a run: the output kept
+	tail   []byte        // a run: the last bytes, which may begin the end mark
+	end    []byte        // a run: the end mark ("\x1eTOKEN " on stdout, "\x1eTOKEN\n" on stderr)
+	budget *runBudget    // a run: what it printed on both streams
+	noise  int           // stderr before ready: bytes seen
+	env    [2][]byte     // the environment dumps, until the helper takes them (takeEnv)
+	event  chan any      // startupDone, readyRecord, unsupportedRecord, *frame
+	err    error         // the first protocol error; every later write fails with it
+	broke  chan struct{} // closed with err
 }
 
 // States of a stream.

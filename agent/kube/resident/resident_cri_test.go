@@ -108,7 +108,7 @@ func probe(t *testing.T, r probeexec.Runner, statusID string, timeout time.Durat
 	t.Helper()
 	spec := &runtime.Spec{
 		Kind: runtime.KindExec, ProbeType: runtime.Readiness, Container: &v1.Container{Name: "app"},
-		Pod: &v1.Pod{},
+		Pod:          &v1.Pod{},
 		Probe:        &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: cmd}}, TimeoutSeconds: int32(timeout / time.Second)},
 		Milliseconds: &runtime.Milliseconds{Timeout: int32(timeout % time.Second / time.Millisecond)},
 	}
