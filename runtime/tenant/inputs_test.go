@@ -109,7 +109,7 @@ var inputs = []input{
 		Doc: "the pod's identity, containers' names and ports, the kubelet's status", Tests: []string{"agent/statuspage.TestIndex_HostileValuesAreText", "agent/statuspage.TestPod_HostileValuesAreText"},
 		Pending: "every field is cached whole, each pod's copy as large as the API server allows; `/pods` copies every pod per request"},
 	{Fields: []string{"pod:spec", "pod:spec.containers[]", "pod:spec.initContainers[]", "pod:spec.ephemeralContainers[]"},
-		Doc: "every other field of the spec",
+		Doc:     "every other field of the spec",
 		Tests:   []string{"agent/kube/podsource.TestTransformDropsWhatProbedNeverReads"},
 		Pending: "not read, yet cached: the informer's transform is to drop it"},
 }

@@ -41,7 +41,7 @@ func TestClusterCRIExecOnlyInThePodsContainer(t *testing.T) {
 			other := startCRIPod(t, admin, ns, "other", node, probes, "exec sleep 3600", nil, nil)
 			prefix := startCRIPod(t, admin, ns, "prefix", node, probes, "exec sleep 3600", nil, nil)
 			for _, c := range []struct {
-				p      *criPod
+				p       *criPod
 				id, why string
 			}{
 				{other, "containerd://" + victim.id, "is not container app of pod " + ns + "/other"},
