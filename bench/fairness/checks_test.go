@@ -1,7 +1,6 @@
 package fairness
 
 import (
-	"bufio"
 	"bytes"
 	"flag"
 	"fmt"
@@ -11,12 +10,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/probed/probed/bench/internal/nodebench"
 )
 
 // The checks on a response as a tenant would abuse them (issue 25): the
@@ -27,10 +27,11 @@ import (
 //     pods of 8 `{..[0]}` and `{..[0]..[0]}` jsonPath probes on 10 KB of
 //     nested arrays (before: 4.7 s of CPU and 100 MiB a run), and one of
 //     32 bodyRegex probes of 1,003 instructions (160 ms a run);
-//   - what the bounds let through at its costliest: 32 bodyRegex probes of
-//     50 instructions on 10 KiB of "a" (every position keeps 47 threads
-//     alive), and 8 jsonPath probes of 400 wildcards on the nested arrays,
-//     every second, in two more namespaces.
+//   - what the bounds let through at its costliest, every second, in three
+//     more namespaces: 32 bodyRegex probes of 50 instructions on 10 KiB of
+//     "a" (every position keeps 47 threads alive), 8 jsonPath probes of
+//     `{[*].*}` on 10 KiB of strings (a result per byte), and 8 of 400
+//     wildcards on the nested arrays (a Failure: deeper than 100 levels).
 //
 // Reported per case: the victims' fewest runs in the window, their largest
 // gap and p99 lateness (gap − period), and the agent's peak RSS and CPU.
@@ -39,7 +40,7 @@ import (
 var checksWindow = flag.Duration("fairness.checks-window", 30*time.Second, "how long each case of BenchmarkHostileChecks runs")
 
 func BenchmarkHostileChecks(b *testing.B) {
-	bin := probedBinary(b)
+	bin := nodebench.ProbedBinary(b, filepath.Join("..", ".."))
 	for _, c := range []struct {
 		name    string
 		hostile bool
@@ -71,12 +72,15 @@ func checksScenario(b *testing.B, bin string, hostile bool) checksResult {
 	arrived := map[string][]time.Time{}
 	nested := strings.Repeat("[", 5000) + strings.Repeat("]", 5000)
 	flood := strings.Repeat("a", 10<<10)
+	flat := "[" + strings.Repeat(`"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",`, 230) + `"a"]`
 	port := serve(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/nested":
 			_, _ = w.Write([]byte(nested))
 		case "/flood":
 			_, _ = w.Write([]byte(flood))
+		case "/flat":
+			_, _ = w.Write([]byte(flat))
 		default:
 			mu.Lock()
 			arrived[r.URL.Path] = append(arrived[r.URL.Path], time.Now())
@@ -100,7 +104,8 @@ func checksScenario(b *testing.B, bin string, hostile bool) checksResult {
 			{"hostile-b", 8, `{"jsonPath":{"path":"{..[0]..[0]}","value":"[]"}}`, "/nested"},
 			{"hostile-c", 32, `{"bodyRegex":"[a-z]{1000}b"}`, "/flood"},
 			{"hostile-d", 32, `{"bodyRegex":"[a-z]{47}b"}`, "/flood"},
-			{"hostile-e", 8, `{"jsonPath":{"path":"{` + strings.Repeat(".*", 400) + `}","value":"x"}}`, "/nested"},
+			{"hostile-e", 8, `{"jsonPath":{"path":"{[*].*}","value":"x"}}`, "/flat"},
+			{"hostile-f", 8, `{"jsonPath":{"path":"{` + strings.Repeat(".*", 400) + `}","value":"x"}}`, "/nested"},
 		} {
 			var probes []string
 			fmt.Fprintf(&m, "---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: hostile\n  namespace: %s\n  annotations:\n    probed.io/probes: '", h.ns)
@@ -136,14 +141,15 @@ func checksScenario(b *testing.B, bin string, hostile bool) checksResult {
 	time.Sleep(3 * time.Second) // every probe's first run
 	b.StartTimer()
 	start := time.Now()
-	cpu0 := procCPU(b, cmd.Process.Pid)
+	cpu0, _ := nodebench.ProcCPU(cmd.Process.Pid)
 	var peak int64
 	for time.Since(start) < *checksWindow {
 		time.Sleep(500 * time.Millisecond)
-		peak = max(peak, procRSS(b, cmd.Process.Pid))
+		peak = max(peak, nodebench.ProcRSS(cmd.Process.Pid))
 	}
 	end := time.Now()
-	cpu := procCPU(b, cmd.Process.Pid) - cpu0
+	cpu1, _ := nodebench.ProcCPU(cmd.Process.Pid)
+	cpu := cpu1 - cpu0
 	b.StopTimer()
 	if cmd.Process.Signal(syscall.Signal(0)) != nil {
 		b.Fatalf("probed exited: %s", stderr.String())
@@ -174,49 +180,4 @@ func checksScenario(b *testing.B, bin string, hostile bool) checksResult {
 		r.p99Late = lates[len(lates)*99/100]
 	}
 	return r
-}
-
-// probedBinary is $PROBED_TEST_BINARY_NORACE, or cmd/probed built now in
-// the project's module (without the race detector, as shipped).
-func probedBinary(b *testing.B) string {
-	if p := os.Getenv("PROBED_TEST_BINARY_NORACE"); p != "" {
-		return p
-	}
-	out := filepath.Join(b.TempDir(), "probed")
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/probed")
-	cmd.Dir = filepath.Join("..", "..")
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		b.Fatalf("go build ./cmd/probed: %v\n%s", err, msg)
-	}
-	return out
-}
-
-// procRSS is VmRSS of pid, in bytes.
-func procRSS(b *testing.B, pid int) int64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
-
-// procCPU is the user and system time pid used (/proc/PID/stat, ticks of
-// 1/100 s).
-func procCPU(b *testing.B, pid int) time.Duration {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		b.Fatal(err)
-	}
-	f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+1:]))
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	s, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(u+s) * 10 * time.Millisecond
 }

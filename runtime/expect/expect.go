@@ -450,6 +450,9 @@ func (b *Body) Check(body string) string {
 	if b.jp == nil {
 		return ""
 	}
+	if nestedDeeper(body, tenant.JSONDepth) {
+		return fmt.Sprintf("HTTP probe failed: expect.jsonPath %s: the body nests deeper than %d levels", b.jsonPath, tenant.JSONDepth)
+	}
 	var data any
 	dec := json.NewDecoder(strings.NewReader(body))
 	dec.UseNumber() // numbers print as written
@@ -479,6 +482,36 @@ func (b *Body) Check(body string) string {
 		return fmt.Sprintf("HTTP probe failed: expect.jsonPath %s is not %q", b.jsonPath, b.value)
 	}
 	return ""
+}
+
+// nestedDeeper reports whether the JSON text s nests arrays and objects
+// deeper than limit (brackets inside strings do not count), without
+// decoding it: decoding recurses once per level.
+func nestedDeeper(s string, limit int) bool {
+	depth, inString, escaped := 0, false, false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			if depth++; depth > limit {
+				return true
+			}
+		case c == ']' || c == '}':
+			depth--
+		}
+	}
+	return false
 }
 
 // cappedBuffer keeps at most max bytes and fails the write that would go

@@ -282,3 +282,23 @@ func TestJSONPathCheckMemoryIsBoundedOnHostileBodies(t *testing.T) {
 		}
 	}
 }
+
+// A JSON body nested deeper than tenant.JSONDepth is a Failure before it
+// is decoded (decoding recurses once per level: 10 KiB of "[" grew the
+// stack of the goroutine running the check to megabytes); brackets inside
+// strings do not count.
+func TestJSONPathBodyDepthIsBounded(t *testing.T) {
+	b := mustCompile(t, &Expect{JSONPath: &JSONPath{Path: "{.*}", Value: "x"}})
+	deep := strings.Repeat("[", 5000) + strings.Repeat("]", 5000)
+	if got := b.Check(deep); got != "HTTP probe failed: expect.jsonPath {.*}: the body nests deeper than 100 levels" {
+		t.Errorf("5,000 levels: %q", got)
+	}
+	at := strings.Repeat("[", 99) + `{"a":"x"}` + strings.Repeat("]", 99)
+	if got := mustCompile(t, &Expect{JSONPath: &JSONPath{Path: "{" + strings.Repeat("[0]", 99) + ".a}", Value: "x"}}).Check(at); got != "" {
+		t.Errorf("100 levels: %q", got)
+	}
+	inString := `{"a":"` + strings.Repeat("[", 500) + `\"` + strings.Repeat("{", 500) + `"}`
+	if got := mustCompile(t, &Expect{JSONPath: &JSONPath{Path: "{.a}", Value: JSONScalar(strings.Repeat("[", 500) + `"` + strings.Repeat("{", 500))}}).Check(inString); strings.Contains(got, "nests deeper") {
+		t.Errorf("brackets in a string counted: %q", got)
+	}
+}

@@ -76,6 +76,15 @@ const (
 	// bytes of body, the work of one match at most.
 	RegexSteps = RegexInstructions * OutputBytes
 
+	// JSONDepth bounds how deep the JSON body of an expect.jsonPath check
+	// may nest: decoding (and printing) a value recurses once per level,
+	// and 10 KiB of "[" nests 5,000 deep, growing the stack of the pool's
+	// goroutine that runs the check to megabytes, which it keeps until
+	// the collector shrinks it (8 such probes took an agent from 51 to
+	// 124 MiB). A body nested deeper is a Failure that says so; health
+	// documents nest a few levels.
+	JSONDepth = 100
+
 	// ExecOutputBytes is the most a command of an exec probe (or of an
 	// exec preStop hook) may print, stdout and stderr together, in one
 	// run: 256 KiB. The kubelet keeps 10 KiB of it but lets the runtime
