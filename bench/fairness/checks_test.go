@@ -19,7 +19,7 @@ import (
 	"github.com/probed/probed/bench/internal/nodebench"
 )
 
-// The checks on a response as a tenant would abuse them (issue 25): the
+// The checks on a response as a tenant would abuse them: the
 // real agent binary in manifest mode, 20 victim pods (one HTTP readiness
 // probe each, period 1 s) beside
 //
