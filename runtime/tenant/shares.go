@@ -67,8 +67,9 @@ func MaxMin(total int64, demands []int64) []int64 {
 // hold (the cap, or the whole budget).
 var ErrTooLarge = errors.New("tenant: more units than one namespace may hold")
 
-// Shares divides a node-wide budget of units (restart workers, runs a
-// second, bytes) among keys (namespaces) by max-min fairness: a key may
+// Shares divides a node-wide budget of units (restart workers, bytes,
+// thousandths of a run a second: any whole quantity) among keys
+// (namespaces) by max-min fairness: a key may
 // take units while what it holds stays within its fair share of the budget
 // among the keys that ask — those that hold units or wait for them — and
 // units are free. Its methods are safe for concurrent use.
