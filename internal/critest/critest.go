@@ -75,14 +75,19 @@ func Context(t testing.TB) context.Context {
 func Runtime(t testing.TB) internalapi.RuntimeService {
 	t.Helper()
 	ep := Endpoint(t)
-	ctx := Context(t)
-	rs, err := remote.NewRemoteRuntimeServiceBuilder().WithEndpoint(ep).WithConnectionTimeout(30 * time.Second).
-		WithTracerProvider(nil).Build(ctx)
+	rs, err := connect(Context(t), ep)
 	if err != nil {
 		t.Fatalf("connect to %s: %v", ep, err)
 	}
 	t.Cleanup(func() { _ = rs.Close(context.Background()) })
 	return rs
+}
+
+// connect connects to the runtime at ep (cri-client checks that it
+// answers the CRI v1 API).
+func connect(ctx context.Context, ep string) (internalapi.RuntimeService, error) {
+	return remote.NewRemoteRuntimeServiceBuilder().WithEndpoint(ep).WithConnectionTimeout(30 * time.Second).
+		WithTracerProvider(nil).Build(ctx)
 }
 
 var seq atomic.Int64
@@ -310,10 +315,15 @@ func StopDaemon(t testing.TB, dir string) { t.Helper(); envSh(t, "daemon-stop", 
 func StartDaemon(t testing.TB, dir string) {
 	t.Helper()
 	envSh(t, "daemon-start", dir)
-	rs := Runtime(t)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		_, err := rs.Status(Context(t), false)
+		// Connecting asks the runtime's version, which a containerd that
+		// has just started refuses ("server is not initialized yet").
+		rs, err := connect(Context(t), Endpoint(t))
+		if err == nil {
+			_, err = rs.Status(Context(t), false)
+			_ = rs.Close(context.Background())
+		}
 		if err == nil {
 			return
 		}
