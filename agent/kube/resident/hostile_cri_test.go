@@ -32,15 +32,20 @@ func (e *criEnv) hostileSh(t *testing.T, name, script string) (string, string) {
 		Command: []string{"/bin/busybox", "sh", "-c", `rm /bin/sh && printf '%s' "$HOSTILE" > /bin/sh && chmod 755 /bin/sh && exec /bin/busybox sleep 3600`},
 		Env:     []*runtimeapi.KeyValue{{Key: "HOSTILE", Value: []byte("#!/bin/busybox sh\n" + script)}},
 	})
+	// /bin/sh may be missing for a moment (between its rm and its
+	// printf), and an exec into a container whose first process is just
+	// being replaced (its exec of sleep) can fail: asked again.
 	deadline := time.Now().Add(30 * time.Second)
-	// (/bin/sh may be missing for a moment: between its rm and its printf.)
-	for !strings.Contains(critest.Exec(t, e.rs, id, "/bin/busybox", "sh", "-c", "/bin/busybox cat /bin/sh 2>/dev/null; true"), script) {
+	for {
+		out, _, err := e.rs.ExecSync(critest.Context(t), id, []string{"/bin/busybox", "cat", "/bin/sh"}, 10*time.Second)
+		if err == nil && strings.Contains(string(out), script) {
+			return id, status
+		}
 		if time.Now().After(deadline) {
-			t.Fatal("/bin/sh not replaced within 30 s")
+			t.Fatalf("/bin/sh not replaced within 30 s: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return id, status
 }
 
 // untilMode runs `/bin/true` on the container until its mode is want.
