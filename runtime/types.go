@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/probed/probed/runtime/expect"
+	"github.com/probed/probed/runtime/tenant"
 )
 
 // ProbeType is the kind of probe a worker runs. The values and strings follow
@@ -372,15 +373,13 @@ func (f HandlerFunc) Prepare(spec *Spec) (Prober, error) { return f(spec) }
 const KubeProbeUserAgent = "kube-probe/1.37"
 
 // MaxOutputBytes is the most output a handler keeps: 10 KiB, the kubelet's
-// limit for HTTP bodies and exec output (H6, E2).
-const MaxOutputBytes = 10 * 1024
+// limit for HTTP bodies and exec output (H6, E2; tenant.OutputBytes).
+const MaxOutputBytes = tenant.OutputBytes
 
 // MaxResponseHeaderBytes caps the response header bytes an HTTP handler
-// reads (net/http Transport.MaxResponseHeaderBytes): 64 KiB. The kubelet
-// keeps Go's default of 10 MiB, so 30 probes of targets answering 10 MiB
-// headers took an agent to 605 MB (issue 9 §5); 64 KiB is 6 times the
-// 10 KiB of body a probe keeps (H6) and room for large cookies and security
-// headers. A response whose headers are longer fails the attempt with Go's
-// error, as the kubelet's does past its limit: `Get "<url>": net/http:
-// server response headers exceeded 65536 bytes; aborted`.
-const MaxResponseHeaderBytes = 64 << 10
+// reads (net/http Transport.MaxResponseHeaderBytes): 64 KiB
+// (tenant.ResponseHeaderBytes, which says why). A response whose headers
+// are longer fails the attempt with Go's error, as the kubelet's does past
+// its limit: `Get "<url>": net/http: server response headers exceeded
+// 65536 bytes; aborted`.
+const MaxResponseHeaderBytes = tenant.ResponseHeaderBytes

@@ -77,7 +77,7 @@ func BenchmarkNodeDensity(b *testing.B) {
 	if err := os.WriteFile(out, nil, 0o644); err != nil { // one run of the suite per file
 		b.Fatal(err)
 	}
-	e := &env{n: n, bin: probedBinary(b), window: window, out: out, admin: kubetest.Client(b)}
+	e := &env{n: n, bin: nodebench.ProbedBinary(b, filepath.Join("..", "..")), window: window, out: out, admin: kubetest.Client(b)}
 
 	counts := slices.Clone(httpPods)
 	for _, c := range execPods {
@@ -558,21 +558,6 @@ func get(c *http.Client, url, token string) ([]byte, error) {
 		err = fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
 	return body, err
-}
-
-// probedBinary is $PROBED_TEST_BINARY_NORACE, or cmd/probed built now in
-// the project's module (bench's own lacks the CLI's dependencies).
-func probedBinary(b *testing.B) string {
-	if p := os.Getenv("PROBED_TEST_BINARY_NORACE"); p != "" {
-		return p
-	}
-	out := filepath.Join(b.TempDir(), "probed")
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/probed")
-	cmd.Dir = filepath.Join("..", "..") // the project's root, from bench/node
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		b.Fatalf("go build ./cmd/probed: %v\n%s", err, msg)
-	}
-	return out
 }
 
 func envDuration(b *testing.B, name string, def time.Duration) time.Duration {

@@ -148,3 +148,26 @@ func ExecsInFlight(runcRoot string) int {
 	}
 	return n
 }
+
+// ProcCPU is the user and system CPU time process pid has used (its own,
+// not its reaped children's); false when it is gone.
+func ProcCPU(pid int) (time.Duration, bool) {
+	p, ok := readProc(pid)
+	return p.self, ok
+}
+
+// ProcRSS is the resident set size of process pid in bytes (VmRSS of
+// /proc/<pid>/status); 0 when it is gone.
+func ProcRSS(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
