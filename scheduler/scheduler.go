@@ -18,7 +18,7 @@
 // re-arms it a full period later (the kubelet's manual-trigger path, W3).
 // The owner may change an entry's period from one run to the next
 // (SetPeriod: the grid is re-anchored at the last run, BR-10 and the spread
-// kept).
+// kept, and never more than one new period between two runs).
 //
 // Memory per entry is a fixed 40-byte slab slot plus the owner's task value;
 // Add, Remove, Trigger and firing are O(1).
@@ -404,13 +404,17 @@ func (s *Scheduler[T]) Trigger(id ID) {
 // one) from its current run on, for entries whose period depends on their
 // owner's state (issue 22: a probe that runs fast until ready). The grid is
 // re-anchored at the due time of the entry's last run (before its first
-// run: one old period before its first due time): the next run is due one
-// new period after it, and then every new period. When the period
-// grows, that first run comes the key's stable phase later as well
-// (Spread(key, period): over the whole period while the scheduler is
-// young, else over min(period, FirstRunSpread)), so that entries switching
-// at once, e.g. when a dependency they share recovers, are spread as a mass
-// Add is instead of keeping the narrow grid of their short period.
+// run: one old period before its first due time): when the period shrinks,
+// the next run is due one new period after it, and then every new period.
+// When the period grows, the first gap is the new period less the key's
+// stable phase (Spread(key, period): over the whole period while the
+// scheduler is young, else over min(period, FirstRunSpread)), but at least
+// the old period, and then every new period: entries switching at once,
+// e.g. when a dependency they share recovers, are spread as a mass Add is
+// instead of keeping the narrow grid of their short period, and no gap
+// between two runs is ever longer than one new period (a 250 ms probe
+// that turns ready on a 10 s period runs again within 10 s, never 10 s
+// plus a phase).
 //
 // BR-10 holds: when the new grid's next run is already due (a run that
 // took longer than the new period), it counts as a slot that came due

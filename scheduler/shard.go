@@ -327,7 +327,8 @@ func (sh *shard[T]) trigger(id ID) {
 }
 
 // setPeriod is SetPeriod: ticks is the new period and phase the key's
-// stable phase in ticks, added to the first run when the period grows.
+// stable phase in ticks (less than ticks), taken off the first gap when
+// the period grows.
 func (sh *shard[T]) setPeriod(id ID, ticks, phase int64) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -348,9 +349,12 @@ func (sh *shard[T]) setPeriod(id ID, ticks, phase int64) {
 	// The entry is armed one old period after the due tick of its last
 	// run (fire, trigger and Done all arm it so): that tick anchors the
 	// new grid.
-	next := e.deadline - old + ticks
+	last := e.deadline - old
+	next := last + ticks
 	if ticks > old {
-		next += phase
+		// The stable phase spreads the first gap over the window below
+		// the new period, never past it, nor below the old one.
+		next = last + max(old, ticks-phase)
 	}
 	sh.unlinkWheel(i)
 	e.deadline = next
