@@ -92,6 +92,18 @@ type Options[T any] struct {
 	// ObserveLag, when set, is called from a feeder with the time each run
 	// waited between becoming due and being dispatched.
 	ObserveLag func(lane int, lag time.Duration)
+	// Coalesce is the window within which due runs start from one wake-up
+	// of the wheel (and so of the feeders and the pool): rounded down to
+	// whole ticks, it cuts time into windows of that many ticks counted from
+	// the scheduler's start, and an entry due in a window fires at the
+	// window's last tick. A run is then at most Coalesce − Tick late, an
+	// entry keeps its own grid (the next run is due one period after the
+	// last one's due time, not after it fired: no drift, no missed
+	// period) and its phase within the period (the spread, at the window's
+	// resolution). An entry whose period is shorter than the window fires
+	// at its own tick. 0, or less than two ticks: off (runs fire in their
+	// own tick).
+	Coalesce time.Duration
 }
 
 // Stats are cumulative counters and current gauges of a Scheduler.
@@ -114,6 +126,7 @@ type Scheduler[T any] struct {
 	opts   Options[T]
 	clock  clock.WithTicker
 	tick   time.Duration
+	window int64 // Coalesce in ticks; 1: off
 	start  time.Time
 	shards []*shard[T]
 
@@ -171,12 +184,13 @@ func New[T any](opts Options[T]) (*Scheduler[T], error) {
 		opts.FirstRunSpread = time.Second
 	}
 	s := &Scheduler[T]{
-		opts:  opts,
-		clock: opts.Clock,
-		tick:  opts.Tick,
-		start: opts.Clock.Now(),
-		stop:  make(chan struct{}),
-		kick:  make(chan struct{}, 1),
+		opts:   opts,
+		clock:  opts.Clock,
+		tick:   opts.Tick,
+		window: max(1, int64(opts.Coalesce/opts.Tick)),
+		start:  opts.Clock.Now(),
+		stop:   make(chan struct{}),
+		kick:   make(chan struct{}, 1),
 	}
 	// Tick 0 is processed: every shard's cursor starts there, and nothing
 	// is armed yet.
@@ -559,6 +573,18 @@ func (s *Scheduler[T]) ticksCeil(d time.Duration) int64 {
 		n = 1
 	}
 	return n
+}
+
+// wakeTick is the tick at which an entry due at tick due with the given
+// period (ticks) fires: the last tick of due's coalescing window, or due
+// itself when coalescing is off or the period is shorter than the window
+// (two of its due ticks could share a window: a missed period).
+func (s *Scheduler[T]) wakeTick(due, period int64) int64 {
+	w := s.window
+	if w <= 1 || period < w || due <= 0 {
+		return due
+	}
+	return (due + w - 1) / w * w
 }
 
 // tickAt returns the wheel tick containing t.
