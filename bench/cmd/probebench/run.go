@@ -27,14 +27,21 @@ type Result struct {
 	// PeriodMs is set for a sub-second run (-period-ms): probed only, its
 	// probes declared in the probed.io/probes annotation with
 	// periodMilliseconds; PeriodSeconds is then 0.
-	PeriodMs      int     `json:"period_ms,omitempty"`
-	OneAddr       string  `json:"one_addr,omitempty"`
-	HungEvery     int     `json:"hung_every,omitempty"`
-	Pool          int     `json:"pool,omitempty"`
-	TickMs        float64 `json:"tick_ms,omitempty"` // probed: -tick, when set
-	Concurrency   int     `json:"concurrency,omitempty"`
-	SettleSeconds float64 `json:"settle_seconds"`
-	WarmupSeconds float64 `json:"warmup_seconds"`
+	PeriodMs   int     `json:"period_ms,omitempty"`
+	OneAddr    string  `json:"one_addr,omitempty"`
+	HungEvery  int     `json:"hung_every,omitempty"`
+	Pool       int     `json:"pool,omitempty"`
+	TickMs     float64 `json:"tick_ms,omitempty"`     // probed: -tick, when set
+	CoalesceMs float64 `json:"coalesce_ms,omitempty"` // probed: -coalesce, when set
+	KeepAlive  bool    `json:"keepalive,omitempty"`   // probed: -keepalive
+	// VoluntarySwitches and InvoluntarySwitches are the process's context
+	// switches in the window (getrusage): a voluntary one is a thread that
+	// went to sleep, about one per wake-up of an idle thread.
+	VoluntarySwitches   int64   `json:"voluntary_switches"`
+	InvoluntarySwitches int64   `json:"involuntary_switches"`
+	Concurrency         int     `json:"concurrency,omitempty"`
+	SettleSeconds       float64 `json:"settle_seconds"`
+	WarmupSeconds       float64 `json:"warmup_seconds"`
 
 	// Memory after warm-up (RSS before, heap and stack after a forced GC).
 	RSSBytes          int64   `json:"rss_bytes"`
@@ -138,8 +145,8 @@ func (r remoteRec) stats(period, span time.Duration, expected float64, _ func(in
 
 func runMain(args []string) error {
 	fs := flag.NewFlagSet("run", flag.ExitOnError)
-	implName := fs.String("impl", "probed", "probed, kubelet, dialloop (a bare dial-and-close loop, -mode tcp) or getloop (a bare GET loop, -mode http)")
-	mode := fs.String("mode", modeInstant, "instant, tcp, http or hung")
+	implName := fs.String("impl", "probed", "probed, kubelet, bare (a goroutine and ticker per probe, plain GET and dial: the floor of the kubelet's model), dialloop (a bare dial-and-close loop, -mode tcp) or getloop (a bare GET loop, -mode http)")
+	mode := fs.String("mode", modeInstant, "instant, tcp, http, hung or node (an HTTP readiness and a TCP liveness probe per pod)")
 	label := fs.String("label", "", "free-form run label")
 	pods := fs.Int("pods", 1000, "pods; each has a readiness and a liveness probe (0: a baseline run, the same machinery with no probe)")
 	periodS := fs.Int("period", 1, "probe period, seconds")
@@ -151,6 +158,7 @@ func runMain(args []string) error {
 	execPool := fs.Int("exec-pool", 0, "probed: exec pool size (0: the runtime's default)")
 	shards := fs.Int("shards", 0, "probed: scheduler shards (0: default)")
 	tick := fs.Duration("tick", 0, "probed: the scheduler's wheel tick (0: its default, 10ms)")
+	coalesce := fs.Duration("coalesce", 0, "probed: the scheduler's coalescing window (manager.Options.Coalesce; 0: off)")
 	hungEvery := fs.Int("hung-every", 10, "hung mode: pod i never answers when i%n == n-1")
 	oneAddr := fs.String("one-addr", "", "tcp/http: every pod at this one address (e.g. 127.0.0.1)")
 	conc := fs.Int("concurrency", runtime.DefaultPoolSize, "dialloop, getloop: goroutines probing (default: probed's network pool size)")
@@ -229,9 +237,12 @@ func runMain(args []string) error {
 	switch *implName {
 	case "probed":
 		res.Pool, res.TickMs = *pool, float64(*tick)/float64(time.Millisecond)
-		im, err = newProbed(sc, probedRunner{instantRunner{localR}}, implOptions{pool: *pool, execPool: *execPool, shards: *shards, tick: *tick})
+		res.CoalesceMs = float64(*coalesce) / float64(time.Millisecond)
+		im, err = newProbed(sc, probedRunner{instantRunner{localR}}, implOptions{pool: *pool, execPool: *execPool, shards: *shards, tick: *tick, coalesce: *coalesce})
 	case "kubelet":
 		im, err = newKubelet(sc, kubeletRunner{instantRunner{localR}})
+	case implBare:
+		im, err = newBare(sc)
 	case implDialLoop:
 		res.Concurrency = *conc
 		floor = newDialLoop(sc, *conc)
@@ -304,9 +315,12 @@ func runMain(args []string) error {
 		dialOK0, dialFail0 = floor.ok.Load(), floor.fail.Load()
 	}
 	u0, s0 := sysstat.CPU()
+	vcs0, ivcs0 := sysstat.Switches()
 	w0 := time.Now()
 	time.Sleep(*window)
 	u1, s1 := sysstat.CPU()
+	vcs1, ivcs1 := sysstat.Switches()
+	res.VoluntarySwitches, res.InvoluntarySwitches = vcs1-vcs0, ivcs1-ivcs0
 	res.WindowSeconds = time.Since(w0).Seconds()
 	if *cpuProfile != "" {
 		pprof.StopCPUProfile()

@@ -36,7 +36,7 @@ type targetStats struct {
 //	quit
 func targetsMain(args []string) error {
 	fs := flag.NewFlagSet("targets", flag.ExitOnError)
-	mode := fs.String("mode", modeTCP, "tcp, http or hung")
+	mode := fs.String("mode", modeTCP, "tcp, http, hung or node")
 	pods := fs.Int("pods", 1000, "pods")
 	hungEvery := fs.Int("hung-every", 0, "pod i hangs when i%n == n-1")
 	oneAddr := fs.String("one-addr", "", "bind to this one address")
@@ -45,11 +45,12 @@ func targetsMain(args []string) error {
 
 	rec := lateness.New(*pods*2, *horizon)
 	srv, err := targets.Listen(targets.Config{
-		HTTP:      *mode != modeTCP,
-		Pods:      *pods,
-		HungEvery: *hungEvery,
-		OneAddr:   *oneAddr,
-		Rec:       rec,
+		HTTP:        *mode != modeTCP,
+		TCPLiveness: *mode == modeNode,
+		Pods:        *pods,
+		HungEvery:   *hungEvery,
+		OneAddr:     *oneAddr,
+		Rec:         rec,
 	})
 	if err != nil {
 		return err
