@@ -13,13 +13,15 @@ import (
 	"time"
 
 	"github.com/probed/probed/agent"
+	"github.com/probed/probed/internal/nettest"
 )
 
-// countingTarget is a loopback HTTP target that counts the connections it
-// accepted and those open.
+// countingTarget is a loopback HTTP target that counts its requests and
+// the connections it accepted and has open.
 type countingTarget struct {
 	*httptest.Server
-	accepted, open, requests atomic.Int64
+	nettest.ConnCount
+	requests atomic.Int64
 }
 
 func newCountingTarget(t *testing.T) *countingTarget {
@@ -29,15 +31,7 @@ func newCountingTarget(t *testing.T) *countingTarget {
 		ct.requests.Add(1)
 		_, _ = w.Write([]byte("ok"))
 	}))
-	ct.Config.ConnState = func(_ net.Conn, st nethttp.ConnState) {
-		switch st {
-		case nethttp.StateNew:
-			ct.accepted.Add(1)
-			ct.open.Add(1)
-		case nethttp.StateClosed:
-			ct.open.Add(-1)
-		}
-	}
+	ct.Track(ct.Config)
 	ct.Start()
 	t.Cleanup(ct.Close)
 	return ct
@@ -71,10 +65,10 @@ spec:
 	writeFile(t, filepath.Join(dir, "plain.yaml"), pod("plain", plain.port(), ""))
 	r := startAgent(t, dir, nil)
 	r.eventually("ten runs on each pod", func() bool { return kept.requests.Load() >= 10 && plain.requests.Load() >= 10 })
-	if n := kept.accepted.Load(); n != 1 {
+	if n := kept.Accepted.Load(); n != 1 {
 		t.Fatalf("the kept-alive probe opened %d connections for %d runs, want 1", n, kept.requests.Load())
 	}
-	if n := plain.accepted.Load(); n < 10 {
+	if n := plain.Accepted.Load(); n < 10 {
 		t.Fatalf("the plain probe opened %d connections for %d runs, want one per run", n, plain.requests.Load())
 	}
 	gauge := regexp.MustCompile(`(?m)^probed_http_kept_connections (\d+)$`)
@@ -84,7 +78,7 @@ spec:
 	if err := os.Remove(filepath.Join(dir, "kept.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	r.eventually("the removed pod's connection closed", func() bool { return kept.open.Load() == 0 })
+	r.eventually("the removed pod's connection closed", func() bool { return kept.Open.Load() == 0 })
 	r.eventually("probed_http_kept_connections 0", func() bool {
 		m := gauge.FindStringSubmatch(r.text("/metrics"))
 		return m != nil && m[1] == "0"
@@ -117,7 +111,7 @@ spec:
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
-	if n := target.accepted.Load(); n != 1 {
+	if n := target.Accepted.Load(); n != 1 {
 		t.Fatalf("a spec probe under --http-keep-alive opened %d connections for %d runs, want 1", n, target.requests.Load())
 	}
 }

@@ -12,7 +12,7 @@
 //
 // Settings (environment): PROBED_BENCH_NODE_PODS, the pod counts of the
 // HTTP/TCP runs (default "10,25,50,100,200"); PROBED_BENCH_NODE_EXEC_PODS,
-// those of the exec runs (default "10,25,50"); PROBED_BENCH_NODE_SIDES, the
+// those of the exec runs (default "10,25,50"; "," for none); PROBED_BENCH_NODE_SIDES, the
 // sides of the HTTP/TCP runs (default "probed,probed-keepalive,bare,kubelet":
 // probed as it is by default, probed with --http-keep-alive, the bare
 // prober of cmd/bareprober, the kubelet; the pods without probes always
@@ -340,26 +340,34 @@ func (e *env) startProbed(b *testing.B, args ...string) *agentProc {
 	b.Helper()
 	kubeconfig := kubetest.WriteKubeconfig(b, kubetest.AgentConfig(b))
 	port := nodetest.FreePorts(b, 1)[0]
+	args = append(append([]string{"run", "--kubeconfig", kubeconfig, "--node-name", e.n.Name,
+		"--listen", "127.0.0.1:" + strconv.Itoa(port), "--log-format", "json"}, e.probedArgs...), args...)
+	return startProc(b, "probed", e.bin, args, port, "/healthz", 60*time.Second, func(body []byte) bool { return string(body) == "ok" })
+}
+
+// startProc runs bin with args, its output in a log file, and waits up to
+// within until GET path on 127.0.0.1:port answers a body ready accepts; it
+// is stopped when b ends.
+func startProc(b *testing.B, name, bin string, args []string, port int, path string, within time.Duration, ready func([]byte) bool) *agentProc {
+	b.Helper()
 	a := &agentProc{base: "http://127.0.0.1:" + strconv.Itoa(port), done: make(chan struct{})}
-	logf, err := os.Create(filepath.Join(b.TempDir(), "probed.log"))
+	logf, err := os.Create(filepath.Join(b.TempDir(), name+".log"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	args = append(slices.Clone(e.probedArgs), args...)
-	a.cmd = exec.Command(e.bin, append([]string{"run", "--kubeconfig", kubeconfig, "--node-name", e.n.Name,
-		"--listen", "127.0.0.1:" + strconv.Itoa(port), "--log-format", "json"}, args...)...)
+	a.cmd = exec.Command(bin, args...)
 	a.cmd.Stdout, a.cmd.Stderr = logf, logf
 	if err := a.cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
 	go func() { _ = a.cmd.Wait(); logf.Close(); close(a.done) }()
 	b.Cleanup(func() { a.stop(b) })
-	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
-		body, err := get(http.DefaultClient, a.base+"/healthz", "")
-		return err == nil && string(body) == "ok", nil
+	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, within, true, func(context.Context) (bool, error) {
+		body, err := get(http.DefaultClient, a.base+path, "")
+		return err == nil && ready(body), nil
 	})
 	if err != nil {
-		b.Fatalf("probed's /healthz did not answer ok within 60 s (log: %s)", logf.Name())
+		b.Fatalf("%s: GET %s did not answer within %v (log: %s)", name, path, within, logf.Name())
 	}
 	return a
 }
@@ -394,7 +402,7 @@ func (a *agentProc) prober() *proberProc {
 
 // bareProc is cmd/bareprober running for the node.
 type bareProc struct {
-	agentProc
+	*agentProc
 }
 
 func (p *bareProc) prober() *proberProc {
@@ -423,26 +431,9 @@ func (e *env) startBare(b *testing.B, targets []nodetest.Target) *bareProc {
 		b.Fatal(err)
 	}
 	port := nodetest.FreePorts(b, 1)[0]
-	p := &bareProc{agentProc{base: "http://127.0.0.1:" + strconv.Itoa(port), done: make(chan struct{})}}
-	logf, err := os.Create(filepath.Join(dir, "bareprober.log"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	p.cmd = exec.Command(e.bare, "-probes", filepath.Join(dir, "probes.json"), "-listen", "127.0.0.1:"+strconv.Itoa(port))
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	if err := p.cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	go func() { _ = p.cmd.Wait(); logf.Close(); close(p.done) }()
-	b.Cleanup(func() { p.stop(b) })
-	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		_, err := get(http.DefaultClient, p.base+"/counts", "")
-		return err == nil, nil
-	})
-	if err != nil {
-		b.Fatalf("the bare prober did not answer within 30 s (log: %s)", logf.Name())
-	}
-	return p
+	a := startProc(b, "bareprober", e.bare, []string{"-probes", filepath.Join(dir, "probes.json"), "-listen", "127.0.0.1:" + strconv.Itoa(port)},
+		port, "/counts", 30*time.Second, func([]byte) bool { return true })
+	return &bareProc{a}
 }
 
 // measure lets the node settle, then measures one window: the node's CPU
@@ -723,7 +714,7 @@ func envStrings(b *testing.B, name string, def []string) []string {
 	if s == "" {
 		return def
 	}
-	var out []string
+	out := []string{} // set: "," is an empty list (e.g. no exec runs)
 	for _, f := range strings.Split(s, ",") {
 		if f = strings.TrimSpace(f); f != "" {
 			out = append(out, f)
@@ -733,20 +724,17 @@ func envStrings(b *testing.B, name string, def []string) []string {
 }
 
 func envInts(b *testing.B, name string, def []int) []int {
-	s := os.Getenv(name)
-	if s == "" {
+	fields := envStrings(b, name, nil)
+	if fields == nil {
 		return def
 	}
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			continue
-		}
+	out := make([]int, len(fields))
+	for i, f := range fields {
 		n, err := strconv.Atoi(f)
 		if err != nil {
 			b.Fatalf("%s: %v", name, err)
 		}
-		out = append(out, n)
+		out[i] = n
 	}
 	return out
 }

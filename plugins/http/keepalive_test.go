@@ -2,7 +2,6 @@ package http
 
 import (
 	"context"
-	"net"
 	nethttp "net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -15,6 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/probed/probed/internal/nettest"
 	"github.com/probed/probed/runtime"
 	"github.com/probed/probed/runtime/egress"
 )
@@ -27,11 +27,11 @@ import (
 // target that never closes.
 type connServer struct {
 	*httptest.Server
-	accepted, open atomic.Int64
-	mu             sync.Mutex
-	closes         []bool // per request: it asked to close
-	hang           atomic.Bool
-	release        chan struct{}
+	nettest.ConnCount
+	mu      sync.Mutex
+	closes  []bool // per request: it asked to close
+	hang    atomic.Bool
+	release chan struct{}
 }
 
 func newConnServer(t testing.TB) *connServer {
@@ -50,15 +50,7 @@ func newConnServer(t testing.TB) *connServer {
 		}
 		_, _ = w.Write([]byte("ok"))
 	}))
-	cs.Config.ConnState = func(_ net.Conn, st nethttp.ConnState) {
-		switch st {
-		case nethttp.StateNew:
-			cs.accepted.Add(1)
-			cs.open.Add(1)
-		case nethttp.StateClosed, nethttp.StateHijacked:
-			cs.open.Add(-1)
-		}
-	}
+	cs.Track(cs.Config)
 	cs.Start()
 	t.Cleanup(func() {
 		select {
@@ -84,9 +76,9 @@ func (cs *connServer) requestCloses() []bool {
 func (cs *connServer) waitOpen(t testing.TB, n int64) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for cs.open.Load() != n {
+	for cs.Open.Load() != n {
 		if time.Now().After(deadline) {
-			t.Fatalf("the server has %d connections open, want %d", cs.open.Load(), n)
+			t.Fatalf("the server has %d connections open, want %d", cs.Open.Load(), n)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -119,7 +111,7 @@ func TestKeepAliveOneConnectionForEveryRun(t *testing.T) {
 		out, err := probeWithin(kept, podIP, time.Second)
 		wantOutcome(t, out, err, runtime.Success, "ok")
 	}
-	if n := cs.accepted.Load(); n != 1 {
+	if n := cs.Accepted.Load(); n != 1 {
 		t.Fatalf("5 runs of a kept-alive probe opened %d connections, want 1", n)
 	}
 	for i, c := range cs.requestCloses() {
@@ -142,7 +134,7 @@ func TestKeepAliveOneConnectionForEveryRun(t *testing.T) {
 		out, err := probeWithin(plain, podIP, time.Second)
 		wantOutcome(t, out, err, runtime.Success, "ok")
 	}
-	if n := cs.accepted.Load(); n != 4 {
+	if n := cs.Accepted.Load(); n != 4 {
 		t.Fatalf("3 runs without keep-alive opened %d connections, want 3 (a new one per run)", n-1)
 	}
 	if c := cs.requestCloses(); !c[5] || !c[6] || !c[7] {
@@ -163,14 +155,14 @@ func TestKeepAliveNodeDefaultAndOptOut(t *testing.T) {
 		out, err := probeWithin(spec, podIP, time.Second)
 		wantOutcome(t, out, err, runtime.Success, "ok")
 	}
-	if n := cs.accepted.Load(); n != 1 {
+	if n := cs.Accepted.Load(); n != 1 {
 		t.Fatalf("a spec probe under KeepAlive(true) opened %d connections in 3 runs, want 1", n)
 	}
 	for range 3 {
 		out, err := probeWithin(optOut, podIP, time.Second)
 		wantOutcome(t, out, err, runtime.Success, "ok")
 	}
-	if n := cs.accepted.Load(); n != 4 {
+	if n := cs.Accepted.Load(); n != 4 {
 		t.Fatalf("keepAlive false opened %d connections in 3 runs, want 3", n-1)
 	}
 }
@@ -196,7 +188,7 @@ func TestKeepAliveTimeoutClosesTheConnection(t *testing.T) {
 	cs.hang.Store(false)
 	out, err = probeWithin(p, podIP, time.Second)
 	wantOutcome(t, out, err, runtime.Success, "ok")
-	if n := cs.accepted.Load(); n != 2 {
+	if n := cs.Accepted.Load(); n != 2 {
 		t.Fatalf("%d connections, want 2 (a new one after the timeout)", n)
 	}
 }
@@ -278,7 +270,7 @@ func TestKeepAliveHostileManyProbesTargetNeverCloses(t *testing.T) {
 	cs.waitOpen(t, bound-1) // the redirected probe, first to run, holds one slot
 	var hopsOpen int64
 	for _, s := range hops {
-		hopsOpen += s.open.Load()
+		hopsOpen += s.Open.Load()
 	}
 	if hopsOpen > 1 {
 		t.Fatalf("the redirected probe holds %d connections over its hops, want at most 1", hopsOpen)

@@ -100,9 +100,12 @@ type Result struct {
 	DrainIdleSeconds    float64 `json:"drain_idle_seconds"`    // until goroutines are back to the baseline too (-1: not within -drain-wait)
 	TargetAccepted      int64   `json:"target_accepted,omitempty"`
 	TargetAcceptErrors  int64   `json:"target_accept_errors,omitempty"`
-	GoVersion           string  `json:"go"`
-	GOMAXPROCS          int     `json:"gomaxprocs"`
-	Time                string  `json:"time"`
+	// TargetCPUSeconds is the target server's own CPU in the window (its
+	// process): the other end of the probes' connections.
+	TargetCPUSeconds float64 `json:"target_cpu_seconds,omitempty"`
+	GoVersion        string  `json:"go"`
+	GOMAXPROCS       int     `json:"gomaxprocs"`
+	Time             string  `json:"time"`
 	// LoadAverage is the host's 1, 5 and 15 minute load average at the end
 	// of the window: what else ran on the machine.
 	LoadAverage []float64      `json:"loadavg,omitempty"`
@@ -159,6 +162,7 @@ func runMain(args []string) error {
 	shards := fs.Int("shards", 0, "probed: scheduler shards (0: default)")
 	tick := fs.Duration("tick", 0, "probed: the scheduler's wheel tick (0: its default, 10ms)")
 	coalesce := fs.Duration("coalesce", 0, "probed: the scheduler's coalescing window (manager.Options.Coalesce; 0: off)")
+	keepAlive := fs.Bool("keepalive", false, "probed: HTTP probes keep their connection between runs (probed --http-keep-alive)")
 	hungEvery := fs.Int("hung-every", 10, "hung mode: pod i never answers when i%n == n-1")
 	oneAddr := fs.String("one-addr", "", "tcp/http: every pod at this one address (e.g. 127.0.0.1)")
 	conc := fs.Int("concurrency", runtime.DefaultPoolSize, "dialloop, getloop: goroutines probing (default: probed's network pool size)")
@@ -238,7 +242,8 @@ func runMain(args []string) error {
 	case "probed":
 		res.Pool, res.TickMs = *pool, float64(*tick)/float64(time.Millisecond)
 		res.CoalesceMs = float64(*coalesce) / float64(time.Millisecond)
-		im, err = newProbed(sc, probedRunner{instantRunner{localR}}, implOptions{pool: *pool, execPool: *execPool, shards: *shards, tick: *tick, coalesce: *coalesce})
+		res.KeepAlive = *keepAlive
+		im, err = newProbed(sc, probedRunner{instantRunner{localR}}, implOptions{pool: *pool, execPool: *execPool, shards: *shards, tick: *tick, coalesce: *coalesce, keepAlive: *keepAlive})
 	case "kubelet":
 		im, err = newKubelet(sc, kubeletRunner{instantRunner{localR}})
 	case implBare:
@@ -360,6 +365,7 @@ func runMain(args []string) error {
 	res.SkippedRuns, res.SilentWorkers, res.ExtraRuns, res.LostSamples = ts.Missed, ts.WorkersSilent, ts.Duplicates, ts.Lost
 	res.Burstiness, res.BurstPeak, res.BurstProfile = ts.Burstiness, ts.BurstPeak, ts.Profile
 	res.TargetAccepted, res.TargetAcceptErrors = ts.Counters.Accepted, ts.Counters.AcceptErrs
+	res.TargetCPUSeconds = ts.CPUSeconds
 	if *oneAddr != "" || floor != nil {
 		res.LatenessP50Ms, res.LatenessP99Ms, res.LatenessP999Ms, res.LatenessMaxMs = 0, 0, 0, 0
 		res.Burstiness, res.BurstPeak = 0, 0
