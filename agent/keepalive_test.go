@@ -39,7 +39,7 @@ func newCountingTarget(t *testing.T) *countingTarget {
 
 func (ct *countingTarget) port() int { return ct.Listener.Addr().(*net.TCPAddr).Port }
 
-// Issue 28 §2, through the agent: a pod whose annotation says
+// Kept connections through the agent: a pod whose annotation says
 // httpGet.keepAlive: true is probed over one connection, run after run,
 // beside a pod probed the kubelet's way (a connection per run);
 // probed_http_kept_connections counts the kept one; deleting the pod

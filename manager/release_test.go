@@ -46,7 +46,7 @@ func (h *releasingHandler) counts() (probers, most int) {
 }
 
 // A removed worker releases what its prober holds between runs (a kept
-// connection, issue 28): once, when it exits; and Close releases those of
+// connection): once, when it exits; and Close releases those of
 // the workers still there.
 func TestRemovedWorkerReleasesItsProber(t *testing.T) {
 	h := &releasingHandler{released: map[*releasingProber]int{}}

@@ -84,7 +84,7 @@ func TestSetPeriodLongerTakesTheStablePhaseOff(t *testing.T) {
 	}
 }
 
-// Issue 28 §5: a probe at 250 ms that turns ready on a 10 s period while
+// A period never stretches: a probe at 250 ms that turns ready on a 10 s period while
 // the scheduler is young (its phase then spreads over the whole period)
 // runs again within one new period, never 10 s plus the phase (it came
 // 14 s later); and the gap is never shorter than the old period. Every key

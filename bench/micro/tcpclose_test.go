@@ -12,7 +12,8 @@ import (
 	"github.com/probed/probed/bench/internal/sysstat"
 )
 
-// BenchmarkTCPClose: what a tcpSocket probe's close costs (issue 28 §2):
+// BenchmarkTCPClose: what a tcpSocket probe's close costs (which close keeps
+// the kubelet's verdicts at the least cost):
 // one op is a probe of a loopback target — connect, close — with the
 // target's accept and close in the same process, so cpu-ns/op is the
 // node's CPU for both ends (on loopback the kernel does the peer's

@@ -469,8 +469,8 @@ func validateExpect(p *Probe, path *field.Path) field.ErrorList {
 
 // decodeWithExpect decodes a built-in handler strictly into v, as
 // decodeStrict, except for its "expect" key (issue 22 §2) and, when
-// keepAlive is not nil (httpGet), its "keepAlive" key (a boolean, issue
-// 28: the probe keeps its connection between runs, plugins/http), which
+// keepAlive is not nil (httpGet), its "keepAlive" key (a boolean: the
+// probe keeps its connection between runs, plugins/http), which
 // v1's handlers lack: expect is decoded, strictly too, into an
 // expect.Expect, so that v1.Probe never carries either (a spec probe
 // cannot have them).

@@ -6,7 +6,7 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// Issue 28 §2: httpGet.keepAlive decodes beside the v1 handler (never into
+// httpGet.keepAlive decodes beside the v1 handler (never into
 // it), true or false; not set, the node's default applies (nil); anything
 // else, and keepAlive on another handler, is refused naming the field.
 func TestParseKeepAlive(t *testing.T) {

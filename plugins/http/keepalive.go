@@ -12,7 +12,7 @@ import (
 	"github.com/probed/probed/runtime/egress"
 )
 
-// Kept connections (issue 28): an HTTP probe may keep its connection from
+// Kept connections: an HTTP probe may keep its connection from
 // one run to the next instead of opening one per run as the kubelet does
 // (H3: keep-alives off). It is opt-in — httpGet.keepAlive in the
 // probed.io/probes annotation, or KeepAlive(true) for every probe of the

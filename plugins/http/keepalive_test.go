@@ -19,7 +19,7 @@ import (
 	"github.com/probed/probed/runtime/egress"
 )
 
-// Kept connections (issue 28 §2, keepalive.go).
+// Kept connections (keepalive.go).
 
 // connServer is a loopback HTTP server that counts the connections it
 // accepted and those still open, and records each request's Connection

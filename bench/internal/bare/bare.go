@@ -1,4 +1,4 @@
-// Package bare is the floor of a prober on a node (issue 28): the least a
+// Package bare is the floor of a prober on a node: the least a
 // prober with the kubelet's model can do for HTTP and TCP probes. One
 // goroutine and one time.Ticker per probe (the kubelet's worker loop without
 // its state machine, results, status manager or metrics), a plain GET with

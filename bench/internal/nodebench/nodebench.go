@@ -40,7 +40,7 @@ const (
 	// node's cost of the pods themselves.
 	SideNone = "none"
 	// SideProbedKeepAlive: SideProbed with --http-keep-alive (each HTTP
-	// probe keeps its connection between runs, issue 28).
+	// probe keeps its connection between runs).
 	SideProbedKeepAlive = "probed-keepalive"
 	// SideBare: the same probes run by the bare prober (bench/internal/bare,
 	// cmd/bareprober): a goroutine and a ticker per probe, a plain GET with

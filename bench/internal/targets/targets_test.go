@@ -14,7 +14,7 @@ import (
 	"github.com/probed/probed/bench/internal/lateness"
 )
 
-// A kept-alive HTTP probe (issue 28) makes several requests on one
+// A kept-alive HTTP probe makes several requests on one
 // connection: each is answered and recorded as one call; a request that
 // asks to close gets "Connection: close" and the connection ends. With
 // TCPLiveness the liveness port only accepts (a TCP probe).
