@@ -121,11 +121,12 @@ bench-density: bench-build
 bench-cri:
 	cd bench && $(GO) test -run '^$$' -bench ExecProbes -benchtime 1x -timeout 30m ./cri
 
-# The real node (issue 20; docs/benchmarks.md "The real node"): the same
-# pods with the kubelet's spec probes, probed's annotation probes and no
-# probe, HTTP/TCP and exec; needs PROBED_TEST_NODE from test/node/env.sh
-# start and the node to itself. About 60-90 minutes with the default pod
-# counts; rewrites the "node" section of docs/benchmarks.md and its plot.
+# The real node (issues 20 and 28; docs/benchmarks.md "The real node"): the
+# same pods with the kubelet's spec probes, probed's annotation probes (by
+# default and with --http-keep-alive), the bare prober and no probe,
+# HTTP/TCP and exec; needs PROBED_TEST_NODE from test/node/env.sh start and
+# the node to itself. About 2 hours with the default pod counts and sides;
+# rewrites the "node" section of docs/benchmarks.md and its plot.
 bench-node:
 	cd bench && $(GO) test -run '^$$' -bench NodeDensity -benchtime 1x -timeout 4h ./node
 	cd bench && $(GO) run ./cmd/probebench node-report -in out/node.jsonl -doc ../docs/benchmarks.md

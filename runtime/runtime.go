@@ -421,6 +421,16 @@ func (p *Prepared) CarriesTrace() bool {
 	return ok && tc.CarriesTrace()
 }
 
+// Release frees what the probe's prober holds between runs (Releaser: an
+// HTTP probe's kept connection). The owner calls it when the probe is
+// removed, after its last run has ended; a prober that holds nothing
+// ignores it. Idempotent for the built-in handlers.
+func (p *Prepared) Release() {
+	if r, ok := p.prober.(Releaser); ok {
+		r.Release()
+	}
+}
+
 // Err returns the preparation error, if any.
 func (p *Prepared) Err() error {
 	if pe, ok := p.prober.(*preparationError); ok {

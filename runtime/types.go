@@ -290,6 +290,20 @@ type Extension struct {
 	// Expect is what the httpGet or tcpSocket handler expects of the
 	// answer (runtime/expect); nil: the kubelet's verdict alone.
 	Expect *expect.Expect
+	// KeepAlive is httpGet.keepAlive: nil, the handler's default (off
+	// unless the node turns it on); true, the probe keeps its connection
+	// between runs (plugins/http); false, a new connection every run, the
+	// kubelet's way, whatever the node's default.
+	KeepAlive *bool
+}
+
+// KeepAliveOf returns spec's httpGet.keepAlive: nil for a spec probe or
+// none.
+func KeepAliveOf(spec *Spec) *bool {
+	if spec == nil || spec.Extension == nil {
+		return nil
+	}
+	return spec.Extension.KeepAlive
 }
 
 // ExpectOf returns spec's Expect, nil for a spec probe or none.
@@ -343,6 +357,14 @@ type Prober interface {
 	// verdict about the target, including a timeout, is an Outcome with a nil
 	// error.
 	Probe(ctx context.Context, t Target) (Outcome, error)
+}
+
+// Releaser is implemented by probers that hold something between runs (an
+// HTTP probe's kept-alive connection, plugins/http): Release frees it when
+// the probe is removed. The owner calls it once, after the probe's last
+// run has ended (Prepared.Release); Probe is not called afterwards.
+type Releaser interface {
+	Release()
 }
 
 // TraceCarrier is implemented by probers that carry the run's trace context

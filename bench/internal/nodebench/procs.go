@@ -70,7 +70,7 @@ type Node struct {
 	Kubelet, Containerd int    // PIDs
 	Socket              string // containerd's socket path: its shims name it (-address)
 	APIServer, Etcd     int    // the node's control plane (reported apart, not in the node's total)
-	Probed              int    // 0 when probed does not run
+	Probed              int    // the prober's process (probed, the bare prober); 0 when none runs
 }
 
 // CPU is the CPU time of the node's parts at one moment (cumulative).
