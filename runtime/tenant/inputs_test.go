@@ -65,6 +65,7 @@ var inputs = []input{
 	{Fields: []string{"annotation:exec.command[]"}, Doc: "`exec.command`",
 		Tests: []string{"agent/kube/cri.TestRunnerOutputFloodIsBounded", "agent/kube/resident.TestCRIHelperRunFloodIsKilled", "test/e2e.TestClusterCRIExecOnlyInThePodsContainer"}},
 	{Fields: []string{"annotation:httpGet.path"}, Doc: "`httpGet.path`", Tests: []string{"agent.TestAgent_HostilePathIsBoundedEverywhere"}},
+	{Fields: []string{"annotation:httpGet.keepAlive"}, Doc: "`httpGet.keepAlive`", Tests: []string{"plugins/http.TestKeepAliveHostileManyProbesTargetNeverCloses"}},
 	{Fields: []string{"annotation:httpGet.host", "annotation:tcpSocket.host"}, Doc: "`httpGet.host`, `tcpSocket.host`",
 		Tests: []string{"manager/customprobe.TestParseHostUnderTheEgressRule", "plugins/http.TestEgressRefusesAHostThatIsNotThePod", "agent.TestAgent_HostileStringsAreBoundedEverywhere"}},
 	{Fields: []string{"annotation:httpGet.port", "annotation:tcpSocket.port", "annotation:grpc.port", "annotation:plugin.port", "annotation:httpGet.scheme",
@@ -176,7 +177,8 @@ func covers(f, leaf string) bool {
 
 // annotationNames are customprobe.Probe's fields as the annotation names
 // them; "" inlines a field's own JSON fields.
-var annotationNames = map[string]string{"Container": "container", "Type": "type", "Probe": "", "Plugin": "plugin", "Milliseconds": "", "Periods": "", "Expect": "expect"}
+var annotationNames = map[string]string{"Container": "container", "Type": "type", "Probe": "", "Plugin": "plugin", "Milliseconds": "", "Periods": "", "Expect": "expect",
+	"KeepAlive": "httpGet.keepAlive"}
 
 // walk appends the leaf paths of t under path: a struct's fields by their
 // JSON names, "[]" for a slice's element, "{}" for a map, and a leaf for
@@ -233,8 +235,13 @@ var jsonUnmarshaler = reflect.TypeFor[interface{ UnmarshalJSON([]byte) error }](
 // for a field that has none.
 func jsonName(t reflect.Type, f reflect.StructField) (string, bool) {
 	if t == reflect.TypeFor[customprobe.Probe]() {
-		n, ok := annotationNames[f.Name]
-		return n, ok
+		if n, ok := annotationNames[f.Name]; ok {
+			return n, true
+		}
+		// A field added to the annotation without a name here: a leaf by
+		// its Go name, which no row covers, so the walk's test fails
+		// instead of skipping it.
+		return f.Name, true
 	}
 	tag := strings.Split(f.Tag.Get("json"), ",")[0]
 	switch {
