@@ -39,6 +39,9 @@ otel:
   protocol: grpc
   resourceAttributes: k8s.cluster.name=prod
 extraArgs: ["--history=20"]
+probing:
+  schedulerCoalesce: 5ms
+  httpKeepAlive: true
 apiServer:
   host: 10.0.0.10
   port: 6443
@@ -140,7 +143,7 @@ func TestChartNonDefaultValues(t *testing.T) {
 	c := spec.Containers[0]
 	args := strings.Join(c.Args, " ")
 	for _, a := range []string{"--status-qps=20", "--status-burst=40", "--allow-probe-host=10.0.0.0/8,fd00::/64", "--plugin-config=/etc/probed/plugins.yaml", "--history=20",
-		"--liveness-action-namespaces=example.com/evictable=yes"} {
+		"--liveness-action-namespaces=example.com/evictable=yes", "--scheduler-coalesce=5ms", "--http-keep-alive"} {
 		if !strings.Contains(args, a) {
 			t.Errorf("args %q lack %q", args, a)
 		}
@@ -199,6 +202,7 @@ func TestChartSchemaRejectsBadValues(t *testing.T) {
 		"serviceAccount.name=a'||true||'":     "serviceAccount",
 		"serviceAccount.name=Probed":          "serviceAccount",
 		"apiServer.host=a b":                  "apiServer",
+		"probing.schedulerCoalesce=soon":      "probing",
 	} {
 		_, err := helmRun(t, "template", "x", chartDir, "--set", set)
 		if err == nil || !strings.Contains(err.Error(), names) {
