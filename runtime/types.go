@@ -89,17 +89,24 @@ const (
 	// OriginAnnotation: an element of the pod's probed.io/probes
 	// annotation.
 	OriginAnnotation
+	// OriginOffloaded: a container's own probe that the offload webhook
+	// moved out of the spec into probed's care, read from the pod's
+	// probed.io/offloaded record. It has a spec probe's meaning (the
+	// kubelet's semantics and Event texts: Spec.Extension is nil).
+	OriginOffloaded
 )
 
-// String returns "spec" or "annotation" ("" for an unknown origin): the
-// value of the origin fields of the agent's API, `probed status` and its
-// events.
+// String returns "spec", "annotation" or "offloaded" ("" for an unknown
+// origin): the value of the origin fields of the agent's API, `probed
+// status` and its events.
 func (o Origin) String() string {
 	switch o {
 	case OriginSpec:
 		return "spec"
 	case OriginAnnotation:
 		return "annotation"
+	case OriginOffloaded:
+		return "offloaded"
 	}
 	return ""
 }

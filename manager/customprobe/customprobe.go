@@ -47,6 +47,11 @@
 // resolved at run time like an httpGet port (spec 1.4); a name the container
 // does not declare is not a parse error, the probe then errors on every run,
 // as the kubelet does for built-in probes (BR-20).
+//
+// The offload webhook's record of the spec probes it moved into probed's
+// care, the probed.io/offloaded annotation, is read here too
+// (ReadOffloaded): each element a container's v1.Probe as the spec had it,
+// read with the same defaults, validation, egress rule and limits.
 package customprobe
 
 import (
