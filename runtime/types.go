@@ -77,6 +77,20 @@ func ProbeOf(c *v1.Container, t ProbeType) *v1.Probe {
 	return nil
 }
 
+// SetProbe sets the container's probe of type t (nil removes it); an
+// unknown t changes nothing. ProbeOf's counterpart, for the offload
+// webhook's move of a probe out of the spec and back.
+func SetProbe(c *v1.Container, t ProbeType, p *v1.Probe) {
+	switch t {
+	case Liveness:
+		c.LivenessProbe = p
+	case Readiness:
+		c.ReadinessProbe = p
+	case Startup:
+		c.StartupProbe = p
+	}
+}
+
 // Origin is where a probe was declared (manager/podprobes works it out
 // once per pod and spec change). Status views, events and logs show it;
 // the zero value is unknown (a Spec built without one).

@@ -376,8 +376,10 @@ func Offloaded(opts customprobe.Options) Transform {
 			}
 			if n > max {
 				e := field.TooMany(root, n, max)
-				e.Detail = fmt.Sprintf("this node runs at most %d probes of one pod's annotations (%s); none of this pod's %d offloaded probes run (%d more are in %s)",
-					max, opts.Limits.MaxProbesFlag, len(elements), n-len(elements), customprobe.Annotation)
+				e.Detail = fmt.Sprintf("this node runs at most %d probes of one pod (%s); none of this pod's %d offloaded probes run", max, opts.Limits.MaxProbesFlag, len(elements))
+				if n > len(elements) {
+					e.Detail += fmt.Sprintf(" (%d more are in %s)", n-len(elements), customprobe.Annotation)
+				}
 				v.refuse(Refusal{Origin: runtime.OriginOffloaded, Element: -1}, e)
 				return
 			}
