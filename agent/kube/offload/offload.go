@@ -45,6 +45,7 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -234,6 +235,36 @@ func Undo(pod *v1.Pod) *v1.Pod {
 	delete(out.Annotations, NoteAnnotation)
 	if len(out.Annotations) == 0 {
 		out.Annotations = nil
+	}
+	return out
+}
+
+// KeepMoved returns a copy of pod, an update of a pod Move moved, without
+// the spec probes its record holds unchanged: `kubectl apply` of the pod's
+// manifest, client-side or server-side, puts the moved probes back into
+// the update (the manifest has them, the pod has not), and a pod's spec
+// may not change, so the update would be refused. A probe that differs
+// from the record stays (the update then changes the spec, which the API
+// server refuses as it would without the webhook); the record, the note
+// and the gates are the update's.
+func KeepMoved(pod *v1.Pod) *v1.Pod {
+	out := pod.DeepCopy()
+	var record []customprobe.Offloaded
+	if json.Unmarshal([]byte(out.Annotations[RecordAnnotation]), &record) != nil {
+		return out
+	}
+	refs := specProbes(out)
+	for _, el := range record {
+		var p v1.Probe
+		if json.Unmarshal(el.Probe, &p) != nil {
+			continue
+		}
+		customprobe.Default(&p)
+		for _, r := range refs {
+			if r.container.Name == el.Container && r.t.Lower() == el.Type && apiequality.Semantic.DeepEqual(runtime.ProbeOf(r.container, r.t), &p) {
+				runtime.SetProbe(r.container, r.t, nil)
+			}
+		}
 	}
 	return out
 }
