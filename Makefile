@@ -9,7 +9,7 @@ PKGS    ?= ./...
 VERSION ?=
 LDFLAGS := $(if $(VERSION),-X github.com/probed/probed/internal/version.version=$(VERSION))
 
-.PHONY: all build test test-binaries test-short vet fmt-check run check-examples clean generate
+.PHONY: all build image test test-binaries test-short vet fmt-check run check-examples clean generate
 
 all: build
 
@@ -17,6 +17,19 @@ all: build
 # git checkout; build there with `make build GOFLAGS=-buildvcs=false`).
 build:
 	$(GO) build -buildvcs=true -ldflags "$(LDFLAGS)" -o bin/probed ./cmd/probed
+
+# bin/probed-image.tar: probed's node-agent image without a container engine
+# (deploy/image): the static binary (the Containerfile's build line) on an
+# empty base with CA certificates and the user 65532, an OCI layout archive
+# named $(IMAGE) that `ctr -n k8s.io images import` loads (docs/cluster.md
+# "Install"). IMAGE defaults to the chart's appVersion, the tag the chart and
+# deploy/kubernetes use; a release pushes with
+# `go run ./cmd/probed-image -binary bin/image/probed -push REGISTRY/probed:TAG`.
+APP_VERSION := $(shell sed -n 's/^appVersion: "\(.*\)"$$/\1/p' deploy/helm/probed/Chart.yaml)
+IMAGE ?= ghcr.io/probed/probed:$(APP_VERSION)
+image:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o bin/image/probed ./cmd/probed
+	$(GO) run ./cmd/probed-image -binary bin/image/probed -name $(IMAGE) -version "$(or $(VERSION),$(APP_VERSION))" -o bin/probed-image.tar
 
 # The full test suite: vet, gofmt, and every test under the race detector.
 # The end-to-end packages run the probed binaries test-binaries builds once
@@ -108,11 +121,12 @@ bench-density: bench-build
 bench-cri:
 	cd bench && $(GO) test -run '^$$' -bench ExecProbes -benchtime 1x -timeout 30m ./cri
 
-# The real node (issue 20; docs/benchmarks.md "The real node"): the same
-# pods with the kubelet's spec probes, probed's annotation probes and no
-# probe, HTTP/TCP and exec; needs PROBED_TEST_NODE from test/node/env.sh
-# start and the node to itself. About 60-90 minutes with the default pod
-# counts; rewrites the "node" section of docs/benchmarks.md and its plot.
+# The real node (issues 20 and 28; docs/benchmarks.md "The real node"): the
+# same pods with the kubelet's spec probes, probed's annotation probes (by
+# default and with --http-keep-alive), the bare prober and no probe,
+# HTTP/TCP and exec; needs PROBED_TEST_NODE from test/node/env.sh start and
+# the node to itself. About 2 hours with the default pod counts and sides;
+# rewrites the "node" section of docs/benchmarks.md and its plot.
 bench-node:
 	cd bench && $(GO) test -run '^$$' -bench NodeDensity -benchtime 1x -timeout 4h ./node
 	cd bench && $(GO) run ./cmd/probebench node-report -in out/node.jsonl -doc ../docs/benchmarks.md

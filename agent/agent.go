@@ -48,6 +48,8 @@ import (
 	"github.com/probed/probed/manager/podprobes"
 	"github.com/probed/probed/manager/results"
 	probeexec "github.com/probed/probed/plugins/exec"
+	"github.com/probed/probed/plugins/handlers"
+	probehttp "github.com/probed/probed/plugins/http"
 	"github.com/probed/probed/runtime"
 	"github.com/probed/probed/runtime/bound"
 	"github.com/probed/probed/runtime/egress"
@@ -62,6 +64,15 @@ import (
 const (
 	DefaultPodPoolShare       = 0.125
 	DefaultNamespacePoolShare = 0.25
+)
+
+// The scheduler's coalescing window (Options.SchedulerCoalesce,
+// --scheduler-coalesce; docs/benchmarks.md "Coalesced wake-ups"): the CLI's
+// default, chosen from the measurements there, and the most allowed, half
+// the shortest period an annotation probe may have.
+const (
+	DefaultSchedulerCoalesce = 20 * time.Millisecond
+	MaxSchedulerCoalesce     = 50 * time.Millisecond
 )
 
 // Agent runs probes for the pods of a source.
@@ -142,6 +153,18 @@ type Options struct {
 	// tick spreads the same probe rate over more, smaller batches
 	// (docs/benchmarks.md, "Sub-second periods").
 	SchedulerTick time.Duration
+	// SchedulerCoalesce is the window within which due probe runs start
+	// from one wake-up of the scheduler and the pool
+	// (manager.Options.Coalesce): a run is at most this much late, never
+	// misses a period and keeps its phase. 0: off; at most
+	// MaxSchedulerCoalesce. The CLI's default is DefaultSchedulerCoalesce.
+	SchedulerCoalesce time.Duration
+	// HTTPKeepAlive makes every HTTP probe whose annotation does not say
+	// otherwise (httpGet.keepAlive) keep its connection between runs
+	// (plugins/http KeepAlive: one idle connection per probe, at most
+	// plugins/http's DefaultMaxKeptConnections on the node); off: a new
+	// connection per run, the kubelet's way.
+	HTTPKeepAlive bool
 	// SyncFrequency is the interval of full status regenerations (the
 	// kubelet's --sync-frequency); default 1 min.
 	SyncFrequency time.Duration
@@ -264,9 +287,13 @@ func New(opts Options) (*Agent, error) {
 	case opts.AllowHostExec:
 		runner = &probeexec.LocalRunner{}
 	}
-	if err := manager.RegisterBuiltins(a.rt, runner); err != nil {
+	if err := handlers.Register(a.rt, runner, probehttp.KeepAlive(opts.HTTPKeepAlive)); err != nil {
 		return fail(err)
 	}
+	a.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "probed_http_kept_connections",
+		Help: "Connections of HTTP probes that keep theirs between runs (httpGet.keepAlive, --http-keep-alive), open now.",
+	}, func() float64 { return float64(probehttp.KeptConnections()) }))
 	// After the built-ins: a plugin that serves a built-in kind replaces it.
 	if err := a.plugins.Register(a.rt); err != nil {
 		return fail(fmt.Errorf("plugins: %w", err))
@@ -298,6 +325,7 @@ func New(opts Options) (*Agent, error) {
 		NoPerPodLabels:           opts.NoPerPodLabels,
 		TracerProvider:           opts.TracerProvider,
 		Tick:                     opts.SchedulerTick,
+		Coalesce:                 opts.SchedulerCoalesce,
 	}
 	// AddPod without a view (a library-style call) works the probes out
 	// under the mode's policy too.
@@ -350,6 +378,9 @@ func setDefaults(opts *Options) error {
 	}
 	if opts.SchedulerTick < 0 || opts.SchedulerTick > customprobe.MinPeriod {
 		return fmt.Errorf("--scheduler-tick %v: must be between 0 (the default, 10ms) and %v, the shortest period", opts.SchedulerTick, customprobe.MinPeriod)
+	}
+	if opts.SchedulerCoalesce < 0 || opts.SchedulerCoalesce > MaxSchedulerCoalesce {
+		return fmt.Errorf("--scheduler-coalesce %v: must be between 0 (off) and %v (a run is at most that late)", opts.SchedulerCoalesce, MaxSchedulerCoalesce)
 	}
 	if opts.SyncFrequency <= 0 {
 		opts.SyncFrequency = time.Minute

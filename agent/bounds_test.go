@@ -80,3 +80,76 @@ spec:
 		t.Errorf("a failed run's event was logged:\n%.3000s", logs)
 	}
 }
+
+// Every other string field of the annotation a tenant writes, 250 KB each,
+// one pod per field beside each other in one agent: a field that the
+// probe runs with (a request header's name and value, a gRPC service, a
+// plugin's parameter) or that refuses the pod (a container's name, a
+// host) costs what the path does — each run's record, event, page and log
+// line is cut, and a refusal's message too (/manifests).
+func TestAgent_HostileStringsAreBoundedEverywhere(t *testing.T) {
+	closedPort := nettest.ClosedPort(t)
+	huge := strings.Repeat("a", 250_000)
+	fields := map[string]string{ // namespace → the element
+		"header-value": fmt.Sprintf(`{"container":"app","type":"readiness","periodSeconds":1,"periodMilliseconds":-900,"httpGet":{"port":%d,"httpHeaders":[{"name":"X-A","value":%q}]}}`, closedPort, huge),
+		"header-name":  fmt.Sprintf(`{"container":"app","type":"readiness","periodSeconds":1,"periodMilliseconds":-900,"httpGet":{"port":%d,"httpHeaders":[{"name":%q,"value":"v"}]}}`, closedPort, huge),
+		"grpc-service": fmt.Sprintf(`{"container":"app","type":"readiness","periodSeconds":1,"periodMilliseconds":-900,"grpc":{"port":%d,"service":%q}}`, closedPort, huge),
+		"plugin-param": fmt.Sprintf(`{"container":"app","type":"readiness","periodSeconds":1,"periodMilliseconds":-900,"plugin":{"name":"none-serves-it","params":{"p":%q}}}`, huge),
+		"container":    fmt.Sprintf(`{"container":%q,"type":"readiness","tcpSocket":{"port":%d}}`, huge, closedPort),
+		"tcp-host":     fmt.Sprintf(`{"container":"app","type":"readiness","periodSeconds":1,"periodMilliseconds":-900,"tcpSocket":{"host":%q,"port":%d}}`, huge, closedPort),
+	}
+	dir := t.TempDir()
+	for ns, elem := range fields {
+		ann, _ := json.Marshal("[" + elem + "]")
+		writeFile(t, filepath.Join(dir, ns+".yaml"), fmt.Sprintf("apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  namespace: %s\n  annotations:\n    probed.io/probes: %s\nspec:\n  containers:\n  - name: app\n    image: app\n", ns, ann))
+	}
+	r := startAgent(t, dir, nil)
+	r.eventually("every pod probed or refused", func() bool {
+		pods := r.pods()
+		var report struct {
+			Rejected []json.RawMessage `json:"rejected"`
+		}
+		r.get("/manifests", &report)
+		return len(pods)+len(report.Rejected) >= len(fields) && len(pods) > 0
+	})
+	// Runs every 100 ms (a gRPC probe's take its 1 s timeout).
+	var hist struct {
+		Probes []struct {
+			Results []json.RawMessage `json:"results"`
+		} `json:"probes"`
+	}
+	pods := r.pods()
+	r.eventually("3 runs of every probed pod", func() bool {
+		for name := range pods {
+			ns, _, _ := strings.Cut(name, "/")
+			r.get("/pods/"+ns+"/web/probes", &hist)
+			if len(hist.Probes) != 1 || len(hist.Probes[0].Results) < 3 {
+				return false
+			}
+		}
+		return true
+	})
+	sizes := map[string]int{"/events": len(r.text("/events")), "/": len(r.text("/")), "/manifests": len(r.text("/manifests"))}
+	for name := range pods {
+		ns, _, _ := strings.Cut(name, "/")
+		for _, p := range []string{"/pods/" + ns + "/web/probes", "/pod/" + ns + "/web"} {
+			sizes[p] = len(r.text(p))
+		}
+	}
+	r.stop()
+	logs := r.logs.String()
+	n := len(fields)
+	for p, size := range sizes {
+		limit := 40 << 10 // a pod's page, a probe's history
+		switch p {
+		case "/events", "/", "/manifests":
+			limit = n * 16 << 10
+		}
+		if size > limit {
+			t.Errorf("GET %s: %d bytes, want at most %d", p, size, limit)
+		}
+	}
+	if len(logs) > n*16<<10 {
+		t.Errorf("%d bytes of log, want at most %d", len(logs), n*16<<10)
+	}
+}

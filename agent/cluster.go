@@ -269,11 +269,14 @@ func (a *Agent) failureConsequence() string {
 	if c == nil {
 		return runtime.DefaultFailureConsequence
 	}
+	// The action is taken only in the namespaces --liveness-action-namespaces
+	// selects, which this node-wide text does not know: it says so, and the
+	// action's own Event says what was done (or why not) for this pod.
 	switch c.LivenessAction {
 	case LivenessActionEvict:
-		return "the pod is to be evicted (--liveness-action=evict)"
+		return "the pod is to be evicted if --liveness-action-namespaces selects its namespace (--liveness-action=evict)"
 	case LivenessActionRestart:
-		return "the container is to be restarted (--liveness-action=restart)"
+		return "the container is to be restarted if --liveness-action-namespaces selects its namespace (--liveness-action=restart)"
 	}
 	return "probed does not restart containers (--liveness-action=event)"
 }

@@ -130,3 +130,15 @@ func TestAgent_SchedulerTickBounds(t *testing.T) {
 		}
 	}
 }
+
+// --scheduler-coalesce is bounded: a run may be at most that late, and a
+// window of half the shortest period (50 ms) is the most allowed; the
+// error names the flag.
+func TestAgent_SchedulerCoalesceBounds(t *testing.T) {
+	for _, w := range []time.Duration{-time.Millisecond, agent.MaxSchedulerCoalesce + time.Millisecond} {
+		_, err := agent.New(agent.Options{ManifestDir: t.TempDir(), Listen: "127.0.0.1:0", SchedulerCoalesce: w})
+		if err == nil || !strings.Contains(err.Error(), "--scheduler-coalesce") {
+			t.Errorf("SchedulerCoalesce %v: err = %v, want one naming --scheduler-coalesce", w, err)
+		}
+	}
+}

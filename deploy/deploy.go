@@ -4,7 +4,7 @@
 //
 // Tests apply the very files a user applies (Kubernetes, below), never a
 // retyped copy: the RBAC test binds the ClusterRole read from
-// deploy/kubernetes/clusterrole.yaml, and the chart tests decode what
+// deploy/kubernetes/02-clusterrole.yaml, and the chart tests decode what
 // `helm template` renders with the same Decode.
 package deploy
 
@@ -23,34 +23,51 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 )
 
-//go:embed kubernetes/*.yaml
+//go:embed kubernetes/*.yaml kubernetes/options/*.yaml
 var kubernetesFiles embed.FS
 
-// Kubernetes is deploy/kubernetes: the plain manifests, file names at its root
-// (namespace.yaml, serviceaccount.yaml, clusterrole.yaml,
-// clusterrolebinding.yaml, admissionpolicy.yaml, clusterrole-eviction.yaml, clusterrole-restart.yaml,
-// daemonset.yaml).
+// Kubernetes is deploy/kubernetes: the plain manifests. At its root the
+// default install, exactly what `kubectl apply -f deploy/kubernetes/` applies
+// (the files in name order: the namespace first, the admission policy before
+// the agent it limits); in options/ what an operator adds for an opt-in
+// (the eviction and restart roles, the container runtime's patch), which a
+// plain apply of the directory never grants.
 var Kubernetes fs.FS = mustSub(kubernetesFiles, "kubernetes")
 
 // Base lists the files of deploy/kubernetes a plain install applies, in
-// order (the admission policy before the agent that it limits);
-// EvictionFile is applied too when --liveness-action=evict.
-var Base = []string{"namespace.yaml", "serviceaccount.yaml", "clusterrole.yaml", "clusterrolebinding.yaml", PolicyFile, "daemonset.yaml"}
+// order (the admission policy before the agent that it limits): every file
+// at the directory's root; EvictionFile is applied too when
+// --liveness-action=evict.
+var Base = []string{NamespaceFile, ServiceAccountFile, ClusterRoleFile, ClusterRoleBindingFile, PolicyFile, DaemonSetFile}
 
 // PolicyFile holds the ValidatingAdmissionPolicy and its binding that narrow
 // what the agent's ServiceAccount may write to its own node's pods, its own
 // readiness-gate condition, its own Events and evictions in the namespaces
 // that allow them (docs/cluster.md "What the agent's identity can do").
-const PolicyFile = "admissionpolicy.yaml"
+const PolicyFile = "04-admissionpolicy.yaml"
 
 // EvictionFile holds the ClusterRole and ClusterRoleBinding that allow
 // pods/eviction create, applied only when eviction is enabled.
-const EvictionFile = "clusterrole-eviction.yaml"
+const EvictionFile = "options/clusterrole-eviction.yaml"
 
 // RestartFile holds the ClusterRole and ClusterRoleBinding that allow
 // namespaces get, list and watch (the label that allows restarts), applied only with
 // --liveness-action=restart.
-const RestartFile = "clusterrole-restart.yaml"
+const RestartFile = "options/clusterrole-restart.yaml"
+
+// The files of Base by what they hold.
+const (
+	NamespaceFile          = "00-namespace.yaml"
+	ServiceAccountFile     = "01-serviceaccount.yaml"
+	ClusterRoleFile        = "02-clusterrole.yaml"
+	ClusterRoleBindingFile = "03-clusterrolebinding.yaml"
+	DaemonSetFile          = "05-daemonset.yaml"
+)
+
+// CRIPatchFile is a strategic-merge patch of the DaemonSet (not an object:
+// `kubectl patch --patch-file`) that gives the agent the node's container
+// runtime, as the chart's cri.enabled does.
+const CRIPatchFile = "options/daemonset-cri.yaml"
 
 func mustSub(f fs.FS, dir string) fs.FS {
 	sub, err := fs.Sub(f, dir)
@@ -105,7 +122,7 @@ func isEmpty(doc []byte) bool {
 	return true
 }
 
-// File decodes one file of Kubernetes (a name such as "clusterrole.yaml")
+// File decodes one file of Kubernetes (a name such as "02-clusterrole.yaml")
 // with Decode.
 func File(name string) ([]runtime.Object, error) {
 	data, err := fs.ReadFile(Kubernetes, name)

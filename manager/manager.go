@@ -208,6 +208,12 @@ type Options struct {
 	Tick           time.Duration
 	Shards         int
 	FirstRunSpread time.Duration
+	// Coalesce is the window within which due runs start from one wake-up
+	// of the scheduler and the pool (scheduler.Options.Coalesce): a run is
+	// at most this much (less one tick) late, never misses a period and
+	// keeps its phase; a probe whose period is shorter than the window
+	// runs at its own tick. 0, or less than two ticks: off.
+	Coalesce time.Duration
 }
 
 // probeKey identifies a worker (spec §2: pod UID, container name, probe type).
@@ -340,6 +346,7 @@ func New(opts Options) (Manager, error) {
 		Shards:         opts.Shards,
 		Lanes:          runtime.NumLanes,
 		FirstRunSpread: opts.FirstRunSpread,
+		Coalesce:       opts.Coalesce,
 		Dispatch:       m.dispatch,
 		ObserveLag:     observeLag,
 	})
@@ -672,7 +679,10 @@ func (m *manager) shutdown(ctx context.Context, drain bool) error {
 		}
 	}
 	m.mu.Lock()
-	m.workers.clear(m.metrics.deleteSeries)
+	m.workers.clear(func(w *worker) {
+		m.metrics.deleteSeries(w)
+		w.prepared.Release() // the runs have ended (or been cancelled): e.g. a kept-alive connection
+	})
 	m.mu.Unlock()
 	m.metrics.unregister()
 	if m.rtm != nil {

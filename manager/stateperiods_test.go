@@ -61,10 +61,12 @@ func (e *testEnv) stepTicks(d time.Duration) {
 	}
 }
 
-// growPhase is the stable phase the scheduler adds when the worker's
-// period grows to p (scheduler.SetPeriod), in whole ticks.
-func growPhase(e *testEnv, w *worker, p time.Duration) time.Duration {
-	return e.m.sched.Spread(keyHash(w.key()), p) / (10 * time.Millisecond) * (10 * time.Millisecond)
+// growGap is the first gap the scheduler leaves when the worker's period
+// grows from old to p (scheduler.SetPeriod): p less the key's stable phase
+// in whole ticks, at least old.
+func growGap(e *testEnv, w *worker, old, p time.Duration) time.Duration {
+	phase := e.m.sched.Spread(keyHash(w.key()), p) / (10 * time.Millisecond) * (10 * time.Millisecond)
+	return max(old, p-phase)
 }
 
 // Issue 22 §1: "a readiness probe at periodSeconds: 10,
@@ -99,13 +101,18 @@ func TestStatePeriods_FastUntilReadyThenSlow(t *testing.T) {
 	if p := w.period(); p != 10*time.Second {
 		t.Fatalf("period once ready = %v, want 10s", p)
 	}
-	// Ready: the next run one period (plus the grow phase) after the run
-	// that made it ready, then every 10 s.
-	phase := growPhase(e, w, 10*time.Second) // the scheduler is younger than 10 s: over the whole period (BR-24)
-	e.stepTicks(20*time.Second + phase)
-	want = append(want, ready+10*time.Second+phase, ready+20*time.Second+phase)
+	// Ready: the next run within one period (the period less the stable
+	// phase) after the run that made it ready, then every 10 s; never
+	// more than 10 s between two runs (it came 14 s later when the phase
+	// was added to the period).
+	gap := growGap(e, w, 250*time.Millisecond, 10*time.Second) // the scheduler is younger than 10 s: the phase is over the whole period (BR-24)
+	e.stepTicks(20 * time.Second)
+	want = append(want, ready+gap, ready+gap+10*time.Second)
 	if got := ct.get(); !slices.Equal(got, want) {
-		t.Fatalf("runs at %v, want %v (grow phase %v)", got, want, phase)
+		t.Fatalf("runs at %v, want %v (first gap %v)", got, want, gap)
+	}
+	if gap > 10*time.Second || gap < 250*time.Millisecond {
+		t.Fatalf("first gap %v after turning ready, want within [250ms, 10s]", gap)
 	}
 }
 
@@ -124,11 +131,11 @@ func TestStatePeriods_TransitionConfirmsAndClearsQuickly(t *testing.T) {
 	w := e.worker(subsecUID, testContainerName, runtime.Readiness)
 	e.stepUntilCalls(1, 3*time.Second) // at the unhealthy period: ready at once
 	e.expectCached(runtime.Readiness, results.Success)
-	grow := growPhase(e, w, 10*time.Second)
+	grow := growGap(e, w, 2*time.Second, 10*time.Second)
 
 	// A blip: one failure, cleared by the next run a transition period later.
 	e.exec.set(runtime.Failure)
-	e.stepTicks(10*time.Second + grow)
+	e.stepTicks(grow)
 	blip := ct.last(t)
 	if w.period() != time.Second {
 		t.Fatalf("period after one failure of three = %v, want the transition period 1s", w.period())
@@ -144,21 +151,22 @@ func TestStatePeriods_TransitionConfirmsAndClearsQuickly(t *testing.T) {
 	}
 
 	// A real failure: confirmed in two transition periods, then the
-	// unhealthy period (longer than the transition period: the grow phase
-	// once).
+	// unhealthy period (longer than the transition period: its first gap
+	// less the stable phase, at least the transition period).
+	grow = growGap(e, w, time.Second, 10*time.Second)
 	e.exec.set(runtime.Failure)
-	e.stepTicks(10*time.Second + grow)
+	e.stepTicks(grow)
 	fail1 := ct.last(t)
-	if fail1 != blip+time.Second+10*time.Second+grow {
-		t.Fatalf("first failure at %v, want one period (and the grow phase) after the blip cleared at %v", fail1, blip+time.Second)
+	if fail1 != blip+time.Second+grow {
+		t.Fatalf("first failure at %v, want %v (the first gap) after the blip cleared at %v", fail1, grow, blip+time.Second)
 	}
 	e.stepTicks(2 * time.Second)
 	e.expectCached(runtime.Readiness, results.Failure)
-	grow2 := growPhase(e, w, 2*time.Second)
-	e.stepTicks(4*time.Second + grow2)
+	grow2 := growGap(e, w, time.Second, 2*time.Second)
+	e.stepTicks(2*time.Second + grow2)
 	ts := ct.get()
 	got := ts[len(ts)-5:]
-	want := []time.Duration{fail1, fail1 + time.Second, fail1 + 2*time.Second, fail1 + 4*time.Second + grow2, fail1 + 6*time.Second + grow2}
+	want := []time.Duration{fail1, fail1 + time.Second, fail1 + 2*time.Second, fail1 + 2*time.Second + grow2, fail1 + 4*time.Second + grow2}
 	if !slices.Equal(got, want) {
 		t.Fatalf("runs of a real failure at %v, want %v (1 s apart until the verdict, then 2 s)", got, want)
 	}

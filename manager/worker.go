@@ -194,6 +194,7 @@ func (w *worker) exit() {
 		w.resultsManager().Remove(w.containerID())
 	}
 	m.removeWorker(w.key())
+	w.prepared.Release() // e.g. a kept-alive connection (runtime.Releaser)
 	// Last: until Done the run counts as in flight (scheduler stats,
 	// Idle), so a caller that waits for the scheduler to be idle after a
 	// stop finds the worker's cache entry, map entry and series gone.

@@ -21,6 +21,7 @@ import (
 	"github.com/probed/probed/runtime/egress"
 	"github.com/probed/probed/runtime/expect"
 	"github.com/probed/probed/runtime/redact"
+	"github.com/probed/probed/runtime/tenant"
 )
 
 // Event reasons the runtime records (spec K4; the kubelet's
@@ -143,7 +144,7 @@ type Runtime struct {
 	handlers map[string]Handler
 
 	pools  [NumLanes]*ants.PoolWithFuncGeneric[Task]
-	shares [NumLanes]*shares // nil: the lane has no bound per owner
+	shares [NumLanes]*tenant.Lane[Task] // nil: the lane has no bound per owner
 	busy   [NumLanes]atomic.Int64
 	runs   sync.WaitGroup
 }
@@ -180,7 +181,7 @@ func New(opts Options) (*Runtime, error) {
 	sizes := [NumLanes]int{LaneNetwork: opts.PoolSize, LaneExec: opts.ExecPoolSize, LaneSlow: opts.SlowPoolSize}
 	for lane, size := range sizes {
 		lane := lane
-		r.shares[lane] = newShares(size, opts.PodShare, opts.NamespaceShare)
+		r.shares[lane] = tenant.NewLane[Task](size, opts.PodShare, opts.NamespaceShare)
 		p, err := ants.NewPoolWithFuncGeneric(size, func(t Task) {
 			r.busy[lane].Add(1)
 			defer r.busy[lane].Add(-1)
@@ -280,7 +281,7 @@ func (r *Runtime) Submit(lane int, t Task) error {
 	if s != nil {
 		if o, ok := t.(Owned); ok {
 			owner = o.Owner()
-			if !s.acquire(owner, t) {
+			if !s.Acquire(owner, t) {
 				return nil // parked: runs when a run of its owner ends
 			}
 		} else {
@@ -291,7 +292,7 @@ func (r *Runtime) Submit(lane int, t Task) error {
 		if s != nil {
 			// The slot would go to the namespace's next parked run: the
 			// pool is closed, so each of them ends unrun in turn.
-			for next := s.release(owner); next != nil; next = s.release(next.(Owned).Owner()) {
+			for next, ok := s.Release(owner); ok; next, ok = s.Release(next.(Owned).Owner()) {
 				r.runs.Done()
 			}
 		}
@@ -311,7 +312,7 @@ func (r *Runtime) runOne(lane int, t Task) (next Task) {
 		}
 		if s := r.shares[lane]; s != nil {
 			if o, ok := t.(Owned); ok {
-				next = s.release(o.Owner())
+				next, _ = s.Release(o.Owner())
 			}
 		}
 	}()
@@ -348,8 +349,8 @@ func (r *Runtime) Stats() [NumLanes]PoolStats {
 		ps := PoolStats{Capacity: p.Cap(), Busy: int(r.busy[lane].Load()), Waiting: p.Waiting(), Workers: p.Running(),
 			PodSlots: p.Cap(), NamespaceSlots: p.Cap()}
 		if s := r.shares[lane]; s != nil {
-			ps.PodSlots, ps.NamespaceSlots = s.podSlots, s.nsSlots
-			ps.Parked, ps.ParkedTotal = int(s.parked.Load()), s.parkedTotal.Load()
+			ps.PodSlots, ps.NamespaceSlots = s.PodSlots(), s.NamespaceSlots()
+			ps.Parked, ps.ParkedTotal = int(s.Parked()), s.ParkedTotal()
 		}
 		out[lane] = ps
 	}
@@ -418,6 +419,16 @@ func (p *Prepared) CarriesTrace() bool {
 	}
 	tc, ok := p.prober.(TraceCarrier)
 	return ok && tc.CarriesTrace()
+}
+
+// Release frees what the probe's prober holds between runs (Releaser: an
+// HTTP probe's kept connection). The owner calls it when the probe is
+// removed, after its last run has ended; a prober that holds nothing
+// ignores it. Idempotent for the built-in handlers.
+func (p *Prepared) Release() {
+	if r, ok := p.prober.(Releaser); ok {
+		r.Release()
+	}
 }
 
 // Err returns the preparation error, if any.

@@ -256,17 +256,3 @@ func TestCloseRunsParkedTasks(t *testing.T) {
 		t.Fatalf("runs %v, want first then parked", got)
 	}
 }
-
-// TestSlotsOf: a share is a fraction of the lane, at least one slot; zero
-// or one or more is the whole lane.
-func TestSlotsOf(t *testing.T) {
-	for _, c := range []struct {
-		size  int
-		share float64
-		want  int
-	}{{256, 0.125, 32}, {64, 0.125, 8}, {4, 0.1, 1}, {256, 0, 256}, {256, 1, 256}, {256, 2, 256}, {1024, 0.25, 256}} {
-		if got := slotsOf(c.size, c.share); got != c.want {
-			t.Errorf("slotsOf(%d, %v) = %d, want %d", c.size, c.share, got, c.want)
-		}
-	}
-}

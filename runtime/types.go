@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/probed/probed/runtime/expect"
+	"github.com/probed/probed/runtime/tenant"
 )
 
 // ProbeType is the kind of probe a worker runs. The values and strings follow
@@ -310,6 +311,20 @@ type Extension struct {
 	// Expect is what the httpGet or tcpSocket handler expects of the
 	// answer (runtime/expect); nil: the kubelet's verdict alone.
 	Expect *expect.Expect
+	// KeepAlive is httpGet.keepAlive: nil, the handler's default (off
+	// unless the node turns it on); true, the probe keeps its connection
+	// between runs (plugins/http); false, a new connection every run, the
+	// kubelet's way, whatever the node's default.
+	KeepAlive *bool
+}
+
+// KeepAliveOf returns spec's httpGet.keepAlive: nil for a spec probe or
+// none.
+func KeepAliveOf(spec *Spec) *bool {
+	if spec == nil || spec.Extension == nil {
+		return nil
+	}
+	return spec.Extension.KeepAlive
 }
 
 // ExpectOf returns spec's Expect, nil for a spec probe or none.
@@ -365,6 +380,14 @@ type Prober interface {
 	Probe(ctx context.Context, t Target) (Outcome, error)
 }
 
+// Releaser is implemented by probers that hold something between runs (an
+// HTTP probe's kept-alive connection, plugins/http): Release frees it when
+// the probe is removed. The owner calls it once, after the probe's last
+// run has ended (Prepared.Release); Probe is not called afterwards.
+type Releaser interface {
+	Release()
+}
+
 // TraceCarrier is implemented by probers that carry the run's trace context
 // out of the process, as a plugin call does (its spans must be children of
 // the probe's span). The manager starts the span of such a probe before the
@@ -393,15 +416,13 @@ func (f HandlerFunc) Prepare(spec *Spec) (Prober, error) { return f(spec) }
 const KubeProbeUserAgent = "kube-probe/1.37"
 
 // MaxOutputBytes is the most output a handler keeps: 10 KiB, the kubelet's
-// limit for HTTP bodies and exec output (H6, E2).
-const MaxOutputBytes = 10 * 1024
+// limit for HTTP bodies and exec output (H6, E2; tenant.OutputBytes).
+const MaxOutputBytes = tenant.OutputBytes
 
 // MaxResponseHeaderBytes caps the response header bytes an HTTP handler
-// reads (net/http Transport.MaxResponseHeaderBytes): 64 KiB. The kubelet
-// keeps Go's default of 10 MiB, so 30 probes of targets answering 10 MiB
-// headers took an agent to 605 MB (issue 9 §5); 64 KiB is 6 times the
-// 10 KiB of body a probe keeps (H6) and room for large cookies and security
-// headers. A response whose headers are longer fails the attempt with Go's
-// error, as the kubelet's does past its limit: `Get "<url>": net/http:
-// server response headers exceeded 65536 bytes; aborted`.
-const MaxResponseHeaderBytes = 64 << 10
+// reads (net/http Transport.MaxResponseHeaderBytes): 64 KiB
+// (tenant.ResponseHeaderBytes, which says why). A response whose headers
+// are longer fails the attempt with Go's error, as the kubelet's does past
+// its limit: `Get "<url>": net/http: server response headers exceeded
+// 65536 bytes; aborted`.
+const MaxResponseHeaderBytes = tenant.ResponseHeaderBytes

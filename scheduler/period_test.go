@@ -55,10 +55,11 @@ func TestSetPeriodShorterReanchorsAtTheRun(t *testing.T) {
 	}
 }
 
-// Issue 22: a longer period starts one long period after the last run,
-// plus the key's stable phase (Spread), so that entries switching together
-// do not stay bunched; and an unchanged period changes nothing.
-func TestSetPeriodLongerAddsTheStablePhase(t *testing.T) {
+// Issue 22: a longer period's first run comes the new period less the
+// key's stable phase (Spread) after the last run, so that entries switching
+// together do not stay bunched, then every new period; an unchanged period
+// changes nothing.
+func TestSetPeriodLongerTakesTheStablePhaseOff(t *testing.T) {
 	r, clk := newRecorder(t, Options[int]{})
 	r.stepTicks(t, 20*time.Second) // older than the period: Spread is the FirstRunSpread window
 	t0 := clk.Now()
@@ -76,10 +77,68 @@ func TestSetPeriodLongerAddsTheStablePhase(t *testing.T) {
 	r.s.SetPeriod(id, key, 10*time.Second) // unchanged: no second phase
 	r.release(1)
 	r.stepTicks(t, 21*time.Second)
-	phaseTicks := phase / tick * tick
-	want := []time.Duration{tick, tick + 10*time.Second + phaseTicks, tick + 20*time.Second + phaseTicks}
+	gap := 10*time.Second - phase/tick*tick
+	want := []time.Duration{tick, tick + gap, tick + gap + 10*time.Second}
 	if got := r.runTimes(1, t0); !slices.Equal(got, want) {
 		t.Fatalf("runs at %v, want %v (phase %v)", got, want, phase)
+	}
+}
+
+// A period never stretches: a probe at 250 ms that turns ready on a 10 s period while
+// the scheduler is young (its phase then spreads over the whole period)
+// runs again within one new period, never 10 s plus the phase (it came
+// 14 s later); and the gap is never shorter than the old period. Every key
+// of a mass switch keeps to both bounds, and the first runs are still
+// spread over the period.
+func TestSetPeriodNeverMoreThanOneNewPeriod(t *testing.T) {
+	r, clk := newRecorder(t, Options[int]{})
+	const n = 300
+	old, long := 250*time.Millisecond, 10*time.Second
+	ids := make([]ID, n)
+	keyOf := func(i int) uint64 { return uint64(i)*0x9e3779b97f4a7c15 + 3 }
+	for i := range ids {
+		ids[i] = r.add(t, keyOf(i), old, i)
+		r.s.Schedule(ids[i], r.s.Spread(keyOf(i), old))
+	}
+	r.stepTicks(t, old)
+	r.waitTotal(t, n)
+	if age := clk.Since(r.s.start); age >= long {
+		t.Fatalf("scheduler %v old, want younger than the new period (its phase over the whole period)", age)
+	}
+	t0 := clk.Now()
+	lastBefore := make([]time.Duration, n)
+	for i, id := range ids {
+		ts := r.runTimes(i, t0)
+		lastBefore[i] = ts[len(ts)-1]
+		r.s.SetPeriod(id, keyOf(i), long)
+	}
+	r.stepTicks(t, 2*long+time.Second)
+	first, last := time.Duration(1<<62), time.Duration(-1<<62)
+	for i := range ids {
+		ts := r.runTimes(i, t0)
+		var after []time.Duration
+		for _, at := range ts {
+			if at > lastBefore[i] {
+				after = append(after, at)
+			}
+		}
+		if len(after) < 2 {
+			t.Fatalf("task %d: runs %v, want at least two after the switch", i, ts)
+		}
+		prev := lastBefore[i]
+		for _, at := range after {
+			if gap := at - prev; gap > long || gap < old {
+				t.Fatalf("task %d: runs %v: a gap of %v after the switch to %v from %v (want within [%v, %v])", i, ts, gap, long, old, old, long)
+			}
+			prev = at
+		}
+		if d := after[1] - after[0]; d != long {
+			t.Fatalf("task %d: runs %v: %v between the first two runs on the new period, want %v", i, ts, d, long)
+		}
+		first, last = min(first, after[0]), max(last, after[0])
+	}
+	if spread := last - first; spread < long/2 {
+		t.Fatalf("the first runs after the switch span %v, want spread over most of the %v period", spread, long)
 	}
 }
 

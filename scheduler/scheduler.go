@@ -18,7 +18,7 @@
 // re-arms it a full period later (the kubelet's manual-trigger path, W3).
 // The owner may change an entry's period from one run to the next
 // (SetPeriod: the grid is re-anchored at the last run, BR-10 and the spread
-// kept).
+// kept, and never more than one new period between two runs).
 //
 // Memory per entry is a fixed 40-byte slab slot plus the owner's task value;
 // Add, Remove, Trigger and firing are O(1).
@@ -92,6 +92,18 @@ type Options[T any] struct {
 	// ObserveLag, when set, is called from a feeder with the time each run
 	// waited between becoming due and being dispatched.
 	ObserveLag func(lane int, lag time.Duration)
+	// Coalesce is the window within which due runs start from one wake-up
+	// of the wheel (and so of the feeders and the pool): rounded down to
+	// whole ticks, it cuts time into windows of that many ticks counted from
+	// the scheduler's start, and an entry due in a window fires at the
+	// window's last tick. A run is then at most Coalesce − Tick late, an
+	// entry keeps its own grid (the next run is due one period after the
+	// last one's due time, not after it fired: no drift, no missed
+	// period) and its phase within the period (the spread, at the window's
+	// resolution). An entry whose period is shorter than the window fires
+	// at its own tick. 0, or less than two ticks: off (runs fire in their
+	// own tick).
+	Coalesce time.Duration
 }
 
 // Stats are cumulative counters and current gauges of a Scheduler.
@@ -114,6 +126,7 @@ type Scheduler[T any] struct {
 	opts   Options[T]
 	clock  clock.WithTicker
 	tick   time.Duration
+	window int64 // Coalesce in ticks; 1: off
 	start  time.Time
 	shards []*shard[T]
 
@@ -171,12 +184,13 @@ func New[T any](opts Options[T]) (*Scheduler[T], error) {
 		opts.FirstRunSpread = time.Second
 	}
 	s := &Scheduler[T]{
-		opts:  opts,
-		clock: opts.Clock,
-		tick:  opts.Tick,
-		start: opts.Clock.Now(),
-		stop:  make(chan struct{}),
-		kick:  make(chan struct{}, 1),
+		opts:   opts,
+		clock:  opts.Clock,
+		tick:   opts.Tick,
+		window: max(1, int64(opts.Coalesce/opts.Tick)),
+		start:  opts.Clock.Now(),
+		stop:   make(chan struct{}),
+		kick:   make(chan struct{}, 1),
 	}
 	// Tick 0 is processed: every shard's cursor starts there, and nothing
 	// is armed yet.
@@ -404,13 +418,17 @@ func (s *Scheduler[T]) Trigger(id ID) {
 // one) from its current run on, for entries whose period depends on their
 // owner's state (issue 22: a probe that runs fast until ready). The grid is
 // re-anchored at the due time of the entry's last run (before its first
-// run: one old period before its first due time): the next run is due one
-// new period after it, and then every new period. When the period
-// grows, that first run comes the key's stable phase later as well
-// (Spread(key, period): over the whole period while the scheduler is
-// young, else over min(period, FirstRunSpread)), so that entries switching
-// at once, e.g. when a dependency they share recovers, are spread as a mass
-// Add is instead of keeping the narrow grid of their short period.
+// run: one old period before its first due time): when the period shrinks,
+// the next run is due one new period after it, and then every new period.
+// When the period grows, the first gap is the new period less the key's
+// stable phase (Spread(key, period): over the whole period while the
+// scheduler is young, else over min(period, FirstRunSpread)), but at least
+// the old period, and then every new period: entries switching at once,
+// e.g. when a dependency they share recovers, are spread as a mass Add is
+// instead of keeping the narrow grid of their short period, and no gap
+// between two runs is ever longer than one new period (a 250 ms probe
+// that turns ready on a 10 s period runs again within 10 s, never 10 s
+// plus a phase).
 //
 // BR-10 holds: when the new grid's next run is already due (a run that
 // took longer than the new period), it counts as a slot that came due
@@ -555,6 +573,18 @@ func (s *Scheduler[T]) ticksCeil(d time.Duration) int64 {
 		n = 1
 	}
 	return n
+}
+
+// wakeTick is the tick at which an entry due at tick due with the given
+// period (ticks) fires: the last tick of due's coalescing window, or due
+// itself when coalescing is off or the period is shorter than the window
+// (two of its due ticks could share a window: a missed period).
+func (s *Scheduler[T]) wakeTick(due, period int64) int64 {
+	w := s.window
+	if w <= 1 || period < w || due <= 0 {
+		return due
+	}
+	return (due + w - 1) / w * w
 }
 
 // tickAt returns the wheel tick containing t.

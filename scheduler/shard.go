@@ -155,11 +155,9 @@ func (sh *shard[T]) sweep(target int64) {
 		if e.flags&fArmed == 0 {
 			continue
 		}
-		sh.unlinkWheel(int32(i))
-		if e.deadline <= target {
+		if sh.wakeOf(int32(i)) <= target {
+			sh.unlinkWheel(int32(i))
 			sh.fire(int32(i))
-		} else {
-			sh.linkWheel(int32(i))
 		}
 	}
 }
@@ -301,7 +299,7 @@ func (sh *shard[T]) rearm(i int32, now time.Time, delay time.Duration) {
 	}
 	e.deadline = n
 	sh.linkWheel(i)
-	sh.s.kickIfBefore(n)
+	sh.s.kickIfBefore(sh.wakeOf(i))
 }
 
 func (sh *shard[T]) trigger(id ID) {
@@ -327,7 +325,8 @@ func (sh *shard[T]) trigger(id ID) {
 }
 
 // setPeriod is SetPeriod: ticks is the new period and phase the key's
-// stable phase in ticks, added to the first run when the period grows.
+// stable phase in ticks (less than ticks), taken off the first gap when
+// the period grows.
 func (sh *shard[T]) setPeriod(id ID, ticks, phase int64) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -341,18 +340,24 @@ func (sh *shard[T]) setPeriod(id ID, ticks, phase int64) {
 	if ticks == old {
 		return
 	}
+	armed := e.flags&fArmed != 0
+	if armed {
+		sh.unlinkWheel(i) // its slot depends on the period (wakeOf)
+	}
 	e.period = uint32(ticks)
-	if e.flags&fArmed == 0 {
+	if !armed {
 		return
 	}
 	// The entry is armed one old period after the due tick of its last
 	// run (fire, trigger and Done all arm it so): that tick anchors the
 	// new grid.
-	next := e.deadline - old + ticks
+	last := e.deadline - old
+	next := last + ticks
 	if ticks > old {
-		next += phase
+		// The stable phase spreads the first gap over the window below
+		// the new period, never past it, nor below the old one.
+		next = last + max(old, ticks-phase)
 	}
-	sh.unlinkWheel(i)
 	e.deadline = next
 	if next <= sh.cur {
 		// Due already: a slot of the new grid passed while the run was in
@@ -362,7 +367,7 @@ func (sh *shard[T]) setPeriod(id ID, ticks, phase int64) {
 	} else {
 		sh.linkWheel(i)
 	}
-	sh.s.kickIfBefore(e.deadline)
+	sh.s.kickIfBefore(sh.wakeOf(i))
 }
 
 func (sh *shard[T]) setLane(id ID, lane uint8) {
@@ -410,9 +415,17 @@ func (sh *shard[T]) done(id ID) {
 	sh.pushReady(i)
 }
 
+// wakeOf is the tick at which entry i fires: its deadline, or the end of
+// the deadline's coalescing window (Scheduler.wakeTick). Its wheel slot is
+// this tick's. Caller holds mu.
+func (sh *shard[T]) wakeOf(i int32) int64 {
+	e := &sh.entries[i]
+	return sh.s.wakeTick(e.deadline, int64(e.period))
+}
+
 func (sh *shard[T]) linkWheel(i int32) {
 	e := &sh.entries[i]
-	slot := e.deadline & sh.mask
+	slot := sh.wakeOf(i) & sh.mask
 	head := sh.slots[slot]
 	e.wprev = nilIdx
 	e.wnext = head
@@ -429,7 +442,7 @@ func (sh *shard[T]) unlinkWheel(i int32) {
 	if e.wprev != nilIdx {
 		sh.entries[e.wprev].wnext = e.wnext
 	} else {
-		sh.slots[e.deadline&sh.mask] = e.wnext
+		sh.slots[sh.wakeOf(i)&sh.mask] = e.wnext
 	}
 	if e.wnext != nilIdx {
 		sh.entries[e.wnext].wprev = e.wprev

@@ -102,7 +102,10 @@ func BenchmarkExecProbes(b *testing.B) {
 	rs := critest.Runtime(b)
 	var ids []string
 	for i := range slices.Max(rates) {
-		ids = append(ids, critest.RunPodSandbox(b, rs).Start(b, critest.Container{Name: fmt.Sprintf("app-%d", i), Command: []string{"sleep", "2147483647"}}))
+		// The sandbox of pod-i (UID bench-cri-i, as probed's pods below):
+		// probed checks a container's labels against its pod.
+		sb := critest.RunPodSandboxFor(b, rs, "bench", fmt.Sprintf("pod-%d", i), fmt.Sprintf("bench-cri-%d", i))
+		ids = append(ids, sb.Start(b, critest.Container{Name: "app", Command: []string{"sleep", "2147483647"}}))
 	}
 	procs := runtimeProcs(b, strings.TrimPrefix(ep, "unix://"))
 
@@ -247,7 +250,8 @@ func kubelet(c *cri.Client, ids []string, rec *recorder) func() {
 			defer t.Stop()
 			for {
 				rec.late.Start(w)
-				_, _, err := c.ExecSync(ctx, id, []string{"true"}, 10*time.Second)
+				// The kubelet's own call: no check of the container's labels.
+				_, _, err := c.ExecSync(ctx, cri.Container{ID: id}, []string{"true"}, 10*time.Second)
 				if ctx.Err() != nil {
 					return
 				}

@@ -12,9 +12,14 @@
 //
 // Settings (environment): PROBED_BENCH_NODE_PODS, the pod counts of the
 // HTTP/TCP runs (default "10,25,50,100,200"); PROBED_BENCH_NODE_EXEC_PODS,
-// those of the exec runs (default "10,25,50"); PROBED_BENCH_NODE_WINDOW
-// (default 60s); PROBED_BENCH_NODE_OUT, the JSON lines
-// (default out/node.jsonl, emptied first). It skips without PROBED_TEST_NODE.
+// those of the exec runs (default "10,25,50"; "," for none); PROBED_BENCH_NODE_SIDES, the
+// sides of the HTTP/TCP runs (default "probed,probed-keepalive,bare,kubelet":
+// probed as it is by default, probed with --http-keep-alive, the bare
+// prober of cmd/bareprober, the kubelet; the pods without probes always
+// run); PROBED_BENCH_NODE_PROBED_ARGS, more flags for probed (e.g.
+// "--scheduler-coalesce=0"); PROBED_BENCH_NODE_WINDOW (default 60s);
+// PROBED_BENCH_NODE_OUT, the JSON lines (default out/node.jsonl, emptied
+// first). It skips without PROBED_TEST_NODE.
 // docs/benchmarks.md "The real node" has the figures.
 package node
 
@@ -24,6 +29,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -45,6 +51,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/probed/probed/bench/internal/bare"
 	"github.com/probed/probed/bench/internal/lateness"
 	"github.com/probed/probed/bench/internal/nodebench"
 	"github.com/probed/probed/bench/internal/sysstat"
@@ -77,7 +84,17 @@ func BenchmarkNodeDensity(b *testing.B) {
 	if err := os.WriteFile(out, nil, 0o644); err != nil { // one run of the suite per file
 		b.Fatal(err)
 	}
-	e := &env{n: n, bin: probedBinary(b), window: window, out: out, admin: kubetest.Client(b)}
+	sides := envStrings(b, "PROBED_BENCH_NODE_SIDES", nodebench.Sides)
+	for _, side := range sides {
+		if !slices.Contains(nodebench.Sides, side) {
+			b.Fatalf("PROBED_BENCH_NODE_SIDES: %q is not one of %v", side, nodebench.Sides)
+		}
+	}
+	e := &env{n: n, bin: nodebench.ProbedBinary(b, filepath.Join("..", "..")), window: window, out: out, admin: kubetest.Client(b), sides: sides,
+		probedArgs: strings.Fields(os.Getenv("PROBED_BENCH_NODE_PROBED_ARGS"))}
+	if slices.Contains(sides, nodebench.SideBare) {
+		e.bare = bareBinary(b)
+	}
 
 	counts := slices.Clone(httpPods)
 	for _, c := range execPods {
@@ -98,12 +115,17 @@ func BenchmarkNodeDensity(b *testing.B) {
 
 // env is what every run shares.
 type env struct {
-	n      *nodetest.Node
-	bin    string // probed
-	window time.Duration
-	out    string
-	admin  kubernetes.Interface
+	n          *nodetest.Node
+	bin        string // probed
+	bare       string // cmd/bareprober, when SideBare runs
+	window     time.Duration
+	out        string
+	admin      kubernetes.Interface
+	sides      []string // of the HTTP/TCP runs (nodebench.Sides)
+	probedArgs []string // more flags for every probed run
 }
+
+func (e *env) runs(side string) bool { return slices.Contains(e.sides, side) }
 
 // runCount runs every side of one pod count: the pods without probes, then
 // probed's annotation probes on the same pods (HTTP/TCP, then exec), then
@@ -125,23 +147,39 @@ func (e *env) runCount(b *testing.B, pods int, withHTTP, withExec bool) {
 	base := e.measure(b, ns, nodebench.KindHTTP, nodebench.SideNone, targets, nil, nil)
 	if withHTTP {
 		e.annotate(b, ns, targets, func(tg nodetest.Target) string { return annotation(nodebench.KindHTTP, tg) })
-		a := e.startProbed(b)
-		e.waitPods(b, ns, pods, true)
-		e.measure(b, ns, nodebench.KindHTTP, nodebench.SideProbed, targets, a, &base)
-		a.stop(b)
+		for _, side := range []string{nodebench.SideProbed, nodebench.SideProbedKeepAlive} {
+			if !e.runs(side) {
+				continue
+			}
+			var args []string
+			if side == nodebench.SideProbedKeepAlive {
+				args = append(args, "--http-keep-alive")
+			}
+			a := e.startProbed(b, args...)
+			e.waitPods(b, ns, pods, true)
+			e.measure(b, ns, nodebench.KindHTTP, side, targets, a.prober(), &base)
+			a.stop(b)
+		}
+		if e.runs(nodebench.SideBare) {
+			// The same pods, not Ready (nobody writes their gate): the
+			// bare prober only probes.
+			p := e.startBare(b, targets)
+			e.measure(b, ns, nodebench.KindHTTP, nodebench.SideBare, targets, p.prober(), &base)
+			p.stop(b)
+		}
 	}
 	if withExec {
 		e.annotate(b, ns, targets, func(tg nodetest.Target) string { return annotation(nodebench.KindExec, tg) })
 		a := e.startProbed(b, "--container-runtime-endpoint", e.n.CRIEndpoint)
 		e.waitPods(b, ns, pods, true)
-		e.measure(b, ns, nodebench.KindExec, nodebench.SideProbed, targets, a, &base)
+		e.measure(b, ns, nodebench.KindExec, nodebench.SideProbed, targets, a.prober(), &base)
 		a.stop(b)
 	}
 	e.deletePods(b, ns)
 
 	// The kubelet's spec probes on new pods of the same shape.
 	for _, kind := range []string{nodebench.KindHTTP, nodebench.KindExec} {
-		if (kind == nodebench.KindHTTP && !withHTTP) || (kind == nodebench.KindExec && !withExec) {
+		if (kind == nodebench.KindHTTP && (!withHTTP || !e.runs(nodebench.SideKubelet))) || (kind == nodebench.KindExec && !withExec) {
 			continue
 		}
 		ns := e.namespace(b)
@@ -302,25 +340,34 @@ func (e *env) startProbed(b *testing.B, args ...string) *agentProc {
 	b.Helper()
 	kubeconfig := kubetest.WriteKubeconfig(b, kubetest.AgentConfig(b))
 	port := nodetest.FreePorts(b, 1)[0]
+	args = append(append([]string{"run", "--kubeconfig", kubeconfig, "--node-name", e.n.Name,
+		"--listen", "127.0.0.1:" + strconv.Itoa(port), "--log-format", "json"}, e.probedArgs...), args...)
+	return startProc(b, "probed", e.bin, args, port, "/healthz", 60*time.Second, func(body []byte) bool { return string(body) == "ok" })
+}
+
+// startProc runs bin with args, its output in a log file, and waits up to
+// within until GET path on 127.0.0.1:port answers a body ready accepts; it
+// is stopped when b ends.
+func startProc(b *testing.B, name, bin string, args []string, port int, path string, within time.Duration, ready func([]byte) bool) *agentProc {
+	b.Helper()
 	a := &agentProc{base: "http://127.0.0.1:" + strconv.Itoa(port), done: make(chan struct{})}
-	logf, err := os.Create(filepath.Join(b.TempDir(), "probed.log"))
+	logf, err := os.Create(filepath.Join(b.TempDir(), name+".log"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	a.cmd = exec.Command(e.bin, append([]string{"run", "--kubeconfig", kubeconfig, "--node-name", e.n.Name,
-		"--listen", "127.0.0.1:" + strconv.Itoa(port), "--log-format", "json"}, args...)...)
+	a.cmd = exec.Command(bin, args...)
 	a.cmd.Stdout, a.cmd.Stderr = logf, logf
 	if err := a.cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
 	go func() { _ = a.cmd.Wait(); logf.Close(); close(a.done) }()
 	b.Cleanup(func() { a.stop(b) })
-	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
-		body, err := get(http.DefaultClient, a.base+"/healthz", "")
-		return err == nil && string(body) == "ok", nil
+	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, within, true, func(context.Context) (bool, error) {
+		body, err := get(http.DefaultClient, a.base+path, "")
+		return err == nil && ready(body), nil
 	})
 	if err != nil {
-		b.Fatalf("probed's /healthz did not answer ok within 60 s (log: %s)", logf.Name())
+		b.Fatalf("%s: GET %s did not answer within %v (log: %s)", name, path, within, logf.Name())
 	}
 	return a
 }
@@ -341,10 +388,58 @@ func (a *agentProc) stop(b *testing.B) {
 	}
 }
 
+// proberProc is the process of a side's prober whose CPU and counts a run
+// measures: probed's (its metrics) or the bare prober's (GET /counts).
+type proberProc struct {
+	pid  int
+	base string // http://127.0.0.1:PORT of its API
+	bare bool
+}
+
+func (a *agentProc) prober() *proberProc {
+	return &proberProc{pid: a.cmd.Process.Pid, base: a.base}
+}
+
+// bareProc is cmd/bareprober running for the node.
+type bareProc struct {
+	*agentProc
+}
+
+func (p *bareProc) prober() *proberProc {
+	return &proberProc{pid: p.cmd.Process.Pid, base: p.base, bare: true}
+}
+
+// startBare runs the bare prober against the targets' probes as the
+// annotation has them (an HTTP readiness probe on the HTTP port, a TCP
+// liveness probe on the TCP port, period 1 s, timeout 1 s) and waits until
+// it answers.
+func (e *env) startBare(b *testing.B, targets []nodetest.Target) *bareProc {
+	b.Helper()
+	var probes []bare.Probe
+	host := e.n.IP // the pods are hostNetwork
+	for _, tg := range targets {
+		probes = append(probes,
+			bare.Probe{URL: "http://" + net.JoinHostPort(host, strconv.Itoa(tg.HTTP)) + "/probe/ready", Period: period, Timeout: time.Second},
+			bare.Probe{Addr: net.JoinHostPort(host, strconv.Itoa(tg.TCP)), Period: period, Timeout: time.Second})
+	}
+	dir := b.TempDir()
+	list, err := json.Marshal(probes)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "probes.json"), list, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	port := nodetest.FreePorts(b, 1)[0]
+	a := startProc(b, "bareprober", e.bare, []string{"-probes", filepath.Join(dir, "probes.json"), "-listen", "127.0.0.1:" + strconv.Itoa(port)},
+		port, "/counts", 30*time.Second, func([]byte) bool { return true })
+	return &bareProc{a}
+}
+
 // measure lets the node settle, then measures one window: the node's CPU
 // by part, the probe runs, their lateness at the targets (HTTP/TCP), the
 // runc execs in flight; it appends the Result to the output and reports it.
-func (e *env) measure(b *testing.B, ns, kind, side string, targets []nodetest.Target, a *agentProc, base *nodebench.Result) nodebench.Result {
+func (e *env) measure(b *testing.B, ns, kind, side string, targets []nodetest.Target, a *proberProc, base *nodebench.Result) nodebench.Result {
 	b.Helper()
 	r := nodebench.Result{Kind: kind, Side: side, Pods: len(targets), PeriodSeconds: int(period / time.Second),
 		ProbesPerPod: map[string]int{nodebench.KindHTTP: 2, nodebench.KindExec: 1}[kind]}
@@ -352,12 +447,14 @@ func (e *env) measure(b *testing.B, ns, kind, side string, targets []nodetest.Ta
 		r.ProbesPerPod = 0
 	}
 	r.Expected = float64(r.Pods*r.ProbesPerPod) / period.Seconds()
-	r.Ready = e.countPods(b, ns, side != nodebench.SideNone)
+	r.Ready = e.countPods(b, ns, side != nodebench.SideNone && side != nodebench.SideBare)
 	node := nodebench.Node{Kubelet: e.n.KubeletPID, Containerd: e.n.ContainerdPID,
 		Socket: strings.TrimPrefix(e.n.CRIEndpoint, "unix://"), APIServer: e.n.APIServerPID, Etcd: e.n.EtcdPID}
 	if a != nil {
-		node.Probed = a.cmd.Process.Pid
-		r.ExecLane = execLane
+		node.Probed = a.pid
+		if !a.bare {
+			r.ExecLane = execLane
+		}
 	}
 	time.Sleep(settle)
 
@@ -445,10 +542,24 @@ func (c proberCounts) sub(o proberCounts) proberCounts {
 }
 
 // proberCounter returns a function that reads proberCounts from the
-// kubelet's or probed's metrics; zero without probes.
-func (e *env) proberCounter(b *testing.B, ns, side string, a *agentProc) func() proberCounts {
+// kubelet's or probed's metrics, or the bare prober's counts; zero without
+// probes.
+func (e *env) proberCounter(b *testing.B, ns, side string, a *proberProc) func() proberCounts {
 	if side == nodebench.SideNone {
 		return func() proberCounts { return proberCounts{} }
+	}
+	if a != nil && a.bare {
+		return func() proberCounts {
+			body, err := get(http.DefaultClient, a.base+"/counts", "")
+			if err != nil {
+				b.Fatal(err)
+			}
+			var c struct{ OK, Failed int64 }
+			if err := json.Unmarshal(body, &c); err != nil {
+				b.Fatal(err)
+			}
+			return proberCounts{runs: c.OK + c.Failed, failed: c.Failed}
+		}
 	}
 	base, token, client := "", "", http.DefaultClient
 	calls := map[string]string{"method": "ExecSync"}
@@ -560,17 +671,13 @@ func get(c *http.Client, url, token string) ([]byte, error) {
 	return body, err
 }
 
-// probedBinary is $PROBED_TEST_BINARY_NORACE, or cmd/probed built now in
-// the project's module (bench's own lacks the CLI's dependencies).
-func probedBinary(b *testing.B) string {
-	if p := os.Getenv("PROBED_TEST_BINARY_NORACE"); p != "" {
-		return p
-	}
-	out := filepath.Join(b.TempDir(), "probed")
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/probed")
-	cmd.Dir = filepath.Join("..", "..") // the project's root, from bench/node
+// bareBinary is cmd/bareprober of this module, built now.
+func bareBinary(b *testing.B) string {
+	out := filepath.Join(b.TempDir(), "bareprober")
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/bareprober")
+	cmd.Dir = ".." // bench, from bench/node
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		b.Fatalf("go build ./cmd/probed: %v\n%s", err, msg)
+		b.Fatalf("go build ./cmd/bareprober: %v\n%s", err, msg)
 	}
 	return out
 }
@@ -587,21 +694,32 @@ func envDuration(b *testing.B, name string, def time.Duration) time.Duration {
 	return d
 }
 
-func envInts(b *testing.B, name string, def []int) []int {
+func envStrings(b *testing.B, name string, def []string) []string {
 	s := os.Getenv(name)
 	if s == "" {
 		return def
 	}
-	var out []int
+	out := []string{} // set: "," is an empty list (e.g. no exec runs)
 	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			continue
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
 		}
+	}
+	return out
+}
+
+func envInts(b *testing.B, name string, def []int) []int {
+	fields := envStrings(b, name, nil)
+	if fields == nil {
+		return def
+	}
+	out := make([]int, len(fields))
+	for i, f := range fields {
 		n, err := strconv.Atoi(f)
 		if err != nil {
 			b.Fatalf("%s: %v", name, err)
 		}
-		out = append(out, n)
+		out[i] = n
 	}
 	return out
 }

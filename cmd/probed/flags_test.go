@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
+
 	"github.com/probed/probed/internal/version"
 )
 
@@ -26,5 +28,37 @@ func TestVersionFlagHasNoShorthand(t *testing.T) {
 	out.Reset()
 	if code := execute([]string{"--help"}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "      --version ") || strings.Contains(out.String(), "-v, --version") {
 		t.Errorf("--help: exit %d:\n%s", code, out.String())
+	}
+}
+
+// TestClusterOptionsFromTheEnvironment: --liveness-action, --exec-mode and
+// --container-runtime-endpoint take their defaults from
+// PROBED_LIVENESS_ACTION, PROBED_EXEC_MODE and
+// PROBED_CONTAINER_RUNTIME_ENDPOINT (the plain DaemonSet's switches), and a
+// flag given wins over the variable; unset or empty, the built-in default.
+func TestClusterOptionsFromTheEnvironment(t *testing.T) {
+	flags := func() *kubeFlags {
+		k := &kubeFlags{}
+		k.add(&cobra.Command{Use: "run"})
+		return k
+	}
+	if k := flags(); k.livenessAction != "event" || k.execMode != "execsync" || k.criEndpoint != "" {
+		t.Errorf("unset: %q %q %q", k.livenessAction, k.execMode, k.criEndpoint)
+	}
+	t.Setenv(EnvLivenessAction, "restart")
+	t.Setenv(EnvExecMode, "resident")
+	t.Setenv(EnvContainerRuntimeEndpoint, "unix:///run/cri/cri.sock")
+	if k := flags(); k.livenessAction != "restart" || k.execMode != "resident" || k.criEndpoint != "unix:///run/cri/cri.sock" {
+		t.Errorf("from the environment: %q %q %q", k.livenessAction, k.execMode, k.criEndpoint)
+	}
+	cmd := &cobra.Command{Use: "run"}
+	k := &kubeFlags{}
+	k.add(cmd)
+	if err := cmd.Flags().Parse([]string{"--liveness-action=evict"}); err != nil || k.livenessAction != "evict" {
+		t.Errorf("a flag given: %q, %v; want it to win", k.livenessAction, err)
+	}
+	t.Setenv(EnvLivenessAction, "")
+	if k := flags(); k.livenessAction != "event" {
+		t.Errorf("empty: %q, want the default", k.livenessAction)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -46,7 +47,7 @@ func (k *kubeFlags) add(cmd *cobra.Command) {
 	f.StringVar(&k.kubeconfig, "kubeconfig", "", "cluster mode: kubeconfig file of the API server to watch this node's pods through")
 	f.BoolVar(&k.inCluster, "in-cluster", false, "cluster mode: reach the API server with the pod's service account (probed as a DaemonSet)")
 	f.StringVar(&k.readinessGate, "readiness-gate", agent.DefaultReadinessGate, "cluster mode: the pod condition probed owns, for pods that list it in spec.readinessGates")
-	f.StringVar(&k.livenessAction, "liveness-action", agent.LivenessActionEvent, "cluster mode: what a liveness or startup failure does: event (an Event), evict (one Eviction per container instance, honouring PodDisruptionBudgets) or restart (the container is stopped as by the kubelet's liveness kill, preStop hook first; needs --container-runtime-endpoint)")
+	f.StringVar(&k.livenessAction, "liveness-action", envDefault(EnvLivenessAction, agent.LivenessActionEvent), "cluster mode: what a liveness or startup failure does: event (an Event), evict (one Eviction per container instance, honouring PodDisruptionBudgets) or restart (the container is stopped as by the kubelet's liveness kill, preStop hook first; needs --container-runtime-endpoint); default $"+EnvLivenessAction+", else event")
 	f.Float64Var(&k.statusQPS, "status-qps", agent.DefaultStatusQPS, "cluster mode: condition patches per second, all pods together")
 	f.IntVar(&k.statusBurst, "status-burst", agent.DefaultStatusBurst, "cluster mode: condition patches allowed in a burst above --status-qps")
 
@@ -59,8 +60,28 @@ func (k *kubeFlags) add(cmd *cobra.Command) {
 	f.StringVar(&k.livenessActionNamespaces, "liveness-action-namespaces", agent.DefaultLivenessActionNamespaces,
 		"cluster mode, --liveness-action=evict or restart: a label selector on namespaces; the action is taken only in the namespaces it selects (kubernetes.io/metadata.name selects all), elsewhere a failure is an Event saying why")
 
-	f.StringVar(&k.execMode, "exec-mode", agent.ExecModeExecSync, "cluster mode with --container-runtime-endpoint: how exec probes run in their container: execsync (the runtime's ExecSync per run, as the kubelet does) or resident (through one resident helper process per container, started once through the runtime's streaming exec; about a tenth of the CPU per run; docs/cluster.md)")
-	f.StringVar(&k.criEndpoint, "container-runtime-endpoint", "", "cluster mode: the node's container runtime (CRI), as the kubelet's flag: unix:///run/containerd/containerd.sock; annotation exec probes then run in their container, and --liveness-action=restart is possible. Off by default: the socket is root on the node (docs/cluster.md)")
+	f.StringVar(&k.execMode, "exec-mode", envDefault(EnvExecMode, agent.ExecModeExecSync), "cluster mode with --container-runtime-endpoint: how exec probes run in their container: execsync (the runtime's ExecSync per run, as the kubelet does) or resident (through one resident helper process per container, started once through the runtime's streaming exec; about a tenth of the CPU per run; docs/cluster.md); default $"+EnvExecMode+", else execsync")
+	f.StringVar(&k.criEndpoint, "container-runtime-endpoint", os.Getenv(EnvContainerRuntimeEndpoint), "cluster mode: the node's container runtime (CRI), as the kubelet's flag: unix:///run/containerd/containerd.sock; annotation exec probes then run in their container, and --liveness-action=restart is possible. Default $"+EnvContainerRuntimeEndpoint+", else off: the socket is root on the node (docs/cluster.md)")
+}
+
+// The environment variables that give three cluster-mode flags their
+// defaults (a flag given wins). They are the switches of an installed
+// DaemonSet: a container's env merges by name, so `kubectl set env` or a
+// strategic-merge patch turns one on without restating the args list, and a
+// later `kubectl apply` of the plain manifests (which do not set them) keeps
+// them (docs/cluster.md "Install").
+const (
+	EnvLivenessAction           = "PROBED_LIVENESS_ACTION"
+	EnvExecMode                 = "PROBED_EXEC_MODE"
+	EnvContainerRuntimeEndpoint = "PROBED_CONTAINER_RUNTIME_ENDPOINT"
+)
+
+// envDefault is $name, or def when it is unset or empty.
+func envDefault(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }
 
 // cluster returns the cluster-mode options, or nil without --kubeconfig and

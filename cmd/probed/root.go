@@ -66,7 +66,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.Flags().Bool("version", false, "print the version, the commit and the Go version (as probed version does)")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newRunCmd(stderr), newCheckCmd(stdout, stderr), newStatusCmd(stdout), newEventsCmd(stdout), newPluginCmd(stdout, stderr), newWebhookCmd(stderr), newVersionCmd(stdout))
+	root.AddCommand(newRunCmd(stderr), newCheckCmd(stdout, stderr), newStatusCmd(stdout), newEventsCmd(stdout), newPluginCmd(stdout, stderr), newReleaseCmd(stdout), newWebhookCmd(stderr), newVersionCmd(stdout))
 	return root
 }
 
@@ -229,6 +229,8 @@ that gate, and as Events (docs/cluster.md).`,
 	f.Float64Var(&opts.PodPoolShare, "pod-pool-share", agent.DefaultPodPoolShare, "most of each pool one pod's probe runs hold at once, as a fraction of the pool (at least one slot; 0: no bound): a pod whose probes hang delays only itself")
 	f.Float64Var(&opts.NamespacePoolShare, "namespace-pool-share", agent.DefaultNamespacePoolShare, "most of each pool one namespace's probe runs hold at once, as a fraction of the pool (at least one slot; 0: no bound)")
 	f.DurationVar(&opts.SchedulerTick, "scheduler-tick", 10*time.Millisecond, "resolution of the scheduler's timing wheel: periods are rounded up to whole ticks (1ms-2ms spreads sub-second probes over smaller batches, docs/probes.md)")
+	f.DurationVar(&opts.SchedulerCoalesce, "scheduler-coalesce", agent.DefaultSchedulerCoalesce, "probe runs due within this window start from one wake-up of the scheduler and the pool: a run is at most this late, never misses a period and keeps its phase (0: off; at most 50ms; docs/benchmarks.md)")
+	f.BoolVar(&opts.HTTPKeepAlive, "http-keep-alive", false, "HTTP probes keep their connection between runs unless their annotation says httpGet.keepAlive: false (one idle connection per probe; off: a new connection per run, as the kubelet; docs/probes.md)")
 	f.DurationVar(&opts.SyncFrequency, "sync-frequency", time.Minute, "interval of full pod status regenerations (as the kubelet's --sync-frequency)")
 	f.DurationVar(&opts.Rescan, "rescan-interval", 30*time.Second, "interval of full manifest-directory rescans (besides file events)")
 	f.DurationVar(&runFor, "for", 0, "stop after this long (0: run until SIGINT, SIGTERM or SIGHUP)")

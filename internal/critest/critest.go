@@ -75,14 +75,19 @@ func Context(t testing.TB) context.Context {
 func Runtime(t testing.TB) internalapi.RuntimeService {
 	t.Helper()
 	ep := Endpoint(t)
-	ctx := Context(t)
-	rs, err := remote.NewRemoteRuntimeServiceBuilder().WithEndpoint(ep).WithConnectionTimeout(30 * time.Second).
-		WithTracerProvider(nil).Build(ctx)
+	rs, err := connect(Context(t), ep)
 	if err != nil {
 		t.Fatalf("connect to %s: %v", ep, err)
 	}
 	t.Cleanup(func() { _ = rs.Close(context.Background()) })
 	return rs
+}
+
+// connect connects to the runtime at ep (cri-client checks that it
+// answers the CRI v1 API).
+func connect(ctx context.Context, ep string) (internalapi.RuntimeService, error) {
+	return remote.NewRemoteRuntimeServiceBuilder().WithEndpoint(ep).WithConnectionTimeout(30 * time.Second).
+		WithTracerProvider(nil).Build(ctx)
 }
 
 var seq atomic.Int64
@@ -109,8 +114,27 @@ type Sandbox struct {
 func RunPodSandbox(t testing.TB, rs internalapi.RuntimeService) *Sandbox {
 	t.Helper()
 	name := unique(t, "pod")
+	return RunPodSandboxFor(t, rs, "probed-test", name, name)
+}
+
+// Labels the kubelet gives a pod's sandbox and containers
+// (pkg/kubelet/types/labels.go), which probed checks before it acts on a
+// container.
+const (
+	LabelPodName       = "io.kubernetes.pod.name"
+	LabelPodNamespace  = "io.kubernetes.pod.namespace"
+	LabelPodUID        = "io.kubernetes.pod.uid"
+	LabelContainerName = "io.kubernetes.container.name"
+)
+
+// RunPodSandboxFor is RunPodSandbox for the pod namespace/name with UID
+// uid (a pod of the test API server): its sandbox and containers carry
+// the kubelet's labels naming it.
+func RunPodSandboxFor(t testing.TB, rs internalapi.RuntimeService, namespace, name, uid string) *Sandbox {
+	t.Helper()
 	cfg := &runtimeapi.PodSandboxConfig{
-		Metadata: &runtimeapi.PodSandboxMetadata{Name: name, Uid: name, Namespace: "probed-test"},
+		Metadata: &runtimeapi.PodSandboxMetadata{Name: name, Uid: uid, Namespace: namespace},
+		Labels:   map[string]string{LabelPodName: name, LabelPodNamespace: namespace, LabelPodUID: uid},
 		Linux: &runtimeapi.LinuxPodSandboxConfig{
 			CgroupParent: CgroupParent,
 			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
@@ -156,16 +180,20 @@ type Container struct {
 }
 
 // Start creates and starts c in the sandbox (its own PID namespace, the
-// node's network) and returns the container's CRI ID; it is stopped and
-// removed when the test ends.
+// node's network, the kubelet's labels naming the sandbox's pod and c) and
+// returns the container's CRI ID; it is stopped and removed when the test
+// ends.
 func (s *Sandbox) Start(t testing.TB, c Container) string {
 	t.Helper()
+	md := s.Config.Metadata
 	cfg := &runtimeapi.ContainerConfig{
 		Metadata: &runtimeapi.ContainerMetadata{Name: c.Name},
-		Image:    &runtimeapi.ImageSpec{Image: Image()},
-		Command:  c.Command,
-		Mounts:   c.Mounts,
-		Envs:     c.Env,
+		Labels: map[string]string{LabelPodName: md.Name, LabelPodNamespace: md.Namespace, LabelPodUID: md.Uid,
+			LabelContainerName: c.Name},
+		Image:   &runtimeapi.ImageSpec{Image: Image()},
+		Command: c.Command,
+		Mounts:  c.Mounts,
+		Envs:    c.Env,
 		Linux: &runtimeapi.LinuxContainerConfig{
 			SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
 				NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE, Pid: runtimeapi.NamespaceMode_CONTAINER},
@@ -287,10 +315,15 @@ func StopDaemon(t testing.TB, dir string) { t.Helper(); envSh(t, "daemon-stop", 
 func StartDaemon(t testing.TB, dir string) {
 	t.Helper()
 	envSh(t, "daemon-start", dir)
-	rs := Runtime(t)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		_, err := rs.Status(Context(t), false)
+		// Connecting asks the runtime's version, which a containerd that
+		// has just started refuses ("server is not initialized yet").
+		rs, err := connect(Context(t), Endpoint(t))
+		if err == nil {
+			_, err = rs.Status(Context(t), false)
+			_ = rs.Close(context.Background())
+		}
 		if err == nil {
 			return
 		}

@@ -22,19 +22,21 @@ import (
 
 // NodeNameExtra is the user-info extra in which the API server names the node
 // of a token bound to a pod (or a node): what the admission policy of
-// deploy/kubernetes/admissionpolicy.yaml compares with a pod's spec.nodeName.
+// deploy/kubernetes/04-admissionpolicy.yaml compares with a pod's spec.nodeName.
 const NodeNameExtra = "authentication.kubernetes.io/node-name"
 
 // PodBoundConfig returns a rest.Config authenticated as the ServiceAccount
 // ns/sa through a token bound to a pod on node, as the kubelet projects it
-// into a DaemonSet's pod: it creates the Pod ns/agent-NODE (bound to node,
-// spec.serviceAccountName sa; the test server has no ServiceAccount admission,
-// so no token volume is added), requests a token with boundObjectRef that pod,
+// into a DaemonSet's pod: it creates the ServiceAccount when missing and the
+// Pod ns/agent-NODE (bound to node, spec.serviceAccountName sa; on the real
+// node's server, whose ServiceAccount admission adds a token volume, the
+// kubelet mounts it), requests a token with boundObjectRef that pod,
 // and checks with a SelfSubjectReview that the server authenticates it with
 // node in the NodeNameExtra extra. The pod must stay: the token is valid only
 // while it exists. It is one more pod of node for whatever watches the node.
 func PodBoundConfig(t testing.TB, ns, sa, node string) *rest.Config {
 	t.Helper()
+	ensureServiceAccount(t, Client(t), ns, sa)
 	pod := NewPod(ns, "agent-"+node, node, "agent")
 	pod.Spec.ServiceAccountName = sa
 	pod = CreatePod(t, Client(t), pod)
@@ -52,10 +54,10 @@ func PodBoundConfig(t testing.TB, ns, sa, node string) *rest.Config {
 }
 
 // InstallAgentPolicy applies the ValidatingAdmissionPolicy and its binding of
-// deploy/kubernetes/admissionpolicy.yaml for the ServiceAccount ns/sa only:
+// deploy/kubernetes/04-admissionpolicy.yaml for the ServiceAccount ns/sa only:
 // the file's objects, renamed after ns (policies are cluster-scoped and the
 // test server is shared by packages running in parallel), with the username
-// of deploy/kubernetes/serviceaccount.yaml in the match condition replaced by
+// of deploy/kubernetes/01-serviceaccount.yaml in the match condition replaced by
 // ns/sa's; nothing else is changed. They are deleted when the test ends.
 //
 // The API server loads a new policy a moment after it is created: the call
@@ -118,9 +120,9 @@ func deleteAtEnd(t testing.TB, what string, del func(context.Context) error) {
 }
 
 // plainAgentUsername is the username of the ServiceAccount of
-// deploy/kubernetes/serviceaccount.yaml.
+// deploy/kubernetes/01-serviceaccount.yaml.
 func plainAgentUsername(t testing.TB) string {
-	objects, err := deploy.File("serviceaccount.yaml")
+	objects, err := deploy.File("01-serviceaccount.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +131,7 @@ func plainAgentUsername(t testing.TB) string {
 			return "system:serviceaccount:" + sa.Namespace + ":" + sa.Name
 		}
 	}
-	t.Fatal("deploy/kubernetes/serviceaccount.yaml holds no ServiceAccount")
+	t.Fatal("deploy/kubernetes/01-serviceaccount.yaml holds no ServiceAccount")
 	return ""
 }
 

@@ -22,10 +22,10 @@ import (
 
 // AgentConfig returns a rest.Config authenticated as the agent's real
 // identity with exactly the RBAC of deploy/kubernetes (without eviction): a
-// ServiceAccount named as in deploy/kubernetes/serviceaccount.yaml, in a fresh
+// ServiceAccount named as in deploy/kubernetes/01-serviceaccount.yaml, in a fresh
 // namespace of its own (so that tests never share rights), bound to the
-// ClusterRole of deploy/kubernetes/clusterrole.yaml — applied as the file has
-// it — by a copy of clusterrolebinding.yaml whose subject is that
+// ClusterRole of deploy/kubernetes/02-clusterrole.yaml — applied as the file has
+// it — by a copy of 03-clusterrolebinding.yaml whose subject is that
 // ServiceAccount. It returns once the server authorizes the identity to list
 // pods. The token is bound to no pod and no admission policy limits it: for
 // package tests of what RBAC allows (AgentConfigForNode adds the rest).
@@ -35,7 +35,7 @@ func AgentConfig(t testing.TB) *rest.Config {
 }
 
 // AgentConfigWithEviction is AgentConfig plus
-// deploy/kubernetes/clusterrole-eviction.yaml (pods/eviction create), what
+// deploy/kubernetes/options/clusterrole-eviction.yaml (pods/eviction create), what
 // --liveness-action=evict needs.
 func AgentConfigWithEviction(t testing.TB) *rest.Config {
 	t.Helper()
@@ -46,7 +46,7 @@ func AgentConfigWithEviction(t testing.TB) *rest.Config {
 // of AgentConfig, a token bound to a pod on node (PodBoundConfig: the
 // ServiceAccount's namespace gains the Pod agent-NODE, which a watch of the
 // node's pods sees), and the admission policy of
-// deploy/kubernetes/admissionpolicy.yaml installed for that ServiceAccount
+// deploy/kubernetes/04-admissionpolicy.yaml installed for that ServiceAccount
 // alone (InstallAgentPolicy). The end-to-end tests run the probed binary
 // under it, which proves the agent never needs more than the policy allows.
 func AgentConfigForNode(t testing.TB, node string) *rest.Config {
@@ -55,7 +55,7 @@ func AgentConfigForNode(t testing.TB, node string) *rest.Config {
 }
 
 // AgentConfigForNodeWithEviction is AgentConfigForNode plus
-// clusterrole-eviction.yaml. The policy allows evictions only in namespaces
+// options/clusterrole-eviction.yaml. The policy allows evictions only in namespaces
 // labelled probed.io/liveness-actions=enabled.
 func AgentConfigForNodeWithEviction(t testing.TB, node string) *rest.Config {
 	t.Helper()
@@ -63,7 +63,7 @@ func AgentConfigForNodeWithEviction(t testing.TB, node string) *rest.Config {
 }
 
 // AgentConfigWithRestart is AgentConfig plus
-// deploy/kubernetes/clusterrole-restart.yaml, what
+// deploy/kubernetes/options/clusterrole-restart.yaml, what
 // --liveness-action=restart needs.
 func AgentConfigWithRestart(t testing.TB) *rest.Config {
 	t.Helper()
@@ -76,7 +76,7 @@ func AgentConfigWithRestart(t testing.TB) *rest.Config {
 func agentConfig(t testing.TB, node string, extra ...string) *rest.Config {
 	c := Client(t)
 	ns := Namespace(t)
-	files := append([]string{"clusterrole.yaml", "clusterrolebinding.yaml"}, extra...)
+	files := append([]string{"02-clusterrole.yaml", "03-clusterrolebinding.yaml"}, extra...)
 	saName := ""
 	var check []authorizationv1.ResourceAttributes
 	for _, file := range files {
@@ -94,7 +94,7 @@ func agentConfig(t testing.TB, node string, extra ...string) *rest.Config {
 			case *rbacv1.ClusterRoleBinding:
 				name := bindTo(t, c, o, ns)
 				if saName != "" && name != saName {
-					t.Fatalf("deploy/kubernetes/%s binds service account %q, clusterrolebinding.yaml %q", file, name, saName)
+					t.Fatalf("deploy/kubernetes/%s binds service account %q, 03-clusterrolebinding.yaml %q", file, name, saName)
 				}
 				saName = name
 			default:

@@ -162,7 +162,19 @@ func Namespace(t testing.TB) string {
 	if _, err := c.CoreV1().Namespaces().Create(Context(t), ns, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create namespace %s: %v", ns.Name, err)
 	}
+	// On a server with ServiceAccount admission (the real node's), a pod is refused until its
+	// ServiceAccount exists; the controller-manager makes "default" a moment after the namespace.
+	ensureServiceAccount(t, c, ns.Name, "default")
 	return ns.Name
+}
+
+// ensureServiceAccount creates the ServiceAccount ns/name unless it exists.
+func ensureServiceAccount(t testing.TB, c kubernetes.Interface, ns, name string) {
+	t.Helper()
+	sa := &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	if _, err := c.CoreV1().ServiceAccounts(ns).Create(Context(t), sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create service account %s/%s: %v", ns, name, err)
+	}
 }
 
 // LabelNamespace adds labels to the namespace ns (e.g. the
@@ -202,10 +214,7 @@ func tokenConfig(t testing.TB, ns, name string, bound *authenticationv1.BoundObj
 	admin := Config(t)
 	c := ClientFor(t, admin)
 	ctx := Context(t)
-	sa := &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-	if _, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatalf("create service account %s/%s: %v", ns, name, err)
-	}
+	ensureServiceAccount(t, c, ns, name)
 	hour := int64(3600)
 	tr, err := c.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &hour, BoundObjectRef: bound},

@@ -10,6 +10,8 @@ import (
 	"crypto/x509/pkix"
 	"math/big"
 	"net"
+	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -60,4 +62,25 @@ func Certificate(t testing.TB, dnsName string, notAfter time.Time) tls.Certifica
 		t.Fatal(err)
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// ConnCount counts the connections an HTTP server accepted and those still
+// open (Track): what a test of kept-alive probes reads from the target's
+// side.
+type ConnCount struct {
+	Accepted, Open atomic.Int64
+}
+
+// Track installs c's counting as srv's ConnState hook (before the server
+// starts).
+func (c *ConnCount) Track(srv *http.Server) {
+	srv.ConnState = func(_ net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
+			c.Accepted.Add(1)
+			c.Open.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			c.Open.Add(-1)
+		}
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -52,6 +53,17 @@ type Node struct {
 	// APIServerPID and EtcdPID are the node's own control plane
 	// (DIR/kube/pids).
 	APIServerPID, EtcdPID int
+	// CRISocket is the path of containerd's socket (CRIEndpoint without
+	// unix://), for a hostPath and ctr.
+	CRISocket string
+	// APIHost and APIPort are the API server's address on the node's
+	// loopback: what an in-cluster client on the node (hostNetwork) is
+	// given instead of the kubernetes Service, which nothing serves here
+	// (no kube-proxy; the chart's apiServer value).
+	APIHost string
+	APIPort int
+	// Kubectl and Helm are the binaries of test/kube/env.sh build.
+	Kubectl, Helm string
 }
 
 // Load returns the node, or skips the test when PROBED_TEST_NODE is unset.
@@ -135,6 +147,16 @@ func read(dir string) (*Node, error) {
 			n.KubeletPort, err = strconv.Atoi(v)
 		case "CONTAINERD_PID":
 			n.ContainerdPID, err = strconv.Atoi(v)
+		case "CRI_SOCKET":
+			n.CRISocket = v
+		case "API_HOST":
+			n.APIHost = v
+		case "API_PORT":
+			n.APIPort, err = strconv.Atoi(v)
+		case "KUBECTL":
+			n.Kubectl = v
+		case "HELM":
+			n.Helm = v
 		}
 		if err != nil {
 			return nil, fmt.Errorf("node.env: %s: %w", k, err)
@@ -159,6 +181,42 @@ func read(dir string) (*Node, error) {
 		return nil, fmt.Errorf("node.env is incomplete: %+v", *n)
 	}
 	return n, nil
+}
+
+// ImportImage imports the image archive (an OCI layout or docker-save tar)
+// into the node's containerd, in the k8s.io namespace the kubelet reads, as
+// `ctr images import` does: what an operator does to load an image into a
+// node with no registry. It returns the names imported.
+func (n *Node) ImportImage(t testing.TB, archive string) []string {
+	t.Helper()
+	if n.CRISocket == "" {
+		t.Fatalf("node.env has no CRI_SOCKET: a node started by an older test/node/env.sh")
+	}
+	out, err := exec.Command("ctr", "--address", n.CRISocket, "--namespace", "k8s.io", "images", "import", archive).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ctr images import %s: %v\n%s", archive, err, out)
+	}
+	var names []string
+	for _, line := range strings.Split(string(out), "\n") {
+		// "unpacking NAME (sha256:...)...done"
+		if rest, ok := strings.CutPrefix(line, "unpacking "); ok {
+			if name, _, ok := strings.Cut(rest, " "); ok {
+				names = append(names, name)
+			}
+		}
+	}
+	if len(names) == 0 {
+		t.Fatalf("ctr images import %s imported nothing:\n%s", archive, out)
+	}
+	return names
+}
+
+// TagImage gives the node's image src the name dst too (ctr images tag).
+func (n *Node) TagImage(t testing.TB, src, dst string) {
+	t.Helper()
+	if out, err := exec.Command("ctr", "--address", n.CRISocket, "--namespace", "k8s.io", "images", "tag", "--force", src, dst).CombinedOutput(); err != nil {
+		t.Fatalf("ctr images tag %s %s: %v\n%s", src, dst, err, out)
+	}
 }
 
 // FreePorts returns n TCP ports nothing listens on now (the pods are

@@ -24,7 +24,8 @@
 //	  "terminationGracePeriodSeconds": 30, // optional, seconds, > 0; not on readiness
 //	  // exactly one handler:
 //	  "httpGet": {"path": "/ready", "port": 8080,   // v1.HTTPGetAction, and optionally
-//	    "expect": {"status": [200], "bodyRegex": "ok"}}, // checks on the answer (runtime/expect)
+//	    "expect": {"status": [200], "bodyRegex": "ok"}, // checks on the answer (runtime/expect)
+//	    "keepAlive": true},          // keep the connection between runs (plugins/http; default: the node's)
 //	  "tcpSocket": {"port": "redis"},               // v1.TCPSocketAction
 //	  "grpc": {"port": 9090, "service": "health"},  // v1.GRPCAction
 //	  "exec": {"command": ["cat", "/tmp/ready"]},   // v1.ExecAction; in cluster mode with the container runtime only
@@ -105,12 +106,14 @@ type Probe struct {
 	Periods runtime.StatePeriods
 	// Expect is httpGet.expect or tcpSocket.expect; nil: none.
 	Expect *expect.Expect
+	// KeepAlive is httpGet.keepAlive; nil: not set (the node's default).
+	KeepAlive *bool
 }
 
 // Extension returns what the probe has beyond v1.Probe (never nil: it
 // marks the probe as an annotation probe, runtime.Spec.Extension).
 func (p *Probe) Extension() *runtime.Extension {
-	return &runtime.Extension{Periods: p.Periods, Expect: p.Expect}
+	return &runtime.Extension{Periods: p.Periods, Expect: p.Expect, KeepAlive: p.KeepAlive}
 }
 
 // Offsets returns the probe's millisecond offsets, or nil when it has none
@@ -365,12 +368,12 @@ func (p *parser) element(raw json.RawMessage, path *field.Path, index int) (Prob
 			handlers = append(handlers, k)
 		case "httpGet":
 			out.Probe.HTTPGet = &v1.HTTPGetAction{}
-			out.Expect, es = decodeWithExpect(v, fp, out.Probe.HTTPGet)
+			out.Expect, es = decodeWithExpect(v, fp, out.Probe.HTTPGet, &out.KeepAlive)
 			handlers = append(handlers, k)
 			handlerDecoded = handlerDecoded && es == nil
 		case "tcpSocket":
 			out.Probe.TCPSocket = &v1.TCPSocketAction{}
-			out.Expect, es = decodeWithExpect(v, fp, out.Probe.TCPSocket)
+			out.Expect, es = decodeWithExpect(v, fp, out.Probe.TCPSocket, nil)
 			handlers = append(handlers, k)
 			handlerDecoded = handlerDecoded && es == nil
 		case "grpc":
@@ -525,22 +528,36 @@ func validateExpect(p *Probe, path *field.Path) field.ErrorList {
 }
 
 // decodeWithExpect decodes a built-in handler strictly into v, as
-// decodeStrict, except for its "expect" key (issue 22 §2), which v1's
-// handlers lack: it is decoded, strictly too, into an expect.Expect, so
-// that v1.Probe never carries it (a spec probe cannot have one).
-func decodeWithExpect(raw json.RawMessage, path *field.Path, v any) (*expect.Expect, field.ErrorList) {
+// decodeStrict, except for its "expect" key (issue 22 §2) and, when
+// keepAlive is not nil (httpGet), its "keepAlive" key (a boolean: the
+// probe keeps its connection between runs, plugins/http), which
+// v1's handlers lack: expect is decoded, strictly too, into an
+// expect.Expect, so that v1.Probe never carries either (a spec probe
+// cannot have them).
+func decodeWithExpect(raw json.RawMessage, path *field.Path, v any, keepAlive **bool) (*expect.Expect, field.ErrorList) {
 	obj, errs := decodeObject(raw, path)
 	if errs != nil && len(obj.keys) == 0 {
 		return nil, errs
 	}
+	ka, hasKA := obj.values["keepAlive"]
+	hasKA = hasKA && keepAlive != nil
+	if hasKA {
+		switch b := string(bytes.TrimSpace(ka)); b {
+		case "true", "false":
+			on := b == "true"
+			*keepAlive = &on
+		default:
+			errs = append(errs, field.Invalid(path.Child("keepAlive"), shorten(b), "must be true or false"))
+		}
+	}
 	ex, ok := obj.values["expect"]
-	if !ok {
+	if !ok && !hasKA {
 		return nil, decodeStrict(raw, path, v)
 	}
 	var rest bytes.Buffer
 	rest.WriteByte('{')
 	for _, k := range obj.keys {
-		if k == "expect" {
+		if k == "expect" || (k == "keepAlive" && keepAlive != nil) {
 			continue
 		}
 		if rest.Len() > 1 {
@@ -553,6 +570,9 @@ func decodeWithExpect(raw json.RawMessage, path *field.Path, v any) (*expect.Exp
 	}
 	rest.WriteByte('}')
 	errs = append(errs, decodeStrict(rest.Bytes(), path, v)...)
+	if !ok {
+		return nil, errs
+	}
 	out := &expect.Expect{}
 	es := decodeStrict(ex, path.Child("expect"), out)
 	errs = append(errs, es...)

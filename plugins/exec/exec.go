@@ -84,12 +84,17 @@ func (p *prober) timeout() time.Duration { return p.spec.Timeout() }
 //   - an ExitError with another status → Failure (output), ExitCode = status;
 //   - a *TimeoutError, or an error wrapping context.DeadlineExceeded →
 //     Failure with output `command "<cmd>" timed out`, ExitCode -1;
+//   - an *OutputLimitError (the command printed more than its runner
+//     takes) → Failure with its text, ExitCode -1;
 //   - any other error → Unknown with that error (errored, P2/P5), output "",
 //     ExitCode -1.
 //
 // The output is capped at runtime.MaxOutputBytes (10 KiB, E2).
 func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, error) {
 	cmd, timeout := p.cmd(), p.timeout()
+	if pod, c := p.spec.Pod, p.spec.Container; pod != nil && c != nil {
+		ctx = WithContainer(ctx, PodContainer{Namespace: pod.Namespace, Pod: pod.Name, PodUID: pod.UID, Container: c.Name})
+	}
 	out, err := p.h.runner.RunInContainer(ctx, t.ContainerID, cmd, timeout)
 	return p.verdict(out, err)
 }
@@ -113,6 +118,10 @@ func (p *prober) verdict(out []byte, err error) (runtime.Outcome, error) {
 	var timeoutErr *TimeoutError
 	if errors.As(err, &timeoutErr) {
 		return runtime.Outcome{Result: runtime.Failure, Output: timeoutErr.Error(), ExitCode: -1}, nil
+	}
+	var flood *OutputLimitError
+	if errors.As(err, &flood) {
+		return runtime.Outcome{Result: runtime.Failure, Output: flood.Error(), ExitCode: -1}, nil
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		te := &TimeoutError{Cmd: p.cmd(), Timeout: p.timeout()}

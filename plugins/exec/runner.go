@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Runner runs a command in a container and returns its output. It has the
@@ -21,8 +23,11 @@ import (
 //   - A command that did not finish within timeout (or before ctx's
 //     deadline) returns a *TimeoutError (or an error wrapping
 //     context.DeadlineExceeded).
+//   - A command that printed more than the runner takes from one run
+//     returns an *OutputLimitError (a Failure).
 //   - Anything else (the command could not be started, the runtime failed,
-//     ctx was cancelled) is a plain error: the probe is errored (P5).
+//     ctx was cancelled, the container is not the pod's: ContainerOf) is a
+//     plain error: the probe is errored (P5).
 //
 // timeout is the probe's timeoutSeconds as a duration (P3); zero means no
 // timeout beyond ctx. When runtime.OnInjectedClock(ctx) reports true, the
@@ -160,4 +165,56 @@ func (b *limitBuffer) Write(p []byte) (int, error) {
 	}
 	b.buf = append(b.buf, p[:keep]...)
 	return len(p), nil
+}
+
+// OutputLimitError reports that a command printed more, stdout and stderr
+// together, than a runner takes from one run (Limit bytes,
+// tenant.ExecOutputBytes): its answer was refused or the command was
+// killed, and its exit status is unknown. The exec handler turns it into
+// a Failure whose output is Error(): a probe's command that floods its
+// output fails, and costs the agent no more than Limit bytes (the kubelet
+// takes up to 16 MiB of it from the runtime).
+type OutputLimitError struct {
+	// Cmd is the command as run (argv).
+	Cmd []string
+	// Limit is the most the runner takes, in bytes.
+	Limit int
+}
+
+// Error returns `command "<cmd>" printed over <Limit/1024> KiB: its run
+// was stopped (an exec probe's output is bounded per run)`.
+func (e *OutputLimitError) Error() string {
+	return fmt.Sprintf("command %q printed over %d KiB: its run was stopped (an exec probe's output is bounded per run)",
+		strings.Join(e.Cmd, " "), e.Limit>>10)
+}
+
+// PodContainer names the container an exec command is meant for: the pod
+// (namespace, name, UID) and the container's name. The exec handler puts
+// it in the context of every run (WithContainer); a runner that acts on a
+// container runtime checks the container ID it is given against it before
+// it runs anything (agent/kube/cri: the runtime's own labels of the
+// container must name this pod and container), since a pod's status is
+// not proof that an ID is that pod's.
+type PodContainer struct {
+	Namespace, Pod string
+	PodUID         types.UID
+	Container      string
+}
+
+// String is "namespace/pod, container name".
+func (c PodContainer) String() string {
+	return fmt.Sprintf("%s/%s, container %s", c.Namespace, c.Pod, c.Container)
+}
+
+type podContainerKey struct{}
+
+// WithContainer returns ctx carrying c.
+func WithContainer(ctx context.Context, c PodContainer) context.Context {
+	return context.WithValue(ctx, podContainerKey{}, c)
+}
+
+// ContainerOf returns the PodContainer ctx carries, if any.
+func ContainerOf(ctx context.Context) (PodContainer, bool) {
+	c, ok := ctx.Value(podContainerKey{}).(PodContainer)
+	return c, ok
 }

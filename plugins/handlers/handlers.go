@@ -17,12 +17,14 @@ import (
 )
 
 // New returns a new handler of a built-in kind. Exec commands go to runner
-// (nil: exec.LocalRunner, run on this host); the other kinds ignore it. It
-// fails for a kind not in runtime.BuiltinKinds, naming the valid ones.
-func New(kind string, runner exec.Runner) (runtime.Handler, error) {
+// (nil: exec.LocalRunner, run on this host) and httpOpts configure the
+// http handler (e.g. http.KeepAlive, the node's default for kept
+// connections); the other kinds ignore them. It fails for a kind not in
+// runtime.BuiltinKinds, naming the valid ones.
+func New(kind string, runner exec.Runner, httpOpts ...http.Option) (runtime.Handler, error) {
 	switch kind {
 	case runtime.KindHTTP:
-		return http.New(), nil
+		return http.New(httpOpts...), nil
 	case runtime.KindTCP:
 		return tcp.New(), nil
 	case runtime.KindExec:
@@ -37,11 +39,11 @@ func New(kind string, runner exec.Runner) (runtime.Handler, error) {
 }
 
 // Register registers a handler of every built-in kind on rt; exec commands
-// go to runner (nil: run on this host). It returns the first registration
-// error (a kind already registered).
-func Register(rt *runtime.Runtime, runner exec.Runner) error {
+// go to runner (nil: run on this host), httpOpts to the http handler (New).
+// It returns the first registration error (a kind already registered).
+func Register(rt *runtime.Runtime, runner exec.Runner, httpOpts ...http.Option) error {
 	for _, kind := range runtime.BuiltinKinds() {
-		h, err := New(kind, runner)
+		h, err := New(kind, runner, httpOpts...)
 		if err != nil {
 			return err
 		}

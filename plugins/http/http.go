@@ -59,11 +59,13 @@ func FollowNonLocalRedirects(follow bool) Option {
 //
 // Probers of the same handler share one transport per (timeout, protocol)
 // and clock kind, and its clients: keep-alives are off, so nothing idles in
-// them.
+// them. A probe that keeps its connection (KeepAlive, httpGet.keepAlive)
+// has transports of its own (keepalive.go).
 func New(opts ...Option) runtime.Handler {
 	h := &handler{
 		disableHTTP2: os.Getenv("DISABLE_HTTP2") != "",
 		clients:      make(map[clientKey]*nethttp.Client),
+		maxKept:      DefaultMaxKeptConnections,
 	}
 	for _, o := range opts {
 		o(h)
@@ -89,6 +91,9 @@ type clientKey struct {
 type handler struct {
 	followNonLocal bool
 	disableHTTP2   bool
+	keepAlive      bool         // the default of httpGet.keepAlive
+	maxKept        int64        // MaxKeptConnections
+	kept           atomic.Int64 // kept-alive probes holding a slot of maxKept
 
 	mu      sync.Mutex
 	clients map[clientKey]*nethttp.Client
@@ -129,16 +134,30 @@ func (h *handler) Prepare(spec *runtime.Spec) (runtime.Prober, error) {
 		}
 	}
 	p := &prober{
-		expect:         checks,
-		client:         h.client(clientKey{timeout: timeout, h2c: h2c}),
-		injectedClient: h.client(clientKey{timeout: timeout, h2c: h2c, onInjectedClock: true}),
-		boundClient:    h.client(clientKey{timeout: timeout, h2c: h2c, deadlineBound: true}),
-		timeout:        timeout,
-		scheme:         scheme,
-		port:           port,
-		path:           g.Path,
-		header:         header,
-		host:           host,
+		expect:  checks,
+		timeout: timeout,
+		scheme:  scheme,
+		port:    port,
+		path:    g.Path,
+		header:  header,
+		host:    host,
+	}
+	keep := h.keepAlive
+	if ka := runtime.KeepAliveOf(spec); ka != nil {
+		keep = *ka
+	}
+	if keep && !h2c {
+		// Idle for two of the probe's longest periods (and its timeout):
+		// the connection is still there at the next run, and gone after
+		// the probe stopped running without being removed.
+		t := spec.Timing()
+		idle := 2*max(t.Period, t.Unhealthy, t.Transition) + timeout
+		p.keep = newKeptConns(h, timeout, idle, redirectPolicy(h.followNonLocal))
+		p.client, p.boundClient, p.injectedClient = p.keep.client, p.keep.bound, p.keep.injected
+	} else {
+		p.client = h.client(clientKey{timeout: timeout, h2c: h2c})
+		p.injectedClient = h.client(clientKey{timeout: timeout, h2c: h2c, onInjectedClock: true})
+		p.boundClient = h.client(clientKey{timeout: timeout, h2c: h2c, deadlineBound: true})
 	}
 	if g.Host != "" {
 		// The URL does not depend on the pod IP: build it once.
@@ -304,6 +323,9 @@ type prober struct {
 	// expect is an annotation probe's httpGet.expect (runtime/expect), nil
 	// for the kubelet's verdict (H6).
 	expect *expect.Body
+	// keep holds the probe's kept connection (keepalive.go); nil: a new
+	// connection per run, the kubelet's way.
+	keep *keptConns
 
 	fixed    *url.URL // the URL when it does not depend on the pod IP
 	template url.URL  // otherwise: the URL with a placeholder authority
@@ -414,6 +436,12 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 		Host:       p.host,
 	}).WithContext(ctx)
 
+	if p.keep != nil {
+		// Not admitted (the handler's kept connections are all taken):
+		// this run's connection closes after the answer.
+		req.Close = !p.keep.admit(ctx)
+		defer p.keep.afterRun()
+	}
 	c, ctxEnds := p.clientFor(ctx)
 	resp, err := c.Do(req)
 	if err != nil {
@@ -453,6 +481,14 @@ func (p *prober) Probe(ctx context.Context, t runtime.Target) (runtime.Outcome, 
 		Output:     "HTTP probe failed with statuscode: " + strconv.Itoa(code),
 		StatusCode: code,
 	}, nil
+}
+
+// Release closes the probe's kept connection, if it has one
+// (runtime.Releaser: the probe was removed).
+func (p *prober) Release() {
+	if p.keep != nil {
+		p.keep.release()
+	}
 }
 
 // expected is the verdict of an annotation probe with httpGet.expect

@@ -24,12 +24,15 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"regexp/syntax"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"k8s.io/client-go/util/jsonpath"
+
+	"github.com/probed/probed/runtime/tenant"
 )
 
 // Expect is the `expect` object of an annotation probe's httpGet or
@@ -145,11 +148,12 @@ func (r *StatusRange) UnmarshalJSON(b []byte) error {
 }
 
 // Bounds of what an annotation may ask: every string from a pod is
-// bounded wherever it is kept (cluster mode: the annotation is a tenant's).
+// bounded wherever it is kept, and every check's work is bounded per run
+// (cluster mode: the annotation is a tenant's; runtime/tenant).
 const (
 	MaxStatusRanges  = 32
-	MaxPatternBytes  = 1024 // bodyRegex, jsonPath.path
-	MaxValueBytes    = 256  // jsonPath.value
+	MaxPatternBytes  = tenant.PatternBytes // bodyRegex, jsonPath.path
+	MaxValueBytes    = tenant.ValueBytes   // jsonPath.value
 	MaxDays          = 3650
 	MinStatus        = 100
 	MaxStatus        = 599
@@ -224,10 +228,36 @@ func Validate(e *Expect, http, https bool, timeout time.Duration) []FieldError {
 	return errs
 }
 
-// compileRegex compiles an RE2 expression of at most MaxPatternBytes.
+// compileRegex compiles an RE2 expression of at most MaxPatternBytes whose
+// program has at most tenant.RegexInstructions instructions: a match costs
+// up to the program's size × the body's bytes (RE2 is linear in each), so
+// that bound and the body's (runtime.MaxOutputBytes) bound every check's
+// work. The size is estimated from the parse before anything is expanded
+// (a 12-byte `[a-z]{1000}` expands to 1,003 instructions), then counted.
 func compileRegex(s string) (*regexp.Regexp, error) {
 	if len(s) > MaxPatternBytes {
 		return nil, fmt.Errorf("at most %d bytes", MaxPatternBytes)
+	}
+	parsed, err := syntax.Parse(s, syntax.Perl)
+	if err != nil {
+		return nil, fmt.Errorf("not an RE2 expression: %s", strings.TrimPrefix(err.Error(), "error parsing regexp: "))
+	}
+	const preLimit = 64 * tenant.RegexInstructions // bounds the expansion below
+	n := progSize(parsed, preLimit) + 2            // and the program's fail and match
+	if n <= preLimit {
+		prog, err := syntax.Compile(parsed.Simplify())
+		if err != nil {
+			return nil, fmt.Errorf("not an RE2 expression: %s", strings.TrimPrefix(err.Error(), "error parsing regexp: "))
+		}
+		n = len(prog.Inst)
+	}
+	if n > tenant.RegexInstructions {
+		more := ""
+		if n > preLimit {
+			more = "over "
+		}
+		return nil, fmt.Errorf("compiles to %s%d instructions, at most %d: a match costs up to instructions × bytes of body "+
+			"(at most %d bytes are read); write fewer or shorter counted repeats ({n}) and alternatives", more, min(n, preLimit), tenant.RegexInstructions, runtimeOutputBytes)
 	}
 	re, err := regexp.Compile(s)
 	if err != nil {
@@ -236,8 +266,49 @@ func compileRegex(s string) (*regexp.Regexp, error) {
 	return re, nil
 }
 
+// runtimeOutputBytes is the most of a body a check reads
+// (runtime.MaxOutputBytes, the kubelet's 10 KiB).
+const runtimeOutputBytes = tenant.OutputBytes
+
+// progSize estimates, from above, the instructions re compiles to,
+// counting no further than limit+1 (so that a nest of counted repeats is
+// never multiplied out).
+func progSize(re *syntax.Regexp, limit int) int {
+	add := func(a, b int) int { return min(a+b, limit+1) }
+	switch re.Op {
+	case syntax.OpLiteral:
+		return min(len(re.Rune), limit+1)
+	case syntax.OpCapture, syntax.OpStar, syntax.OpPlus, syntax.OpQuest:
+		return add(2, progSize(re.Sub[0], limit))
+	case syntax.OpRepeat:
+		sub := progSize(re.Sub[0], limit)
+		n := re.Max
+		if n < 0 {
+			n = re.Min + 1
+		}
+		if sub > 0 && n > (limit+1)/sub {
+			return limit + 1
+		}
+		return add(n*(sub+1), 1)
+	case syntax.OpConcat, syntax.OpAlternate:
+		total := 0
+		for _, sub := range re.Sub {
+			total = add(total, add(progSize(sub, limit), 1))
+		}
+		return total
+	}
+	return 1
+}
+
 // compileJSONPath parses a JSONPath expression of at most MaxPatternBytes,
-// with kubectl's braces or without.
+// with kubectl's braces or without, and allows only what costs at most
+// one visit of each value of the body: one expression from the root of
+// fields (.a, ['a']), indexes and slices ([0], [-1], [1:3], [*]) and
+// wildcards (.*). Recursive descent (..) visits every value once per
+// level and its results are subtrees of one another: `{..[0]}` on 10 KB
+// of nested arrays took 4.7 s of a core and 100 MiB. Filters run a path
+// per element, unions repeat values, range/end and several expressions
+// repeat the whole evaluation; none is needed to compare one value.
 func compileJSONPath(s string) (*jsonpath.JSONPath, error) {
 	if len(s) > MaxPatternBytes {
 		return nil, fmt.Errorf("at most %d bytes", MaxPatternBytes)
@@ -245,11 +316,61 @@ func compileJSONPath(s string) (*jsonpath.JSONPath, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, errors.New("required: a JSONPath expression such as {.status}")
 	}
+	parsed, err := jsonpath.Parse("expect", braced(s))
+	if err != nil {
+		return nil, fmt.Errorf("not a JSONPath expression: %v", err)
+	}
+	if err := boundedPath(parsed.Root); err != nil {
+		return nil, err
+	}
 	j := jsonpath.New("expect").AllowMissingKeys(false)
 	if err := j.Parse(braced(s)); err != nil {
 		return nil, fmt.Errorf("not a JSONPath expression: %v", err)
 	}
 	return j, nil
+}
+
+// boundedPath refuses what compileJSONPath does not allow in a parsed
+// template.
+func boundedPath(root *jsonpath.ListNode) error {
+	const use = "; name the value by its path from the root, such as {.status.phase} or {.checks[0].status}"
+	for _, expr := range root.Nodes {
+		list, ok := expr.(*jsonpath.ListNode)
+		if !ok {
+			continue
+		}
+		if err := boundedSteps(list, use); err != nil {
+			return err
+		}
+	}
+	if len(root.Nodes) != 1 {
+		return errors.New("one {...} expression and nothing around it" + use)
+	}
+	if _, ok := root.Nodes[0].(*jsonpath.ListNode); !ok {
+		return errors.New("literal text is not a path" + use)
+	}
+	return nil
+}
+
+// boundedSteps refuses the steps of one expression that compileJSONPath
+// does not allow.
+func boundedSteps(expr *jsonpath.ListNode, use string) error {
+	for _, n := range expr.Nodes {
+		switch n := n.(type) {
+		case *jsonpath.FieldNode, *jsonpath.ArrayNode, *jsonpath.WildcardNode:
+		case *jsonpath.RecursiveNode:
+			return errors.New("recursive descent (..) is not allowed: its results, and its cost, grow with the square of the body" + use)
+		case *jsonpath.FilterNode:
+			return errors.New("filters ([?(...)]) are not allowed: each runs a path per element" + use)
+		case *jsonpath.UnionNode:
+			return errors.New("unions ([a,b]) are not allowed: they repeat values" + use)
+		case *jsonpath.IdentifierNode:
+			return fmt.Errorf("%s is not allowed: it repeats the evaluation%s", n.Name, use)
+		default:
+			return fmt.Errorf("%s is not allowed%s", n.Type(), use)
+		}
+	}
+	return nil
 }
 
 // braced is kubectl's relaxed form: ".status" is "{.status}".
@@ -329,23 +450,86 @@ func (b *Body) Check(body string) string {
 	if b.jp == nil {
 		return ""
 	}
+	if nestedDeeper(body, tenant.JSONDepth) {
+		return fmt.Sprintf("HTTP probe failed: expect.jsonPath %s: the body nests deeper than %d levels", b.jsonPath, tenant.JSONDepth)
+	}
 	var data any
 	dec := json.NewDecoder(strings.NewReader(body))
 	dec.UseNumber() // numbers print as written
 	if err := dec.Decode(&data); err != nil {
 		return "HTTP probe failed: expect.jsonPath " + b.jsonPath + ": the body is not JSON"
 	}
-	var out bytes.Buffer
+	// The path visits each value of the body at most once (compileJSONPath),
+	// and what it prints is read only up to one byte past the expected
+	// value: n results print at least n-1 separating spaces, so more than
+	// len(value)+1 of them cannot be equal and are not printed.
 	b.mu.Lock()
-	err := b.jp.Execute(&out, data)
+	results, err := b.jp.FindResults(data)
+	var out cappedBuffer
+	out.max = len(b.value) + 1
+	if err == nil && len(results) == 1 && len(results[0]) <= len(b.value)+1 {
+		if perr := b.jp.PrintResults(&out, results[0]); perr != nil && perr != errCapped {
+			err = perr
+		}
+	} else if err == nil {
+		out.over = true
+	}
 	b.mu.Unlock()
 	if err != nil {
 		return "HTTP probe failed: expect.jsonPath " + b.jsonPath + ": not found in the body"
 	}
-	if out.String() != b.value {
+	if out.over || out.String() != b.value {
 		return fmt.Sprintf("HTTP probe failed: expect.jsonPath %s is not %q", b.jsonPath, b.value)
 	}
 	return ""
+}
+
+// nestedDeeper reports whether the JSON text s nests arrays and objects
+// deeper than limit (brackets inside strings do not count), without
+// decoding it: decoding recurses once per level.
+func nestedDeeper(s string, limit int) bool {
+	depth, inString, escaped := 0, false, false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			if depth++; depth > limit {
+				return true
+			}
+		case c == ']' || c == '}':
+			depth--
+		}
+	}
+	return false
+}
+
+// cappedBuffer keeps at most max bytes and fails the write that would go
+// past them (over is then set).
+type cappedBuffer struct {
+	bytes.Buffer
+	max  int
+	over bool
+}
+
+var errCapped = errors.New("expect: the printed value is longer than expected")
+
+func (c *cappedBuffer) Write(p []byte) (int, error) {
+	if c.Len()+len(p) > c.max {
+		c.over = true
+		return 0, errCapped
+	}
+	return c.Buffer.Write(p)
 }
 
 // Latency checks an attempt's duration against MaxLatencyMilliseconds: ""

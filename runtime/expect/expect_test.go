@@ -2,6 +2,8 @@ package expect
 
 import (
 	"encoding/json"
+	"regexp/syntax"
+	goruntime "runtime"
 	"strings"
 	"testing"
 	"time"
@@ -164,5 +166,139 @@ func TestValidate(t *testing.T) {
 	}
 	if errs := Validate(&Expect{CertificateExpiresAfterDays: 7, MaxLatencyMilliseconds: 1000}, false, false, time.Second); len(errs) != 0 {
 		t.Fatalf("tcpSocket latency and certificate: %v", errs)
+	}
+}
+
+// A bodyRegex's work is bounded by its compiled program (instructions ×
+// bytes of body, RE2 being linear in each): a pattern over
+// tenant.RegexInstructions is refused, with its size, however short it is
+// written; nested counted repeats are refused without being multiplied out.
+// Real patterns fit.
+func TestRegexBoundedByItsProgram(t *testing.T) {
+	for _, p := range []string{
+		`[a-z]{1000}b`,          // 12 bytes, 1,003 instructions: 154 ms per 10 KiB body
+		`(?:[a-z]{100}){10}b`,   // the same, nested
+		`(?:(?:a{10}){10}){10}`, // 1,000 repeats, never expanded
+		`\w{64}x`,
+		`(?:ab|cd|ef|gh){15}`,
+	} {
+		_, err := compileRegex(p)
+		if err == nil || !strings.Contains(err.Error(), "instructions, at most 50") {
+			t.Errorf("compileRegex(%q) = %v, want the program-size refusal", p, err)
+		}
+	}
+	for _, p := range []string{
+		`"status"\s*:\s*"(UP|ok|healthy)"`,
+		`(?i)"status"\s*:\s*"(up|ok|healthy)"`,
+		`^OK$`,
+		`(?s)^\{.*"ready":\s*true.*\}$`,
+		`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`,
+		`(?i)database\s+(connected|ready)|cache\s+(warm|ready)`,
+	} {
+		if _, err := compileRegex(p); err != nil {
+			t.Errorf("compileRegex(%q): %v", p, err)
+		}
+	}
+	errs := Validate(&Expect{BodyRegex: `[a-z]{1000}b`}, true, false, time.Second)
+	if len(errs) != 1 || errs[0].Field != "bodyRegex" || !strings.Contains(errs[0].Detail, "compiles to 1003 instructions, at most 50") {
+		t.Fatalf("Validate: %v", errs)
+	}
+}
+
+// progSize never counts fewer instructions than the compiler makes (it is
+// the bound checked before anything is expanded).
+func TestProgSizeIsAnUpperBound(t *testing.T) {
+	for _, p := range []string{`a`, `abc`, `a*`, `(a|bc)+d?`, `[a-z]{8}`, `x{2,5}`, `(?:ab){3,}`, `^a$`, `\bok\b`, `(?i)up`, `((a*)*)*`, `(?s).*"ready".*`} {
+		re, err := syntax.Parse(p, syntax.Perl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prog, err := syntax.Compile(re.Simplify())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if est := progSize(re, 1<<20) + 2; est < len(prog.Inst) {
+			t.Errorf("progSize(%q) = %d, compiled %d", p, est, len(prog.Inst))
+		}
+	}
+}
+
+// jsonPath allows what visits each value of the body at most once, and
+// refuses the rest at admission, each refusal saying why.
+func TestJSONPathRefusesUnboundedForms(t *testing.T) {
+	for path, why := range map[string]string{
+		"{..[0]}":                  "recursive descent",
+		"{..[0]..[0]}":             "recursive descent",
+		".a..b":                    "recursive descent",
+		"{.a[?(@.x==1)]}":          "filters",
+		"{.a[0,1]}":                "unions",
+		"{range .a[*]}{.b}{end}":   "range is not allowed",
+		"{.a}{.b}":                 "one {...} expression",
+		"{.a} x":                   "one {...} expression",
+		"x{.a}":                    "not a JSONPath expression",
+		`{"x"}`:                    "is not allowed",
+		"{.a[0,0,0,0][0,0,0,0]}":   "unions",
+		"{.items[?(@..x)].status}": "filters",
+	} {
+		_, err := compileJSONPath(path)
+		if err == nil || !strings.Contains(err.Error(), why) {
+			t.Errorf("compileJSONPath(%q) = %v, want %q", path, err, why)
+		}
+	}
+	for _, path := range []string{"{.a}", ".a.b", "{$.a}", "{$}", "{.a[0]}", "{.a[-1]}", "{.a[1:3]}", "{.a[*].b}", "{.*}", "{.a['b.c']}"} {
+		if _, err := compileJSONPath(path); err != nil {
+			t.Errorf("compileJSONPath(%q): %v", path, err)
+		}
+	}
+}
+
+// The issue's body, 10 KB of nested arrays, under every path jsonPath
+// allows at its worst (a wildcard at each level, the whole body printed):
+// one check allocates a bounded amount (the decoded body and one value per
+// node, never a result per node per level), and a path that prints more
+// than the expected value stops printing there.
+func TestJSONPathCheckMemoryIsBoundedOnHostileBodies(t *testing.T) {
+	nested := strings.Repeat("[", 2500) + strings.Repeat("]", 2500)
+	flat := "[" + strings.Repeat(`"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",`, 230) + `"a"]`
+	stars := "{" + strings.Repeat(".*", 400) + "}"
+	for _, c := range []struct{ body, path string }{
+		{nested, stars},
+		{nested, "{$}"},
+		{nested, "{" + strings.Repeat("[0]", 300) + "}"},
+		{flat, "{[*].*}"}, // every byte of every string
+		{flat, stars},
+	} {
+		b := mustCompile(t, &Expect{JSONPath: &JSONPath{Path: c.path, Value: "x"}})
+		var before, after goruntime.MemStats
+		goruntime.GC()
+		goruntime.ReadMemStats(&before)
+		got := b.Check(c.body)
+		goruntime.ReadMemStats(&after)
+		if got == "" {
+			t.Errorf("path %.20s on a hostile body: Check passed", c.path)
+		}
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 4<<20 {
+			t.Errorf("path %.20s on a %d-byte body allocated %d KiB, want at most 4 MiB", c.path, len(c.body), alloc>>10)
+		}
+	}
+}
+
+// A JSON body nested deeper than tenant.JSONDepth is a Failure before it
+// is decoded (decoding recurses once per level: 10 KiB of "[" grew the
+// stack of the goroutine running the check to megabytes); brackets inside
+// strings do not count.
+func TestJSONPathBodyDepthIsBounded(t *testing.T) {
+	b := mustCompile(t, &Expect{JSONPath: &JSONPath{Path: "{.*}", Value: "x"}})
+	deep := strings.Repeat("[", 5000) + strings.Repeat("]", 5000)
+	if got := b.Check(deep); got != "HTTP probe failed: expect.jsonPath {.*}: the body nests deeper than 100 levels" {
+		t.Errorf("5,000 levels: %q", got)
+	}
+	at := strings.Repeat("[", 99) + `{"a":"x"}` + strings.Repeat("]", 99)
+	if got := mustCompile(t, &Expect{JSONPath: &JSONPath{Path: "{" + strings.Repeat("[0]", 99) + ".a}", Value: "x"}}).Check(at); got != "" {
+		t.Errorf("100 levels: %q", got)
+	}
+	inString := `{"a":"` + strings.Repeat("[", 500) + `\"` + strings.Repeat("{", 500) + `"}`
+	if got := mustCompile(t, &Expect{JSONPath: &JSONPath{Path: "{.a}", Value: JSONScalar(strings.Repeat("[", 500) + `"` + strings.Repeat("{", 500))}}).Check(inString); strings.Contains(got, "nests deeper") {
+		t.Errorf("brackets in a string counted: %q", got)
 	}
 }

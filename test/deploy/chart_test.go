@@ -39,6 +39,12 @@ otel:
   protocol: grpc
   resourceAttributes: k8s.cluster.name=prod
 extraArgs: ["--history=20"]
+probing:
+  schedulerCoalesce: 5ms
+  httpKeepAlive: true
+apiServer:
+  host: 10.0.0.10
+  port: 6443
 podAnnotations:
   example.com/team: platform
 `
@@ -68,23 +74,18 @@ func TestChartDefaultsRenderThePlainManifests(t *testing.T) {
 		name, files string
 		set         []string
 	}{
-		{"event", "namespace.yaml serviceaccount.yaml clusterrole.yaml clusterrolebinding.yaml admissionpolicy.yaml daemonset.yaml",
+		{"event", "00-namespace.yaml 01-serviceaccount.yaml 02-clusterrole.yaml 03-clusterrolebinding.yaml 04-admissionpolicy.yaml 05-daemonset.yaml",
 			[]string{"--set", "createNamespace=true"}},
-		{"evict", "namespace.yaml serviceaccount.yaml clusterrole.yaml clusterrolebinding.yaml admissionpolicy.yaml clusterrole-eviction.yaml daemonset.yaml",
+		{"evict", "00-namespace.yaml 01-serviceaccount.yaml 02-clusterrole.yaml 03-clusterrolebinding.yaml 04-admissionpolicy.yaml options/clusterrole-eviction.yaml 05-daemonset.yaml",
 			[]string{"--set", "createNamespace=true", "--set", "livenessAction=evict"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			want := plain(t, strings.Fields(tc.files)...)
 			got := render(t, "probed", "probed-system", tc.set...)
 			if tc.name == "evict" {
-				// The plain install switches the action by editing the argument.
+				// The plain install switches the action by kubectl set env.
 				ds := only[*appsv1.DaemonSet](t, want)
-				args := ds.Spec.Template.Spec.Containers[0].Args
-				for i, a := range args {
-					if a == "--liveness-action=event" {
-						args[i] = "--liveness-action=evict"
-					}
-				}
+				*ds = *patchedDaemonSet(t, "", envLivenessAction+"=evict")
 			}
 			if len(got) != len(want) {
 				t.Errorf("chart renders %d objects, deploy/kubernetes has %d", len(got), len(want))
@@ -112,14 +113,14 @@ func TestChartEvictionRBACFollowsTheLivenessAction(t *testing.T) {
 	if hasRule(off, eviction) {
 		t.Errorf("livenessAction=event renders the eviction rule: %+v", off)
 	}
-	if want := rules(plain(t, "clusterrole.yaml")); !reflect.DeepEqual(off, want) {
-		t.Errorf("chart rules %+v, deploy/kubernetes/clusterrole.yaml %+v", off, want)
+	if want := rules(plain(t, "02-clusterrole.yaml")); !reflect.DeepEqual(off, want) {
+		t.Errorf("chart rules %+v, deploy/kubernetes/02-clusterrole.yaml %+v", off, want)
 	}
 	on := rules(render(t, "probed", "probed-system", "-f", valuesFile(t, nonDefault)))
 	if !hasRule(on, eviction) {
 		t.Errorf("livenessAction=evict renders no eviction rule: %+v", on)
 	}
-	if want := rules(plain(t, "clusterrole.yaml", "clusterrole-eviction.yaml")); !reflect.DeepEqual(on, want) {
+	if want := rules(plain(t, "02-clusterrole.yaml", "options/clusterrole-eviction.yaml")); !reflect.DeepEqual(on, want) {
 		t.Errorf("chart rules %+v, deploy/kubernetes %+v", on, want)
 	}
 }
@@ -137,12 +138,12 @@ func hasRule(rules []rbacv1.PolicyRule, want rbacv1.PolicyRule) bool {
 func TestChartNonDefaultValues(t *testing.T) {
 	objects := render(t, "edge", "probed-edge", "-f", valuesFile(t, nonDefault))
 	ds := only[*appsv1.DaemonSet](t, objects)
-	checkDaemonSet(t, ds, agentWant{gate: "example.com/probed", action: "evict", listen: "$(HOST_IP):9089"})
+	checkDaemonSet(t, ds, agentWant{gate: "example.com/probed", action: "evict", listen: "$(HOST_IP):9089", plugins: true})
 	spec := ds.Spec.Template.Spec
 	c := spec.Containers[0]
 	args := strings.Join(c.Args, " ")
 	for _, a := range []string{"--status-qps=20", "--status-burst=40", "--allow-probe-host=10.0.0.0/8,fd00::/64", "--plugin-config=/etc/probed/plugins.yaml", "--history=20",
-		"--liveness-action-namespaces=example.com/evictable=yes"} {
+		"--liveness-action-namespaces=example.com/evictable=yes", "--scheduler-coalesce=5ms", "--http-keep-alive"} {
 		if !strings.Contains(args, a) {
 			t.Errorf("args %q lack %q", args, a)
 		}
@@ -163,6 +164,9 @@ func TestChartNonDefaultValues(t *testing.T) {
 	env := map[string]string{}
 	for _, e := range c.Env {
 		env[e.Name] = e.Value
+	}
+	if env["KUBERNETES_SERVICE_HOST"] != "10.0.0.10" || env["KUBERNETES_SERVICE_PORT"] != "6443" {
+		t.Errorf("apiServer: env %v, want KUBERNETES_SERVICE_HOST 10.0.0.10 and _PORT 6443", env)
 	}
 	if env["OTEL_TRACES_EXPORTER"] != "otlp" || env["OTEL_EXPORTER_OTLP_ENDPOINT"] != "otel-collector.monitoring:4317" ||
 		env["OTEL_EXPORTER_OTLP_PROTOCOL"] != "grpc" || !strings.HasSuffix(env["OTEL_RESOURCE_ATTRIBUTES"], ",k8s.cluster.name=prod") {
@@ -195,6 +199,10 @@ func TestChartSchemaRejectsBadValues(t *testing.T) {
 		"livenessActionNamespaces=no-value":   "livenessActionNamespaces",
 		"livenessActionNamespaces=a=b'||true": "livenessActionNamespaces",
 		"allowProbeHost={10.0.0.1}":           "allowProbeHost",
+		"serviceAccount.name=a'||true||'":     "serviceAccount",
+		"serviceAccount.name=Probed":          "serviceAccount",
+		"apiServer.host=a b":                  "apiServer",
+		"probing.schedulerCoalesce=soon":      "probing",
 	} {
 		_, err := helmRun(t, "template", "x", chartDir, "--set", set)
 		if err == nil || !strings.Contains(err.Error(), names) {

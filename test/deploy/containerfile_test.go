@@ -4,7 +4,6 @@ import (
 	"debug/elf"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -17,9 +16,6 @@ import (
 // libraries: it runs in distroless/static), the image runs it as the
 // DaemonSet's user, and the version argument reaches `probed version`.
 func TestContainerfileBuildsAStaticBinary(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds cmd/probed")
-	}
 	data, err := os.ReadFile("../../Containerfile")
 	if err != nil {
 		t.Fatal(err)
@@ -36,15 +32,7 @@ func TestContainerfileBuildsAStaticBinary(t *testing.T) {
 		}
 	}
 
-	out := t.TempDir()
-	cmd := exec.Command("sh", "-c", strings.Replace(build[1], "/out/probed", filepath.Join(out, "probed"), 1))
-	cmd.Dir = "../.."
-	// As in the golang image: the build's own environment, VERSION from the ARG.
-	cmd.Env = append(os.Environ(), "VERSION=9.9.9-test", "GOFLAGS=")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", build[1], err, b)
-	}
-	bin := filepath.Join(out, "probed")
+	bin := staticBinary(t)
 	f, err := elf.Open(bin)
 	if err != nil {
 		t.Fatal(err)

@@ -24,7 +24,7 @@ var dryRun = metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValid
 // defaulting and admission, nothing stored), and so is a Pod made from the
 // DaemonSet's template (the admission a pod meets: its priority class exists,
 // Pod Security of its namespace). The namespace is created for real under a
-// fresh name (with namespace.yaml's labels) and cluster-scoped objects get a
+// fresh name (with 00-namespace.yaml's labels) and cluster-scoped objects get a
 // suffix, so the test can run again on the same server.
 func TestManifestsAcceptedByTheAPIServer(t *testing.T) {
 	c := kubetest.Client(t)

@@ -20,42 +20,67 @@ import (
 
 // TestManifestsDecodeStrictly: every file of deploy/kubernetes decodes
 // strictly into the typed objects the install needs, and a misspelled field
-// would be caught (the decoder is strict, not lenient).
+// would be caught (the decoder is strict, not lenient). The directory's root
+// is exactly the default install, deploy.Base, in the order `kubectl apply -f
+// deploy/kubernetes/` applies files (by name): the namespace before
+// everything in it, the admission policy before the agent it limits, and no
+// opt-in role (a plain apply grants the rights of --liveness-action=event
+// alone); the opt-in roles are in options/.
 func TestManifestsDecodeStrictly(t *testing.T) {
-	entries, err := fs.ReadDir(deploy.Kubernetes, ".")
+	root, err := fs.ReadDir(deploy.Kubernetes, ".")
 	if err != nil {
 		t.Fatal(err)
 	}
+	var applied []string
+	for _, e := range root {
+		if !e.IsDir() {
+			applied = append(applied, e.Name())
+		}
+	}
+	sort.Strings(applied) // kubectl's order
+	if !slices.Equal(applied, deploy.Base) {
+		t.Errorf("kubectl apply -f deploy/kubernetes/ applies %v, want deploy.Base %v", applied, deploy.Base)
+	}
 	var kinds []string
-	for _, e := range entries {
-		objects, err := deploy.File(e.Name())
+	for _, f := range append(applied, deploy.EvictionFile, deploy.RestartFile) {
+		objects, err := deploy.File(f)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, obj := range objects {
-			kinds = append(kinds, e.Name()+":"+kindOf(obj))
+			kinds = append(kinds, f+":"+kindOf(obj))
 		}
 	}
 	want := []string{
-		"admissionpolicy.yaml:ValidatingAdmissionPolicy", "admissionpolicy.yaml:ValidatingAdmissionPolicyBinding",
-		"clusterrole-eviction.yaml:ClusterRole", "clusterrole-eviction.yaml:ClusterRoleBinding",
-		"clusterrole-restart.yaml:ClusterRole", "clusterrole-restart.yaml:ClusterRoleBinding",
-		"clusterrole.yaml:ClusterRole", "clusterrolebinding.yaml:ClusterRoleBinding",
-		"daemonset.yaml:DaemonSet", "namespace.yaml:Namespace", "serviceaccount.yaml:ServiceAccount",
+		"00-namespace.yaml:Namespace", "01-serviceaccount.yaml:ServiceAccount", "02-clusterrole.yaml:ClusterRole",
+		"03-clusterrolebinding.yaml:ClusterRoleBinding",
+		"04-admissionpolicy.yaml:ValidatingAdmissionPolicy", "04-admissionpolicy.yaml:ValidatingAdmissionPolicyBinding",
+		"05-daemonset.yaml:DaemonSet",
+		"options/clusterrole-eviction.yaml:ClusterRole", "options/clusterrole-eviction.yaml:ClusterRoleBinding",
+		"options/clusterrole-restart.yaml:ClusterRole", "options/clusterrole-restart.yaml:ClusterRoleBinding",
 	}
-	sort.Strings(kinds)
 	if !slices.Equal(kinds, want) {
 		t.Errorf("deploy/kubernetes holds %v, want %v", kinds, want)
 	}
-	for _, f := range deploy.Base {
-		if _, err := fs.Stat(deploy.Kubernetes, f); err != nil {
-			t.Errorf("deploy.Base lists %s: %v", f, err)
-		}
+	options, err := fs.ReadDir(deploy.Kubernetes, "options")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range options {
+		names = append(names, "options/"+e.Name())
+	}
+	if want := []string{deploy.EvictionFile, deploy.RestartFile, deploy.CRIPatchFile}; !slices.Equal(names, want) {
+		t.Errorf("deploy/kubernetes/options holds %v, want %v", names, want)
+	}
+	// The DaemonSet, where kubectl applies it, comes after the namespace and the policy.
+	if i, j := slices.Index(applied, deploy.DaemonSetFile), slices.Index(applied, deploy.PolicyFile); i < j || slices.Index(applied, deploy.NamespaceFile) != 0 {
+		t.Errorf("apply order %v: the namespace first, the policy before the DaemonSet", applied)
 	}
 
-	data, _ := fs.ReadFile(deploy.Kubernetes, "daemonset.yaml")
+	data, _ := fs.ReadFile(deploy.Kubernetes, "05-daemonset.yaml")
 	bad := strings.Replace(string(data), "hostNetwork:", "hostNetwrk:", 1)
-	if _, err := deploy.Decode("daemonset.yaml", []byte(bad)); err == nil || !strings.Contains(err.Error(), "hostNetwrk") {
+	if _, err := deploy.Decode("05-daemonset.yaml", []byte(bad)); err == nil || !strings.Contains(err.Error(), "hostNetwrk") {
 		t.Errorf("misspelled hostNetwork decoded with error %v, want an unknown-field error naming it", err)
 	}
 }
@@ -67,13 +92,14 @@ func kindOf(obj runtime.Object) string {
 // TestManifestsDaemonSetIsANodeAgent holds the DaemonSet of deploy/kubernetes
 // to issue 10 §9 (see checkDaemonSet).
 func TestManifestsDaemonSetIsANodeAgent(t *testing.T) {
-	checkDaemonSet(t, only[*appsv1.DaemonSet](t, plain(t, "daemonset.yaml")), agentWant{
+	checkDaemonSet(t, only[*appsv1.DaemonSet](t, plain(t, "05-daemonset.yaml")), agentWant{
 		gate: "probed.io/ready", action: "event", listen: "127.0.0.1:8089", priorityClass: "system-node-critical",
 	})
 }
 
 type agentWant struct {
 	gate, action, listen, priorityClass string
+	plugins                             bool
 }
 
 // checkDaemonSet: hostNetwork (probes leave from the node as the kubelet's
@@ -81,7 +107,9 @@ type agentWant struct {
 // cluster-mode arguments, non-root, read-only root filesystem, no privilege
 // escalation, no capabilities, every taint tolerated, linux nodes, the
 // priority class, requests and a memory limit, probed's own probes on
-// /healthz of its port, plugins from a volume, a writable /tmp.
+// /healthz of its port, plugins (when any: want.plugins) from a read-only
+// volume, a writable /tmp. The liveness action is PROBED_LIVENESS_ACTION's
+// (unset: event), the flag's default.
 func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, want agentWant) {
 	t.Helper()
 	spec := ds.Spec.Template.Spec
@@ -106,11 +134,20 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, want agentWant) {
 	}
 	c := spec.Containers[0]
 	args := strings.Join(c.Args, " ")
-	for _, a := range []string{"run", "--in-cluster", "--readiness-gate=" + want.gate, "--liveness-action=" + want.action,
-		"--listen=" + want.listen, "--plugin-dir=/plugins", "--status-qps=", "--status-burst="} {
+	for _, a := range []string{"run", "--in-cluster", "--readiness-gate=" + want.gate,
+		"--listen=" + want.listen, "--status-qps=", "--status-burst="} {
 		if !strings.Contains(args, a) {
 			t.Errorf("args %q lack %q", args, a)
 		}
+	}
+	if strings.Contains(args, "--liveness-action=") || strings.Contains(args, "--exec-mode=") || strings.Contains(args, "--container-runtime-endpoint=") {
+		t.Errorf("args %q: the options are the env's (a flag would win over kubectl set env)", args)
+	}
+	if got := envOf(c)[envLivenessAction]; got != want.action && (got != "" || want.action != "event") {
+		t.Errorf("%s=%q, want %q", envLivenessAction, got, want.action)
+	}
+	if strings.Contains(args, "--plugin-dir=/plugins") != want.plugins {
+		t.Errorf("args %q: --plugin-dir=/plugins %v, want %v", args, !want.plugins, want.plugins)
 	}
 	env := map[string]v1.EnvVar{}
 	for _, e := range c.Env {
@@ -152,10 +189,15 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, want agentWant) {
 	for _, v := range spec.Volumes {
 		volumes[v.Name] = v
 	}
-	if m, ok := mounts["/plugins"]; !ok || !m.ReadOnly {
-		t.Errorf("no read-only /plugins mount in %+v", c.VolumeMounts)
-	} else if v := volumes[m.Name]; v.HostPath == nil && v.EmptyDir == nil {
-		t.Errorf("plugins volume %+v, want hostPath or emptyDir", v)
+	if m, ok := mounts["/plugins"]; ok != want.plugins || (ok && !m.ReadOnly) {
+		t.Errorf("/plugins mount %+v (want one: %v, read-only)", c.VolumeMounts, want.plugins)
+	} else if v := volumes[m.Name]; ok && v.EmptyDir == nil && (v.HostPath == nil || *v.HostPath.Type != v1.HostPathDirectory) {
+		t.Errorf("plugins volume %+v, want an emptyDir or a hostPath that must exist (nothing created on the node)", v)
+	}
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil && v.HostPath.Type != nil && (*v.HostPath.Type == v1.HostPathDirectoryOrCreate || *v.HostPath.Type == v1.HostPathFileOrCreate) {
+			t.Errorf("volume %s creates %s on the node: left behind by an uninstall", v.Name, v.HostPath.Path)
+		}
 	}
 	if m, ok := mounts["/tmp"]; !ok || volumes[m.Name].EmptyDir == nil {
 		t.Errorf("no emptyDir on /tmp (go-plugin's sockets; the root filesystem is read-only)")
@@ -191,13 +233,13 @@ func rules(objects []runtime.Object) []rbacv1.PolicyRule {
 	return r
 }
 
-// TestManifestsPolicyBindsTheAgent holds deploy/kubernetes/admissionpolicy.yaml
+// TestManifestsPolicyBindsTheAgent holds deploy/kubernetes/04-admissionpolicy.yaml
 // to issue 17 §3 (see checkPolicy), for the ServiceAccount of
-// serviceaccount.yaml and the DaemonSet's --readiness-gate.
+// 01-serviceaccount.yaml and the DaemonSet's --readiness-gate.
 func TestManifestsPolicyBindsTheAgent(t *testing.T) {
-	sa := only[*v1.ServiceAccount](t, plain(t, "serviceaccount.yaml"))
+	sa := only[*v1.ServiceAccount](t, plain(t, "01-serviceaccount.yaml"))
 	gate := ""
-	for _, a := range only[*appsv1.DaemonSet](t, plain(t, "daemonset.yaml")).Spec.Template.Spec.Containers[0].Args {
+	for _, a := range only[*appsv1.DaemonSet](t, plain(t, "05-daemonset.yaml")).Spec.Template.Spec.Containers[0].Args {
 		if v, ok := strings.CutPrefix(a, "--readiness-gate="); ok {
 			gate = v
 		}

@@ -22,7 +22,7 @@ import (
 const policyGate = "probed.io/ready"
 
 // policyWorld is the agent of node under the admission policy of
-// deploy/kubernetes/admissionpolicy.yaml (and its RBAC with eviction), with a
+// deploy/kubernetes/04-admissionpolicy.yaml (and its RBAC with eviction), with a
 // gated running pod "mine" on node and "victim" on another node, both in ns
 // (not labelled for liveness actions).
 type policyWorld struct {

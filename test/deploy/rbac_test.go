@@ -19,7 +19,7 @@ import (
 )
 
 // TestAgentRoleAllowsWhatTheAgentDoes (issue 10 §8): as the agent's
-// ServiceAccount bound to deploy/kubernetes/clusterrole.yaml (read from the
+// ServiceAccount bound to deploy/kubernetes/02-clusterrole.yaml (read from the
 // file), the agent's requests succeed: list and watch the node's pods across
 // namespaces (field selector spec.nodeName), get a pod, patch its
 // readiness-gate condition on the status subresource, create and patch an
@@ -87,8 +87,8 @@ func TestAgentRoleAllowsWhatTheAgentDoes(t *testing.T) {
 // (403) everything outside the role: changing a pod's spec or metadata,
 // deleting a pod, reading secrets, listing nodes, a core/v1 Event (the role
 // grants events.k8s.io only), evicting a pod without
-// clusterrole-eviction.yaml, and reading a namespace without
-// clusterrole-restart.yaml.
+// options/clusterrole-eviction.yaml, and reading a namespace without
+// options/clusterrole-restart.yaml.
 func TestAgentRoleRefusesTheRest(t *testing.T) {
 	admin := kubetest.Client(t)
 	agent := kubetest.ClientFor(t, kubetest.AgentConfig(t))
@@ -151,7 +151,7 @@ func TestAgentRoleRefusesTheRest(t *testing.T) {
 	}
 }
 
-// TestEvictionRoleAllowsEviction: with clusterrole-eviction.yaml bound too
+// TestEvictionRoleAllowsEviction: with options/clusterrole-eviction.yaml bound too
 // (--liveness-action=evict), the agent's policy/v1 Eviction is accepted.
 func TestEvictionRoleAllowsEviction(t *testing.T) {
 	admin := kubetest.Client(t)
@@ -175,7 +175,7 @@ func evict(ctx context.Context, c kubernetes.Interface, ns, name string) error {
 	return c.PolicyV1().Evictions(ns).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
 }
 
-// TestRestartRoleReadsNamespaces: with clusterrole-restart.yaml bound too
+// TestRestartRoleReadsNamespaces: with options/clusterrole-restart.yaml bound too
 // (--liveness-action=restart), the agent reads and watches namespaces (the
 // label that allows restarts, agent/kube/nsscope), and nothing more than
 // before: no eviction, no namespace write.

@@ -39,23 +39,26 @@ type criPod struct {
 	rs       internalapi.RuntimeService
 }
 
-// startCRIPod starts container app (command run by sh -c, host dirs
-// mounted as given) in a new sandbox, creates pod ns/name on node with the
-// probed.io/probes annotation and the gate (mutate may change the pod
-// before it is created), and writes its running status with the
-// container's ID.
+// startCRIPod creates pod ns/name on node with the probed.io/probes
+// annotation and the gate (mutate may change the pod before it is
+// created), starts its container app (command run by sh -c, host dirs
+// mounted as given) in a new sandbox labelled with the pod's UID, and
+// writes its running status with the container's ID.
 func startCRIPod(t *testing.T, admin kubernetes.Interface, ns, name, node, annotation, command string,
 	mounts []*runtimeapi.Mount, mutate func(*v1.Pod)) *criPod {
 	t.Helper()
 	p := &criPod{ns: ns, name: name, rs: critest.Runtime(t)}
-	p.id = critest.RunPodSandbox(t, p.rs).Start(t, critest.Container{Name: "app", Command: []string{"sh", "-c", command}, Mounts: mounts})
 	pod := kubetest.NewPod(ns, name, node, "app")
 	pod.Annotations = map[string]string{"probed.io/probes": annotation}
 	pod.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: gate}}
 	if mutate != nil {
 		mutate(pod)
 	}
-	kubetest.CreatePod(t, admin, pod)
+	created := kubetest.CreatePod(t, admin, pod)
+	// The sandbox and container as the kubelet makes them for this pod:
+	// their labels name its UID (probed checks them before it acts).
+	p.id = critest.RunPodSandboxFor(t, p.rs, ns, name, string(created.UID)).Start(t,
+		critest.Container{Name: "app", Command: []string{"sh", "-c", command}, Mounts: mounts})
 	// One status write with the real ID: a run against a made-up ID would
 	// be errored, and its Unhealthy Event would open the series later
 	// Unhealthy Events of the container are counted into (tools/events keys

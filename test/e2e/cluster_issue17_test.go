@@ -34,7 +34,7 @@ func (a *clusterAgent) get(t *testing.T, path string) string {
 
 // TestClusterEvictOnlyInLabelledNamespaces (issue 17 §6): the real binary
 // with --liveness-action=evict, under the agent's identity of deploy/
-// (clusterrole-eviction.yaml included), evicts a pod whose annotation
+// (options/clusterrole-eviction.yaml included), evicts a pod whose annotation
 // liveness probe fails only in a namespace labelled
 // probed.io/liveness-actions=enabled; in another namespace the pod stays and
 // the Event says why nothing was done.

@@ -103,12 +103,12 @@ func TestClusterResidentFallback(t *testing.T) {
 	ns, node := kubetest.Namespace(t), kubetest.NodeName(t)
 	a := criAgent(t, node, "--exec-mode", "resident")
 	rs := critest.Runtime(t)
-	id := critest.RunPodSandbox(t, rs).Start(t, critest.Container{Name: "app", Command: []string{"/bin/sleep", "3600"},
-		Env: []*runtimeapi.KeyValue{{Key: "PATH", Value: []byte("/nowhere")}}})
 	pod := kubetest.NewPod(ns, "web", node, "app")
 	pod.Annotations = map[string]string{"probed.io/probes": `[{"container":"app","type":"readiness","periodSeconds":1,"exec":{"command":["/bin/true"]}}]`}
 	pod.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: gate}}
-	kubetest.CreatePod(t, admin, pod)
+	created := kubetest.CreatePod(t, admin, pod)
+	id := critest.RunPodSandboxFor(t, rs, ns, "web", string(created.UID)).Start(t, critest.Container{Name: "app", Command: []string{"/bin/sleep", "3600"},
+		Env: []*runtimeapi.KeyValue{{Key: "PATH", Value: []byte("/nowhere")}}})
 	kubetest.SetPodRunning(t, admin, ns, "web", true)
 	(&criPod{ns: ns, name: "web", id: id, rs: rs}).setContainerID(t, admin, "containerd://"+id)
 	waitCondition(t, a, admin, ns, "web", gate, v1.ConditionTrue, "ProbeSucceeded", 30*time.Second)

@@ -13,6 +13,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
@@ -31,9 +32,9 @@ import (
 // where it needs the runtime). Nothing here writes a pod status: every
 // status is the kubelet's. They skip without PROBED_TEST_NODE.
 
-// podHistory is every version of one pod the API server sent to a watch
-// opened before the pod was created (a RetryWatcher: a closed watch is
-// resumed from its last resourceVersion, so no version is missed).
+// podHistory is every version of the pods a watch opened before them
+// selected (a RetryWatcher: a closed watch is resumed from its last
+// resourceVersion, so no version is missed).
 type podHistory struct {
 	mu   sync.Mutex
 	pods []*v1.Pod
@@ -42,15 +43,21 @@ type podHistory struct {
 // watchPod starts recording pod ns/name; the watch stops when the test ends.
 func watchPod(t *testing.T, c kubernetes.Interface, ns, name string) *podHistory {
 	t.Helper()
-	sel := "metadata.name=" + name
-	list, err := c.CoreV1().Pods(ns).List(kubetest.Context(t), metav1.ListOptions{FieldSelector: sel})
+	return watchPods(t, c, ns, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+}
+
+// watchPods starts recording the pods of ns that sel's field and label
+// selectors select; the watch stops when the test ends.
+func watchPods(t *testing.T, c kubernetes.Interface, ns string, sel metav1.ListOptions) *podHistory {
+	t.Helper()
+	list, err := c.CoreV1().Pods(ns).List(kubetest.Context(t), sel)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	w, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, &cache.ListWatch{
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = sel
+			o.FieldSelector, o.LabelSelector = sel.FieldSelector, sel.LabelSelector
 			return c.CoreV1().Pods(ns).Watch(ctx, o)
 		},
 	})
@@ -82,6 +89,17 @@ func (h *podHistory) since(from int) []*v1.Pod {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]*v1.Pod(nil), h.pods[from:]...)
+}
+
+// of returns the versions of pod uid recorded at or after index from.
+func (h *podHistory) of(uid types.UID, from int) []*v1.Pod {
+	var out []*v1.Pod
+	for _, p := range h.since(from) {
+		if p.UID == uid {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // len is the number of versions recorded so far.

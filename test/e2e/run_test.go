@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -188,6 +189,8 @@ func TestRunManifestDirectory(t *testing.T) {
 			return strings.Contains(string(body), want), fmt.Sprintf("no %q in %.300s", want, body)
 		})
 	}
+
+	checkDebugSchedulerExposesNoPod(t, base, "web", "db")
 
 	var list *v1.PodList
 	pods := func() (*v1.PodList, string) {
@@ -663,4 +666,57 @@ func TestRunBundledExamples(t *testing.T) {
 			t.Errorf("the examples' temporary directory %s was not removed at exit (stat: %v)", examplesDir, err)
 		}
 	}
+}
+
+// checkDebugSchedulerExposesNoPod holds GET /debug/scheduler to what
+// docs/operations.md says it exposes on the API's listener: the scheduler's
+// and pools' counters and the plugins' state, and nothing of a pod (no pod
+// name, namespace or probe target among its strings).
+func checkDebugSchedulerExposesNoPod(t *testing.T, base string, pods ...string) {
+	t.Helper()
+	body, err := apiGet(base, "/debug/scheduler")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(body, &doc); err != nil {
+		t.Fatalf("/debug/scheduler: %v\n%s", err, body)
+	}
+	keys := func(v any) []string {
+		m, _ := v.(map[string]any)
+		var out []string
+		for k := range m {
+			out = append(out, k)
+		}
+		sort.Strings(out)
+		return out
+	}
+	if got := strings.Join(keys(doc), " "); got != "plugins scheduler" {
+		t.Errorf("/debug/scheduler keys %q, want plugins and scheduler only", got)
+	}
+	want := "backlog dispatched entries now pools running skippedRuns started triggers wheelAdvanced"
+	if got := strings.Join(keys(doc["scheduler"]), " "); got != want {
+		t.Errorf("/debug/scheduler scheduler keys %q, want %q (docs/operations.md lists them)", got, want)
+	}
+	var walk func(v any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				walk(k)
+				walk(e)
+			}
+		case []any:
+			for _, e := range x {
+				walk(e)
+			}
+		case string:
+			for _, p := range pods {
+				if x == p || strings.Contains(x, "/"+p) {
+					t.Errorf("/debug/scheduler names pod %s: %q", p, x)
+				}
+			}
+		}
+	}
+	walk(doc)
 }

@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# A real kube-apiserver + etcd on loopback for probed's integration tests.
+# A real kube-apiserver + etcd on loopback for probed's integration tests, and the control plane of
+# the real node (test/node/env.sh).
 #
-#   test/kube/env.sh build        build kube-apiserver, etcd, the kubelet and helm into the cache
-#                                 (once per machine)
+#   test/kube/env.sh build        build kube-apiserver, etcd, the kubelet, kube-controller-manager,
+#                                 kube-scheduler, kubectl and helm into the cache (once per machine)
 #   test/kube/env.sh start DIR [--node NAME]
 #                                 credentials, etcd and kube-apiserver on free loopback ports;
 #                                 writes DIR/kubeconfig and DIR/pids, prints `export` lines. With
-#                                 --node, also the identity of a kubelet for node NAME (a token of
-#                                 system:node:NAME in group system:nodes, DIR/node.kubeconfig) and
-#                                 the Node authorizer and NodeRestriction (test/node/env.sh)
+#                                 --node, the control plane of a real single-node cluster: the
+#                                 identity of a kubelet for node NAME (a token of system:node:NAME in
+#                                 group system:nodes, DIR/node.kubeconfig), the Node authorizer,
+#                                 NodeRestriction and ServiceAccount admission, a client certificate
+#                                 for the API server's requests to the kubelet (logs, exec), and
+#                                 kube-controller-manager and kube-scheduler, each with its own
+#                                 identity (test/node/env.sh)
 #   test/kube/env.sh stop DIR     stops what `start DIR` started (by the PIDs in DIR/pids)
 #   test/kube/env.sh apiserver-stop DIR
 #                                 stops only the kube-apiserver of DIR; etcd (and so the data) stays
@@ -19,10 +24,11 @@
 # The binaries are built from the Go module proxy (k8s.io/kubernetes, whose go.mod pins
 # go.etcd.io/etcd/server/v3) in a tools module of their own under
 # ${PROBED_KUBE_CACHE:-$HOME/.cache/probed-kube}, never inside the project's module. A new machine
-# pays ~8-9 minutes once; later builds are skipped when `kube-apiserver --version` and
-# `kubelet --version` print the wanted version. There is no controller-manager or scheduler, and
-# no kubelet runs here: tests write pod statuses themselves (test/node/env.sh runs a real kubelet
-# with this server). See docs/cluster.md "Running the integration tests".
+# pays it once; later builds are skipped when each cached binary's `--version` prints the wanted
+# version, and only the missing ones are built. Without --node there is no controller-manager or
+# scheduler and no ServiceAccount admission: tests write pod statuses themselves (test/node/env.sh
+# runs a real kubelet with the --node control plane). See docs/cluster.md "Running the integration
+# tests".
 set -euo pipefail
 
 KUBE_VERSION=v1.37.2
@@ -33,10 +39,11 @@ export PATH="/usr/local/go/bin:$PATH"
 
 die() { echo "env.sh: $*" >&2; exit 1; }
 
-cmd_build() { build_kube; build_helm; }
+cmd_build() { build_kube all; build_helm; }
 
 # build_helm: helm from helm.sh/helm/v3 (no replace directives: `go install` works), for the chart
-# tests of test/deploy (helm lint, helm template). The stamp file records the version built.
+# tests of test/deploy (helm lint, helm template) and the chart's install on the real node. The
+# stamp file records the version built.
 build_helm() {
   if [ -x "$BIN/helm" ] && [ "$(cat "$BIN/helm.version" 2>/dev/null)" = "$HELM_VERSION" ]; then
     echo "env.sh: cached helm $HELM_VERSION in $BIN"
@@ -49,21 +56,46 @@ build_helm() {
   echo "$HELM_VERSION" > "$BIN/helm.version"
 }
 
-# cached_version NAME: the version line the cached binary NAME prints, or nothing.
-cached_version() { [ -x "$BIN/$1" ] && "$BIN/$1" --version 2>/dev/null | head -1; }
+# The Kubernetes commands of the tools module, by the name of their binary; SERVER the ones a plain
+# `start` needs, CONTROL_PLANE the ones `start --node` needs besides.
+KUBE_CMDS=(kube-apiserver kubelet kube-controller-manager kube-scheduler kubectl)
+SERVER=(kube-apiserver)
+CONTROL_PLANE=(kube-apiserver kube-controller-manager kube-scheduler)
 
-# server_cached: kube-apiserver (of KUBE_VERSION) and etcd are in the cache.
-server_cached() { [ -x "$BIN/etcd" ] && [ "$(cached_version kube-apiserver)" = "Kubernetes $KUBE_VERSION" ]; }
+# cached NAME: the cached binary NAME (a Kubernetes command, or etcd) is there, of KUBE_VERSION.
+cached() {
+  local v
+  [ -x "$BIN/$1" ] || return 1
+  case "$1" in
+    etcd) return 0 ;;
+    kubectl) v="$("$BIN/kubectl" version --client 2>/dev/null | head -1)"; [ "$v" = "Client Version: $KUBE_VERSION" ] ;;
+    *) v="$("$BIN/$1" --version 2>/dev/null | head -1)"; [ "$v" = "Kubernetes $KUBE_VERSION" ] ;;
+  esac
+}
 
-# kubelet_cached: the kubelet of KUBE_VERSION is in the cache (for test/node/env.sh).
-kubelet_cached() { [ "$(cached_version kubelet)" = "Kubernetes $KUBE_VERSION" ]; }
+# all_cached NAME...: every named binary is cached (etcd with kube-apiserver).
+all_cached() {
+  local n
+  for n in "$@"; do
+    cached "$n" || return 1
+    [ "$n" != kube-apiserver ] || cached etcd || return 1
+  done
+}
 
-# build_kube: kube-apiserver, etcd and the kubelet from a tools module of their own. What is
-# cached is kept: a cache from before the kubelet was added builds the kubelet alone (~3 min with
-# the Go build cache of the apiserver build, ~10 s when only relinking).
+# build_kube all|NAME...: the named Kubernetes commands (all: KUBE_CMDS) that are not cached, and
+# etcd with kube-apiserver, from a tools module of their own, in one `go build` that compiles their
+# shared packages once. What is cached is kept: a cache from before a command was added builds
+# that command alone (with the Go build cache of the earlier builds: minutes, not the first
+# build's tens of minutes).
 build_kube() (  # a subshell: the cd and exports below stay inside
-  if server_cached && kubelet_cached; then
-    echo "env.sh: cached kube-apiserver and kubelet $KUBE_VERSION and etcd in $BIN"
+  local want=("$@")
+  [ "${want[0]:-all}" != all ] || want=("${KUBE_CMDS[@]}")
+  local cmds=() n
+  for n in "${want[@]}"; do cached "$n" || cmds+=("k8s.io/kubernetes/cmd/$n"); done
+  local need_etcd=""
+  for n in "${want[@]}"; do [ "$n" != kube-apiserver ] || cached etcd || need_etcd=1; done
+  if [ ${#cmds[@]} = 0 ] && [ -z "$need_etcd" ]; then
+    echo "env.sh: cached ${want[*]} $KUBE_VERSION in $BIN"
     return 0
   fi
   command -v go >/dev/null || die "go not on PATH"
@@ -85,8 +117,7 @@ build_kube() (  # a subshell: the cd and exports below stay inside
     echo
     echo "tool ("
     echo "	go.etcd.io/etcd/server/v3"
-    echo "	k8s.io/kubernetes/cmd/kube-apiserver"
-    echo "	k8s.io/kubernetes/cmd/kubelet"
+    for n in "${KUBE_CMDS[@]}"; do echo "	k8s.io/kubernetes/cmd/$n"; done
     echo ")"
     echo
     echo "replace ("
@@ -94,33 +125,44 @@ build_kube() (  # a subshell: the cd and exports below stay inside
     grep -E '^[[:space:]]+k8s\.io/[A-Za-z0-9._/-]+ v0\.0\.0([[:space:]]|$)' "$kgomod" |
       awk -v v="$staging" '{print "\t" $1 " => " $1 " " v}' | sort -u
     echo ")"
-  } > go.mod
-  echo "env.sh: go mod tidy ($(grep -c '=>' go.mod) replaces)"
-  go mod tidy
+  } > go.mod.in.new
+  # go mod tidy only when the module changed (a new command, another version): go.mod.in keeps
+  # what was written before tidy.
+  if ! cmp -s go.mod.in.new go.mod.in || [ ! -f go.sum ]; then
+    cp go.mod.in.new go.mod
+    echo "env.sh: go mod tidy ($(grep -c '=>' go.mod) replaces)"
+    go mod tidy
+    mv go.mod.in.new go.mod.in
+  else
+    rm go.mod.in.new
+  fi
   local pkg=k8s.io/component-base/version
   local major="${KUBE_VERSION#v}"; major="${major%%.*}"
   local minor="${KUBE_VERSION#v*.}"; minor="${minor%%.*}"
-  # One go build of the Kubernetes commands missing from the cache: they share their compiled
-  # packages. The -X flags make --version print KUBE_VERSION (the cache check above).
-  local cmds=()
-  server_cached || cmds+=(k8s.io/kubernetes/cmd/kube-apiserver)
-  kubelet_cached || cmds+=(k8s.io/kubernetes/cmd/kubelet)
   local out="$BIN/.new"
   rm -rf "$out"; mkdir -p "$out"
-  echo "env.sh: building ${cmds[*]##*/} $KUBE_VERSION (kube-apiserver and kubelet: 8-9 min on an empty build cache; the kubelet alone after the apiserver: ~3 min)"
-  go build -trimpath -o "$out/" -ldflags "-s -w \
-    -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor \
-    -X $pkg.gitTreeState=clean" "${cmds[@]}"
-  if ! server_cached; then
+  if [ ${#cmds[@]} -gt 0 ]; then
+    # The -X flags make --version print KUBE_VERSION (the cache check above).
+    echo "env.sh: building ${cmds[*]##*/} $KUBE_VERSION (all of them on an empty build cache: 20-25 min on a loaded 2-core machine; docs/cluster.md)"
+    local t0=$SECONDS
+    go build -trimpath -o "$out/" -ldflags "-s -w \
+      -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor \
+      -X $pkg.gitTreeState=clean" "${cmds[@]}"
+    echo "env.sh: built ${cmds[*]##*/} in $(( SECONDS - t0 )) s"
+  fi
+  if [ -n "$need_etcd" ]; then
     echo "env.sh: building etcd"
     go build -trimpath -o "$out/etcd" -ldflags "-s -w" go.etcd.io/etcd/server/v3
   fi
   local f
   for f in "$out"/*; do mv "$f" "$BIN/"; done
   rmdir "$out"
-  "$BIN/kube-apiserver" --version
-  "$BIN/kubelet" --version
-  "$BIN/etcd" --version | head -1
+  for n in "${want[@]}"; do
+    case "$n" in
+      kubectl) "$BIN/kubectl" version --client | head -1 ;;
+      *) "$BIN/$n" --version ;;
+    esac
+  done
 )
 
 # free_port prints a loopback TCP port nothing listens on (two when asked: P and P+1 free).
@@ -198,6 +240,21 @@ make_credentials() {
     # authorizer and the NodeRestriction admission plugin recognise as the node NODE.
     NODE_TOKEN="$(openssl rand -hex 32)"
     printf '%s,system:node:%s,system:node:%s,"system:nodes"\n' "$NODE_TOKEN" "$NODE" "$NODE" >> "$DIR/tokens.csv"
+    # kube-controller-manager and kube-scheduler as the users the API server's bootstrap RBAC
+    # binds their roles to (each controller then acts as a ServiceAccount of kube-system of its
+    # own: --use-service-account-credentials).
+    CM_TOKEN="$(openssl rand -hex 32)" SCHED_TOKEN="$(openssl rand -hex 32)"
+    printf '%s,system:kube-controller-manager,system:kube-controller-manager\n' "$CM_TOKEN" >> "$DIR/tokens.csv"
+    printf '%s,system:kube-scheduler,system:kube-scheduler\n' "$SCHED_TOKEN" >> "$DIR/tokens.csv"
+    # The API server's client certificate towards the kubelet (kubectl logs, exec, port-forward:
+    # the API server calls the kubelet's API, which authenticates it with the same CA and asks the
+    # API server whether it may; system:masters may).
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+      -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" \
+      -keyout "$pki/kubelet-client.key" -out "$pki/kubelet-client.csr" 2>/dev/null
+    printf 'extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n' > "$pki/kubelet-client.ext"
+    openssl x509 -req -in "$pki/kubelet-client.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" \
+      -CAcreateserial -days 30 -extfile "$pki/kubelet-client.ext" -out "$pki/kubelet-client.crt" 2>/dev/null
   fi
   chmod 600 "$pki"/*.key "$DIR/tokens.csv"
 }
@@ -219,10 +276,21 @@ start_etcd() {
 start_apiserver() {
   API_PORT="$(free_port)"
   local pki="$DIR/pki"
-  # With a node (start --node): the Node authorizer before RBAC and NodeRestriction, as a
-  # cluster with kubelets runs them.
-  local AUTHZ=RBAC admission=()
-  [ -z "$NODE" ] || { AUTHZ=Node,RBAC; admission=(--enable-admission-plugins NodeRestriction); }
+  # Without a node: no ServiceAccount admission (no controller-manager makes the namespaces'
+  # default ServiceAccounts; tests bind pods by spec.nodeName and write their statuses). With a
+  # node (start --node), as a cluster with kubelets runs: the Node authorizer before RBAC,
+  # NodeRestriction, ServiceAccount admission (every pod gets its bound token projected by the
+  # kubelet), the kubelet reached on its InternalIP (the node's name resolves nowhere) with a
+  # client certificate, and webhooks and aggregated APIs reached at their Service's endpoints
+  # rather than its ClusterIP: there is no kube-proxy (docs/cluster.md "Running the node tests").
+  local AUTHZ=RBAC admission=(--disable-admission-plugins ServiceAccount)
+  if [ -n "$NODE" ]; then
+    AUTHZ=Node,RBAC
+    admission=(--enable-admission-plugins NodeRestriction
+      --kubelet-client-certificate "$pki/kubelet-client.crt" --kubelet-client-key "$pki/kubelet-client.key"
+      --kubelet-preferred-address-types InternalIP,Hostname
+      --enable-aggregator-routing=true)
+  fi
   APISERVER_ARGS=(--etcd-servers "http://127.0.0.1:$ETCD_PORT"
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT"
     --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key"
@@ -231,7 +299,7 @@ start_apiserver() {
     --service-account-issuer https://kubernetes.default.svc.cluster.local
     --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key"
     --service-cluster-ip-range 10.0.0.0/24 --endpoint-reconciler-type none
-    --disable-admission-plugins ServiceAccount "${admission[@]}")
+    "${admission[@]}")
   declare -p API_PORT APISERVER_ARGS > "$DIR/apiserver.env"
   run_apiserver
 }
@@ -242,6 +310,53 @@ run_apiserver() {
   "$BIN/kube-apiserver" "${APISERVER_ARGS[@]}" </dev/null >>"$DIR/logs/kube-apiserver.log" 2>&1 &
   API_PID=$!
   wait_until 180 "$API_PID" kube-apiserver apiserver_ready
+}
+
+# https_up PORT PATH: GET PATH on 127.0.0.1:PORT over TLS answers 200 (a component's own serving
+# certificate, self-signed: not verified; /healthz needs no credentials).
+https_up() {
+  printf 'GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n' "$2" |
+    timeout 5 openssl s_client -quiet -connect "127.0.0.1:$1" 2>/dev/null | head -1 | grep -q ' 200 '
+}
+
+# default_service_account: the controller-manager's ServiceAccount controller has made the default
+# ServiceAccount of namespace default (its controllers run, not only its /healthz).
+default_service_account() { [[ "$(https_status "$API_PORT" /api/v1/namespaces/default/serviceaccounts/default)" == *" 200 "* ]]; }
+
+# start_controllers: kube-controller-manager and kube-scheduler of KUBE_VERSION for the node's
+# cluster, each with its identity's kubeconfig (also its delegated authentication and
+# authorization of its own /healthz), no leader election (one of each), their HTTPS on loopback
+# ports. The controller-manager signs the tokens of ServiceAccount Secrets with the API server's
+# service-account key and publishes the CA as each namespace's kube-root-ca.crt (what a pod's
+# projected token volume holds). A node's heartbeat may come late on a loaded machine: the node
+# is marked unreachable (and its pods' eviction timers start) after 3 minutes without one, not
+# the default 50 s.
+start_controllers() {
+  local pki="$DIR/pki" cm_port sched_port
+  write_kubeconfig "$DIR/controller-manager.kubeconfig" system:kube-controller-manager "$CM_TOKEN"
+  write_kubeconfig "$DIR/scheduler.kubeconfig" system:kube-scheduler "$SCHED_TOKEN"
+  cm_port="$(free_port)"
+  "$BIN/kube-controller-manager" --kubeconfig "$DIR/controller-manager.kubeconfig" \
+    --authentication-kubeconfig "$DIR/controller-manager.kubeconfig" \
+    --authorization-kubeconfig "$DIR/controller-manager.kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port "$cm_port" --leader-elect=false \
+    --use-service-account-credentials \
+    --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
+    --node-monitor-grace-period 3m \
+    </dev/null >>"$DIR/logs/kube-controller-manager.log" 2>&1 &
+  CM_PID=$!
+  echo "kube-controller-manager $CM_PID" >> "$DIR/pids"
+  sched_port="$(free_port)"
+  "$BIN/kube-scheduler" --kubeconfig "$DIR/scheduler.kubeconfig" \
+    --authentication-kubeconfig "$DIR/scheduler.kubeconfig" \
+    --authorization-kubeconfig "$DIR/scheduler.kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port "$sched_port" --leader-elect=false \
+    </dev/null >>"$DIR/logs/kube-scheduler.log" 2>&1 &
+  SCHED_PID=$!
+  echo "kube-scheduler $SCHED_PID" >> "$DIR/pids"
+  wait_until 120 "$CM_PID" kube-controller-manager https_up "$cm_port" /healthz || return 1
+  wait_until 120 "$CM_PID" kube-controller-manager default_service_account || return 1
+  wait_until 120 "$SCHED_PID" kube-scheduler https_up "$sched_port" /healthz || return 1
 }
 
 # write_kubeconfig [FILE USER TOKEN]: DIR/kubeconfig for the admin (or FILE for USER with TOKEN).
@@ -285,9 +400,13 @@ cmd_start() {
       alive "$pid" && die "$DIR is in use (PID $pid runs); run: $0 stop $DIR"
     done
   fi
-  # The server's binaries (built with the kubelet when missing) and helm; a cached server with no
-  # kubelet does not wait for the kubelet's build (test/node/env.sh builds it).
-  { server_cached || (build_kube); build_helm; } >&2
+  # The binaries this start runs (a cache without them builds them; never the others: a plain
+  # server does not wait for the kubelet's build) and helm.
+  if [ -n "$NODE" ]; then
+    { build_kube "${CONTROL_PLANE[@]}"; build_helm; } >&2
+  else
+    { build_kube "${SERVER[@]}"; build_helm; } >&2
+  fi
   rm -rf "$DIR/etcd" "$DIR/pki" "$DIR/logs" "$DIR/pids" "$DIR/kubeconfig" "$DIR/apiserver.env"
   mkdir -p "$DIR/logs"
   make_credentials
@@ -307,7 +426,11 @@ cmd_start() {
   done
   printf 'etcd %s\nkube-apiserver %s\n' "$ETCD_PID" "$API_PID" > "$DIR/pids"
   write_kubeconfig
-  [ -z "$NODE" ] || write_kubeconfig "$DIR/node.kubeconfig" "system:node:$NODE" "$NODE_TOKEN"
+  if [ -n "$NODE" ]; then
+    write_kubeconfig "$DIR/node.kubeconfig" "system:node:$NODE" "$NODE_TOKEN"
+    start_controllers || { cmd_stop "$DIR"; die "kube-controller-manager or kube-scheduler did not start (logs in $DIR/logs)"; }
+    echo "# kube-controller-manager (PID $CM_PID) and kube-scheduler (PID $SCHED_PID) $KUBE_VERSION"
+  fi
   echo "# kube-apiserver $KUBE_VERSION on https://127.0.0.1:$API_PORT, etcd on 127.0.0.1:$ETCD_PORT (logs: $DIR/logs)"
   echo "export PROBED_TEST_KUBECONFIG=$DIR/kubeconfig"
 }
@@ -328,7 +451,8 @@ stop_process() {
   kill -KILL "$pid" 2>/dev/null || true
 }
 
-# cmd_stop DIR: stops kube-apiserver, then etcd.
+# cmd_stop DIR: stops what start recorded in DIR/pids, last first: the scheduler and the
+# controller-manager (with a node), kube-apiserver, then etcd.
 cmd_stop() {
   DIR="$(cd "$1" 2>/dev/null && pwd)" || { echo "env.sh: $1: no such directory" >&2; return 0; }
   [ -f "$DIR/pids" ] || { echo "env.sh: nothing started in $DIR" >&2; return 0; }
@@ -337,7 +461,7 @@ cmd_stop() {
     stop_process "$name" "$pid"
   done < <(tac "$DIR/pids")
   rm -f "$DIR/pids"
-  echo "env.sh: stopped kube-apiserver and etcd of $DIR" >&2
+  echo "env.sh: stopped the control plane of $DIR" >&2
 }
 
 # in_use_dir DIR: sets DIR (absolute) for a directory `start` set up, or fails.

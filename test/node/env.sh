@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# One real Kubernetes node on this machine, for the tests and the density benchmark that need the
-# kubelet itself (test/e2e's TestNode… cases, bench/node): its own kube-apiserver + etcd
-# (test/kube/env.sh start --node), its own containerd + runc (test/cri/env.sh start) with the
-# images built here (busybox, the pause image, the probe target), and the kubelet v1.37.2 built from
-# the Go module proxy with the API server. Nothing is pulled; pods are created with spec.nodeName
-# set (there is no scheduler) and hostNetwork: true (there is no CNI plugin). probed is not part of
-# the node: tests and benchmarks run it out of cluster (--kubeconfig, --node-name,
-# --container-runtime-endpoint).
+# One real single-node Kubernetes cluster on this machine, for the tests and the density benchmark
+# that need the kubelet itself (test/e2e's TestNode… and TestChart… cases, bench/node): its own
+# control plane (test/kube/env.sh start --node: kube-apiserver + etcd, kube-controller-manager and
+# kube-scheduler, ServiceAccount admission and bound tokens), its own containerd + runc
+# (test/cri/env.sh start) with the images built here (busybox, the pause image, the probe target),
+# and the kubelet, all v1.37.2 built from the Go module proxy. Nothing is pulled. Controllers work
+# as in any cluster: a DaemonSet is rolled out by its controller, a Deployment's pods are scheduled,
+# owners' dependents are garbage-collected, every pod gets a token bound to it. Pods may still be
+# created with spec.nodeName set (the tests of the kubelet do: no scheduler in their way). There is
+# no CNI plugin but loopback, so pods that must be reached run with hostNetwork: true, and no
+# kube-proxy: in-cluster clients name the API server themselves (the chart's apiServer value) and
+# the API server calls webhooks at their Service's endpoints (docs/cluster.md "Running the node
+# tests").
 #
 #   test/node/env.sh build        the kubelet (with kube-apiserver and etcd, test/kube/env.sh
 #                                 build; cached) and the probe target
@@ -28,7 +33,9 @@
 # plugin not initialized"), no
 # --node-ip (a loopback node IP is refused: the node's address is the machine's own, and so is every
 # pod's), volumePluginDir and podLogsDir under DIR, image garbage collection off (the images cannot
-# be pulled again). Requires root, containernetworking-plugins and what test/cri/env.sh requires.
+# be pulled again), the kubelet's API on every address (the API server reaches it on the node's
+# InternalIP for logs and exec). Requires root, containernetworking-plugins and what
+# test/cri/env.sh requires.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -132,9 +139,11 @@ cgroupRoot: /$CGROUP_ROOT
 failSwapOn: false
 containerRuntimeEndpoint: unix://$DIR/cri/containerd.sock
 imageServiceEndpoint: unix://$DIR/cri/containerd.sock
-# The kubelet's API on loopback only; the admin token of DIR/kube/kubeconfig reads its /metrics
-# (TokenReview and SubjectAccessReview against the node's API server).
-address: 127.0.0.1
+# The kubelet's API on every address: the API server calls it on the node's InternalIP (kubectl
+# logs, exec) with its client certificate; the admin token of DIR/kube/kubeconfig reads its
+# /metrics on 127.0.0.1. Nobody anonymous: authentication by the node's CA or a token
+# (TokenReview), authorization by SubjectAccessReview against the node's API server.
+address: 0.0.0.0
 port: $port
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
@@ -193,9 +202,15 @@ node_ready() {
   [ -n "$hb" ] && [ "$(date -d "$hb" +%s)" -ge "$KUBELET_STARTED" ]
 }
 
+# node_schedulable: the node carries no NoSchedule taint (the node lifecycle controller removes
+# node.kubernetes.io/not-ready a moment after Ready): the scheduler places pods on it.
+node_schedulable() {
+  ! api_get "/api/v1/nodes/$NODE" | tr -d '\n ' | grep -q '"effect":"NoSchedule"'
+}
+
 wait_node_ready() {
   local deadline=$(( $(date +%s) + $1 ))
-  until node_ready; do
+  until node_ready && node_schedulable; do
     if ! alive "$KUBELET_PID"; then
       tail -n 30 "$DIR/logs/kubelet.log" >&2
       die "the kubelet exited (log: $DIR/logs/kubelet.log)"
@@ -260,6 +275,8 @@ cmd_start() {
   trap - EXIT
   local ip
   ip="$(api_get "/api/v1/nodes/$NODE" | tr -d '\n ' | sed -n 's/.*"addresses":\[{"type":"InternalIP","address":"\([^"]*\)".*/\1/p')"
+  local server
+  server="$(sed -n 's#^ *server: https://##p' "$DIR/kube/kubeconfig")"
   cat > "$DIR/node.env" <<ENV
 NODE=$NODE
 NODE_IP=$ip
@@ -270,6 +287,11 @@ STATE=$DIR/state
 KUBELET_PID=$KUBELET_PID
 KUBELET_PORT=$(cat "$DIR/kubelet-port")
 CONTAINERD_PID=$(awk '$1 == "containerd" {print $2}' "$DIR/cri/pids")
+CRI_SOCKET=$DIR/cri/containerd.sock
+API_HOST=${server%:*}
+API_PORT=${server##*:}
+KUBECTL=$BIN/kubectl
+HELM=$BIN/helm
 ENV
   echo "# node $NODE ($ip) Ready in $(( $(date +%s) - t0 )) s: kubelet $("$BIN/kubelet" --version | awk '{print $2}') (PID $KUBELET_PID), containerd on unix://$DIR/cri/containerd.sock, image $TARGET_IMAGE (logs: $DIR/logs, $DIR/kube/logs, $DIR/cri/logs)"
   echo "export PROBED_TEST_NODE=$DIR"

@@ -23,6 +23,16 @@
 // probed never creates, starts or removes containers or sandboxes, pulls
 // images, or attaches or port-forwards; the kubelet restarts a container
 // probed stopped, under the pod's restartPolicy.
+//
+// A pod's status is not proof that a container ID is that pod's (whoever
+// writes the status could name another pod's container, and the runtime
+// resolves a unique prefix of an ID). So ExecSync, Stream and
+// StopContainer act only on a Container, which Resolve makes after the
+// runtime's ContainerStatus confirmed it: the full ID, and the labels the
+// kubelet gives every container it creates naming the pod's UID and the
+// container's name. And what one call may answer is bounded: ExecSync's
+// answer is refused by gRPC past tenant.ExecOutputBytes, before it is
+// read (cri-client takes up to 16 MiB a call).
 package cri
 
 import (
@@ -30,12 +40,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -43,8 +56,11 @@ import (
 	"k8s.io/cri-client/pkg/util"
 	"k8s.io/klog/v2"
 	utilexec "k8s.io/utils/exec"
+	"k8s.io/utils/lru"
 
 	"github.com/probed/probed/manager/results"
+	probeexec "github.com/probed/probed/plugins/exec"
+	"github.com/probed/probed/runtime/tenant"
 )
 
 // DefaultRequestTimeout bounds one CRI call beyond the time the call itself
@@ -82,7 +98,14 @@ type Options struct {
 // Client is a connection to the node's container runtime. Its methods are
 // safe for concurrent use.
 type Client struct {
-	rs       internalapi.RuntimeService
+	rs internalapi.RuntimeService
+	// execConn and execs: ExecSync's own connection, whose answers are
+	// refused past tenant.ExecOutputBytes (cri-client's takes 16 MiB).
+	execConn *grpc.ClientConn
+	execs    runtimeapi.RuntimeServiceClient
+	// resolved remembers the containers Resolve confirmed (a container's
+	// ID and labels never change): the runtime's full ID → whose.
+	resolved *lru.Cache
 	endpoint string
 	timeout  time.Duration
 	version  *runtimeapi.VersionResponse
@@ -142,16 +165,27 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 		return nil, fmt.Errorf("--container-runtime-endpoint %s: %w", opts.Endpoint, err)
 	}
 	c.rs = rs
+	// ExecSync's own connection: the same socket and options as
+	// cri-client's, but with a receive limit a flood cannot pass.
+	c.execConn, err = grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithAuthority("localhost"), grpc.WithContextDialer(dial),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(execResponseBytes)))
+	if err != nil {
+		_ = rs.Close(ctx)
+		return nil, fmt.Errorf("--container-runtime-endpoint %s: %w", opts.Endpoint, err)
+	}
+	c.execs = runtimeapi.NewRuntimeServiceClient(c.execConn)
+	c.resolved = lru.New(resolvedContainers)
 	v, err := rs.Version(ctx, "")
 	c.count(MethodVersion, err)
 	if err != nil {
-		_ = rs.Close(ctx)
+		_ = c.Close()
 		return nil, fmt.Errorf("--container-runtime-endpoint %s: Version: %w", opts.Endpoint, err)
 	}
 	c.version = v
 	if opts.Registerer != nil {
 		if err := opts.Registerer.Register(c.calls); err != nil {
-			_ = rs.Close(ctx)
+			_ = c.Close()
 			return nil, err
 		}
 	}
@@ -160,8 +194,10 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 	return c, nil
 }
 
-// Close ends the connection.
-func (c *Client) Close() error { return c.rs.Close(quiet(context.Background())) }
+// Close ends the connections.
+func (c *Client) Close() error {
+	return errors.Join(c.execConn.Close(), c.rs.Close(quiet(context.Background())))
+}
 
 // RuntimeName is the runtime's name as its Version reports it
 // ("containerd"): the type of the container IDs it serves.
@@ -195,17 +231,50 @@ func (c *Client) ContainerID(statusID string) (string, error) {
 	return id.ID, nil
 }
 
-// ExecSync runs cmd in container id (a CRI ID) and returns its stdout and
-// stderr. timeout is the runtime's own limit for the command, in whole
-// seconds (cri-client truncates; 0: none); the call is bounded by ctx and by
-// RequestTimeout + timeout. A non-zero exit is a k8s.io/utils/exec
-// CodeExitError; a gRPC DeadlineExceeded is cri-client's
-// ErrCommandTimedOut, whatever timed out (the runtime's limit or the
-// call's own bound).
-func (c *Client) ExecSync(ctx context.Context, id string, cmd []string, timeout time.Duration) (stdout, stderr []byte, err error) {
-	stdout, stderr, err = c.rs.ExecSync(quiet(ctx), id, cmd, timeout)
+// ExecSync runs cmd in container ctr and returns its stdout and stderr.
+// timeout is the runtime's own limit for the command, in whole seconds
+// (truncated, as cri-client does; 0: none); the call is bounded by ctx and
+// by RequestTimeout + timeout (cri-client's bound, the kubelet's). A
+// non-zero exit is a k8s.io/utils/exec CodeExitError; a gRPC
+// DeadlineExceeded is cri-client's ErrCommandTimedOut, whatever timed out
+// (the runtime's limit or the call's own bound); an answer over
+// tenant.ExecOutputBytes of output is an *exec.OutputLimitError, refused
+// by gRPC before it is read.
+func (c *Client) ExecSync(ctx context.Context, ctr Container, cmd []string, timeout time.Duration) (stdout, stderr []byte, err error) {
+	stdout, stderr, err = c.execSync(quiet(ctx), ctr.ID, cmd, timeout)
 	c.count(MethodExecSync, err)
 	return stdout, stderr, err
+}
+
+// execResponseBytes is the most an ExecSync answer may be: the output's
+// bound and room for the message's framing and exit code.
+const execResponseBytes = tenant.ExecOutputBytes + 1<<10
+
+// execSync is cri-client's ExecSync (remote_runtime.go) on the capped
+// connection.
+func (c *Client) execSync(ctx context.Context, id string, cmd []string, timeout time.Duration) ([]byte, []byte, error) {
+	var cancel context.CancelFunc
+	if timeout != 0 {
+		ctx, cancel = context.WithTimeout(ctx, c.timeout+timeout)
+	} else {
+		ctx, cancel = context.WithCancel(ctx)
+	}
+	defer cancel()
+	resp, err := c.execs.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: id, Cmd: cmd, Timeout: int64(timeout.Seconds())})
+	switch {
+	case status.Code(err) == codes.DeadlineExceeded:
+		return nil, nil, fmt.Errorf("%w: %q timed out after %s", remote.ErrCommandTimedOut, strings.Join(cmd, " "), timeout)
+	case status.Code(err) == codes.ResourceExhausted && strings.Contains(status.Convert(err).Message(), "larger than max"):
+		return nil, nil, &probeexec.OutputLimitError{Cmd: cmd, Limit: tenant.ExecOutputBytes}
+	case err != nil:
+		return nil, nil, err
+	case resp.ExitCode != 0:
+		return resp.Stdout, resp.Stderr, utilexec.CodeExitError{
+			Err:  fmt.Errorf("command '%s' exited with %d: %s", strings.Join(cmd, " "), resp.ExitCode, resp.Stderr),
+			Code: int(resp.ExitCode),
+		}
+	}
+	return resp.Stdout, resp.Stderr, nil
 }
 
 // Alive reports whether the runtime answers a Version call within 5 s
@@ -218,8 +287,12 @@ func (c *Client) Alive(ctx context.Context) bool {
 	return err == nil
 }
 
-// ContainerStatus returns the runtime's status of container id.
-func (c *Client) ContainerStatus(ctx context.Context, id string) (*runtimeapi.ContainerStatus, error) {
+// ContainerStatus returns the runtime's status of container ctr.
+func (c *Client) ContainerStatus(ctx context.Context, ctr Container) (*runtimeapi.ContainerStatus, error) {
+	return c.status(ctx, ctr.ID)
+}
+
+func (c *Client) status(ctx context.Context, id string) (*runtimeapi.ContainerStatus, error) {
 	resp, err := c.rs.ContainerStatus(quiet(ctx), id, false)
 	c.count(MethodContainerStatus, err)
 	if err != nil {
@@ -228,11 +301,11 @@ func (c *Client) ContainerStatus(ctx context.Context, id string) (*runtimeapi.Co
 	return resp.GetStatus(), nil
 }
 
-// StopContainer stops container id: its stop signal, then SIGKILL after
+// StopContainer stops container ctr: its stop signal, then SIGKILL after
 // gracePeriod seconds (the runtime's StopContainer timeout). The call is
 // bounded by ctx and by RequestTimeout + gracePeriod.
-func (c *Client) StopContainer(ctx context.Context, id string, gracePeriod int64) error {
-	err := c.rs.StopContainer(quiet(ctx), id, gracePeriod)
+func (c *Client) StopContainer(ctx context.Context, ctr Container, gracePeriod int64) error {
+	err := c.rs.StopContainer(quiet(ctx), ctr.ID, gracePeriod)
 	c.count(MethodStopContainer, err)
 	return err
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -31,6 +33,19 @@ type env struct {
 	rs     internalapi.RuntimeService // the test's own CRI connection (the kubelet's side)
 	id     string                     // the container's CRI ID
 	status string                     // its ID as the pod's status has it: containerd://<id>
+	pod    *v1.Pod                    // the pod its sandbox's labels name
+}
+
+// podOf is the pod a test sandbox's labels name (its UID, namespace and
+// name), as the API server would have it.
+func podOf(sb *critest.Sandbox) *v1.Pod {
+	md := sb.Config.Metadata
+	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: md.Namespace, Name: md.Name, UID: types.UID(md.Uid)}}
+}
+
+// app is what an exec run's context names: container app of e's pod.
+func (e *env) app(ctx context.Context) context.Context {
+	return probeexec.WithContainer(ctx, probeexec.PodContainer{Namespace: e.pod.Namespace, Pod: e.pod.Name, PodUID: e.pod.UID, Container: "app"})
 }
 
 func connect(t *testing.T) (*cri.Client, *prometheus.Registry) {
@@ -53,6 +68,7 @@ func newEnv(t *testing.T, command string) *env {
 	sb := critest.RunPodSandbox(t, e.rs)
 	e.id = sb.Start(t, critest.Container{Name: "app", Command: []string{"sh", "-c", command}})
 	e.status = e.client.RuntimeName() + "://" + e.id
+	e.pod = podOf(sb)
 	return e
 }
 
@@ -62,7 +78,7 @@ func newEnv(t *testing.T, command string) *env {
 func (e *env) probe(t *testing.T, containerID string, timeout time.Duration, cmd ...string) (runtime.Outcome, error) {
 	t.Helper()
 	spec := &runtime.Spec{
-		Kind: runtime.KindExec, ProbeType: runtime.Readiness, Container: &v1.Container{Name: "app"},
+		Kind: runtime.KindExec, ProbeType: runtime.Readiness, Pod: e.pod, Container: &v1.Container{Name: "app"},
 		Probe:        &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: cmd}}, TimeoutSeconds: int32(timeout / time.Second)},
 		Milliseconds: &runtime.Milliseconds{Timeout: int32(timeout % time.Second / time.Millisecond)},
 	}
@@ -209,8 +225,10 @@ func TestRunnerRuntimeErrorsAreErrored(t *testing.T) {
 			t.Fatalf("%s: %+v, %v: want an errored run", id, out, err)
 		}
 	}
-	if e.calls(cri.MethodExecSync, "Unknown")+e.calls(cri.MethodExecSync, "NotFound") != 2 {
-		t.Fatal("failed ExecSync calls not counted by code")
+	// The exited container is its pod's (ExecSync fails); the unknown one
+	// is refused by its ContainerStatus, before any ExecSync.
+	if e.calls(cri.MethodExecSync, "Unknown")+e.calls(cri.MethodExecSync, "NotFound") != 1 || e.calls(cri.MethodContainerStatus, "NotFound") != 1 {
+		t.Fatal("failed calls not counted by code")
 	}
 }
 
@@ -220,7 +238,7 @@ func TestRunnerCancelIsErrored(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(300*time.Millisecond, cancel)
 	start := time.Now()
-	_, err := e.client.Runner().RunInContainer(ctx, e.status, []string{"sleep", "3333"}, 10*time.Second)
+	_, err := e.client.Runner().RunInContainer(e.app(ctx), e.status, []string{"sleep", "3333"}, 10*time.Second)
 	var te *probeexec.TimeoutError
 	if err == nil || errors.As(err, &te) || !errors.Is(err, context.Canceled) || time.Since(start) > 5*time.Second {
 		t.Fatalf("after %v: %v", time.Since(start), err)
@@ -234,6 +252,9 @@ func TestRunnerCancelIsErrored(t *testing.T) {
 func TestRunnerRuntimeRestart(t *testing.T) {
 	dir := critest.PrivateRuntime(t)
 	e := newEnv(t, "exec sleep 3600")
+	if out, err := e.probe(t, e.status, time.Second, "true"); err != nil || out.Result != runtime.Success {
+		t.Fatalf("before the restart: %+v, %v", out, err)
+	}
 	critest.StopDaemon(t, dir)
 	out, err := e.probe(t, e.status, time.Second, "true")
 	if err == nil || out.Result != runtime.Unknown {
@@ -271,6 +292,11 @@ func TestRunnerHungRuntimeIsErrored(t *testing.T) {
 	dir := critest.PrivateRuntime(t)
 	e := newShortEnv(t)
 	id := e.id
+	// Resolved first (the container is known from then on): this is about
+	// ExecSync's answer.
+	if out, err := e.probe(t, "containerd://"+id, time.Second, "true"); err != nil || out.Result != runtime.Success {
+		t.Fatalf("before the stop: %+v, %v", out, err)
+	}
 	pid := critest.DaemonPID(t, dir)
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -312,7 +338,9 @@ func TestRunnerHeldOutputIsATimeout(t *testing.T) {
 func newShortEnv(t *testing.T) *env {
 	t.Helper()
 	e := &env{rs: critest.Runtime(t)}
-	e.id = critest.RunPodSandbox(t, e.rs).Start(t, critest.Container{Name: "app", Command: []string{"sleep", "3600"}})
+	sb := critest.RunPodSandbox(t, e.rs)
+	e.id = sb.Start(t, critest.Container{Name: "app", Command: []string{"sleep", "3600"}})
+	e.pod = podOf(sb)
 	var err error
 	e.client, err = cri.Connect(context.Background(), cri.Options{Endpoint: critest.Endpoint(t), RequestTimeout: 2 * time.Second,
 		Registerer: prometheus.NewRegistry(), Log: slog.New(slog.DiscardHandler)})

@@ -19,11 +19,15 @@ import (
 // probes do (spec E2, pkg/kubelet/prober/prober.go through
 // kuberuntime.RunInContainer). It follows the exec.Runner contract:
 //
-//   - the container ID must be of this node's runtime (Client.ContainerID),
-//     else the run is errored with that reason;
+//   - the container ID must be of this node's runtime and the container the
+//     pod's and container's its context names (Client.Resolve,
+//     exec.ContainerOf), else the run is errored with that reason (the
+//     runtime's P5 Event says it);
 //   - the output is stdout followed by stderr, at most
 //     runtime.MaxOutputBytes of it (E2's 10 KiB);
 //   - exit code 0 returns nil, another code an *exec.CodeExitError (E3);
+//   - an answer over tenant.ExecOutputBytes of output is an
+//     *exec.OutputLimitError (a Failure), refused before it is read;
 //   - a command the runtime timed out is an *exec.TimeoutError whose text is
 //     the kubelet's (cri-client: `command timed out: "<cmd>" timed out after
 //     1s`): a Failure (E3). So is a call not answered within RequestTimeout
@@ -60,19 +64,23 @@ var _ probeexec.Runner = (*Runner)(nil)
 
 // RunInContainer implements exec.Runner.
 func (r *Runner) RunInContainer(ctx context.Context, containerID string, cmd []string, timeout time.Duration) ([]byte, error) {
-	id, err := r.c.ContainerID(containerID)
+	want, _ := probeexec.ContainerOf(ctx)
+	ctr, err := r.c.Resolve(ctx, containerID, want)
 	if err != nil {
 		return nil, err
 	}
 	limit, callCtx, cancel := r.bounds(ctx, timeout)
 	defer cancel()
 	start := time.Now()
-	stdout, stderr, err := r.c.ExecSync(callCtx, id, cmd, limit)
+	stdout, stderr, err := r.c.ExecSync(callCtx, ctr, cmd, limit)
 	out := Output(stdout, stderr)
 	var exit utilexec.ExitError
+	var flood *probeexec.OutputLimitError
 	switch {
 	case err == nil:
 		return out, nil
+	case errors.As(err, &flood):
+		return nil, err
 	case errors.As(err, &exit):
 		return out, &probeexec.CodeExitError{Cmd: cmd, Code: exit.ExitStatus()}
 	case ctx.Err() == context.Canceled:

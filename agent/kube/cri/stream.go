@@ -14,7 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// Stream runs cmd in container id (a CRI ID) as a streaming exec, the
+// Stream runs cmd in container ctr as a streaming exec, the
 // session `kubectl exec -i` opens through the kubelet: CRI Exec (counted
 // as MethodExec) returns a URL of the runtime's streaming server, which
 // runs the process as ExecSync would (the container's user, capabilities,
@@ -40,7 +40,8 @@ import (
 // The URL must be plain http (containerd's default, stream_server_address
 // on the node's loopback, enable_tls_streaming off): probed has no trust
 // anchor for a runtime's self-signed streaming certificate.
-func (c *Client) Stream(ctx context.Context, id string, cmd []string, stdin io.Reader, stdout, stderr io.Writer) error {
+func (c *Client) Stream(ctx context.Context, ctr Container, cmd []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	id := ctr.ID
 	ctx = quiet(ctx)
 	opts := remotecommand.StreamOptions{Stdin: stdin, Stdout: stdout, Stderr: stderr}
 	spdy := c.streamSPDY.Load()

@@ -267,7 +267,7 @@ func TestEvictionRateBoundPerNode(t *testing.T) {
 
 // Issue 10 §2.8: eviction needs pods/eviction create and, since issue 17
 // §6, reading the namespaces' labels: as the agent's identity with the RBAC
-// of deploy/kubernetes (clusterrole-eviction.yaml included), the pod is
+// of deploy/kubernetes (options/clusterrole-eviction.yaml included), the pod is
 // evicted. Without pods/eviction the server refuses (403): retried
 // MaxAttempts (5) times, then an EvictionFailed Event.
 func TestEvictionWithTheAgentsRBAC(t *testing.T) {

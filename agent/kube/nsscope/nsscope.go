@@ -124,7 +124,7 @@ func (s *Scope) HasSynced() bool { return s.synced() }
 func (s *Scope) Allows(ctx context.Context, namespace string) (why string, err error) {
 	if !cache.WaitForCacheSync(ctx.Done(), s.synced) {
 		return "", fmt.Errorf("the namespaces selected by %s=%s could not be listed "+
-			"(may the agent list and watch namespaces? deploy/kubernetes/clusterrole-eviction.yaml, clusterrole-restart.yaml)", s.flag, s.selector)
+			"(may the agent list and watch namespaces? deploy/kubernetes/options/clusterrole-eviction.yaml, options/clusterrole-restart.yaml)", s.flag, s.selector)
 	}
 	why, _ = s.Known(namespace)
 	return why, nil

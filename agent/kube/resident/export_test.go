@@ -10,3 +10,11 @@ func (r *Runner) Lost() *prometheus.CounterVec { return r.metrics.lost }
 
 // Starts is probed_exec_helper_starts_total, for the tests.
 func (r *Runner) Starts() *prometheus.CounterVec { return r.metrics.starts }
+
+// Sessions counts the helpers whose session is under way (starting,
+// running, or ending), for the tests.
+func (r *Runner) Sessions() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.helpers)
+}

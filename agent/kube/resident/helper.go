@@ -17,14 +17,15 @@ import (
 )
 
 // Runtime is what the runner needs of the container runtime (*cri.Client):
-// IDs are the runtime's (ContainerID maps a pod status's
-// "containerd://<id>"); Stream starts the helper (CRI Exec), ExecSync runs
-// what cannot go through a helper and kills a helper that stopped
-// answering.
+// Resolve confirms that the container a pod's status names
+// ("containerd://<id>") is that pod's, before anything runs in it; Stream
+// starts the helper (CRI Exec), ExecSync kills a helper that stopped
+// answering; ContainerID maps a status's ID to the runtime's, for Mode.
 type Runtime interface {
 	ContainerID(statusID string) (string, error)
-	Stream(ctx context.Context, id string, cmd []string, stdin io.Reader, stdout, stderr io.Writer) error
-	ExecSync(ctx context.Context, id string, cmd []string, timeout time.Duration) (stdout, stderr []byte, err error)
+	Resolve(ctx context.Context, statusID string, want probeexec.PodContainer) (cri.Container, error)
+	Stream(ctx context.Context, ctr cri.Container, cmd []string, stdin io.Reader, stdout, stderr io.Writer) error
+	ExecSync(ctx context.Context, ctr cri.Container, cmd []string, timeout time.Duration) (stdout, stderr []byte, err error)
 }
 
 // inbox is the helper's stdin: the lines probed sends, queued without
@@ -59,7 +60,9 @@ func (q *inbox) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	n := copy(p, q.buf)
-	q.buf = q.buf[n:]
+	if q.buf = q.buf[n:]; len(q.buf) == 0 {
+		q.buf = nil // the script sent at start is the largest: let it go
+	}
 	return n, nil
 }
 
@@ -87,8 +90,9 @@ func (q *inbox) close() {
 // helper is one resident helper: a streaming exec session in one
 // container, running one command at a time.
 type helper struct {
-	id        string // the container's CRI ID
-	statusID  string // its ID in the pod's status, as the first run named it
+	ctr       cri.Container // the container, as its first run resolved it
+	id        string        // the container's CRI ID (ctr.ID)
+	statusID  string        // its ID in the pod's status (ctr.StatusID)
 	in        *inbox
 	out, errs *stream
 	cancel    context.CancelFunc // ends the session (set before it starts)
@@ -97,8 +101,9 @@ type helper struct {
 	procs     []string           // "PID:STARTTIME" of the helper's shell, reader and runner in the container (for kill)
 }
 
-func newHelper(id string) *helper {
-	return &helper{id: id, in: newInbox(), out: newStream(true), errs: newStream(false), done: make(chan struct{})}
+func newHelper(ctr cri.Container) *helper {
+	return &helper{ctr: ctr, id: ctr.ID, statusID: ctr.StatusID, in: newInbox(), out: newStream(true), errs: newStream(false),
+		done: make(chan struct{})}
 }
 
 // finish records the end of the session.
@@ -146,6 +151,9 @@ func (h *helper) handshake(timeout time.Duration) error {
 		return nil, h.broken()
 	}
 	e, err := wait()
+	if errors.Is(err, errEnvTooLarge) {
+		return &errUnsupported{why: err.Error()}
+	}
 	if err != nil {
 		return err
 	}
@@ -161,7 +169,8 @@ func (h *helper) handshake(timeout time.Duration) error {
 	default:
 		return fmt.Errorf("%w: %T at start", errProtocol, e)
 	}
-	if err := h.in.send(fixLine(h.out.env[0], h.out.env[1])); err != nil {
+	env := h.out.takeEnv()
+	if err := h.in.send(fixLine(env[0], env[1])); err != nil {
 		return err
 	}
 	if e, err = wait(); err != nil {
@@ -224,8 +233,9 @@ func (h *helper) run(ctx context.Context, statusID string, cmd []string, timeout
 	if err != nil {
 		return nil, err, nil
 	}
-	h.out.expect(tok)
-	h.errs.expect(tok)
+	budget := newRunBudget()
+	h.out.expect(tok, budget)
+	h.errs.expect(tok, budget)
 	if err := h.in.send(req); err != nil {
 		return h.lostErr(statusID, err)
 	}
@@ -236,9 +246,11 @@ func (h *helper) run(ctx context.Context, statusID string, cmd []string, timeout
 		stop = t.C
 	}
 	var fo, fe *frame
-	collect := func(stop <-chan time.Time, done <-chan struct{}) string {
+	collect := func(stop <-chan time.Time, done, over <-chan struct{}) string {
 		for fo == nil || fe == nil {
 			select {
+			case <-over:
+				return "flood"
 			case e := <-h.out.event:
 				if fo, _ = e.(*frame); fo == nil {
 					return LostProtocol
@@ -261,30 +273,35 @@ func (h *helper) run(ctx context.Context, statusID string, cmd []string, timeout
 		}
 		return ""
 	}
-	why := collect(stop, ctx.Done())
+	why := collect(stop, ctx.Done(), budget.over)
 	if why == "ctx" && ctx.Err() == context.DeadlineExceeded {
 		why = "timeout"
 	}
 	switch why {
 	case "":
 		return h.verdict(statusID, cmd, fo, fe)
-	case "timeout", "ctx":
-		// The timeout passed (or the run is cancelled): kill what the
-		// command started, and wait for its end to be reported.
+	case "timeout", "ctx", "flood":
+		// The timeout passed, the run is cancelled or it printed more
+		// than a run may: kill what the command started, and wait for
+		// its end to be reported (what it still prints is read and
+		// dropped, up to maxAfterKill).
 		if err := h.in.send("k\n"); err != nil {
 			return h.lostErr(statusID, err)
 		}
 		grace := time.NewTimer(killGrace)
 		defer grace.Stop()
-		switch w := collect(grace.C, nil); w {
+		switch w := collect(grace.C, nil, nil); w {
 		case "":
 		case "timeout":
 			return h.lostErr(statusID, fmt.Errorf("%w: its command was not killed within %v", errUnanswered, killGrace))
 		default:
 			return h.lostErr(statusID, h.why(w))
 		}
-		if why == "ctx" {
+		switch why {
+		case "ctx":
 			return nil, fmt.Errorf("exec in container %s: %w", statusID, ctx.Err()), nil
+		case "flood":
+			return nil, &probeexec.OutputLimitError{Cmd: cmd, Limit: maxRunOutput}, nil
 		}
 		return nil, cri.TimeoutError(cmd, timeout), nil
 	}

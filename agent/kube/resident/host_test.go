@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/probed/probed/agent/kube/cri"
 	"github.com/probed/probed/agent/kube/resident"
 	probeexec "github.com/probed/probed/plugins/exec"
 )
@@ -85,7 +86,13 @@ func (h *hostRuntime) command(ctx context.Context, cmd []string) *exec.Cmd {
 	return c
 }
 
-func (h *hostRuntime) Stream(ctx context.Context, _ string, cmd []string, stdin io.Reader, stdout, stderr io.Writer) error {
+// Resolve confirms every host:// container (a host has no labels to check).
+func (h *hostRuntime) Resolve(_ context.Context, statusID string, _ probeexec.PodContainer) (cri.Container, error) {
+	id, err := h.ContainerID(statusID)
+	return cri.Container{ID: id, StatusID: statusID}, err
+}
+
+func (h *hostRuntime) Stream(ctx context.Context, _ cri.Container, cmd []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	h.mu.Lock()
 	h.streams++
 	h.mu.Unlock()
@@ -107,7 +114,7 @@ func (h *hostRuntime) Stream(ctx context.Context, _ string, cmd []string, stdin 
 	return err
 }
 
-func (h *hostRuntime) ExecSync(ctx context.Context, _ string, cmd []string, _ time.Duration) ([]byte, []byte, error) {
+func (h *hostRuntime) ExecSync(ctx context.Context, _ cri.Container, cmd []string, _ time.Duration) ([]byte, []byte, error) {
 	h.mu.Lock()
 	h.kills++
 	h.mu.Unlock()
@@ -263,7 +270,7 @@ func TestHostVerdictsAsLocalRunner(t *testing.T) {
 				{"false"},
 				{"sh", "-c", "echo out; echo err >&2; exit 7"},
 				{"sh", "-c", "echo only-err >&2"},
-				{"sh", "-c", "head -c 1048576 /dev/zero | tr '\\0' a; echo tail >&2"},
+				{"sh", "-c", "head -c 200000 /dev/zero | tr '\\0' a; echo tail >&2"},
 				{"sh", "-c", "read x; echo read=$?; cat; echo cat=$?"},
 				{"sh", "-c", "kill -9 $$"},
 				{"sh", "-c", "kill -TERM $$"},

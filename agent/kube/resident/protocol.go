@@ -11,10 +11,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	_ "embed"
 
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/tenant"
 )
 
 // The helper's side of the protocol is helper.sh (its header describes
@@ -39,12 +41,23 @@ var Command = []string{"sh", "-c", boot, Name}
 // mark starts every record the helper writes (ASCII record separator).
 const mark = '\x1e'
 
-// Bounds of what probed keeps of the helper's streams.
+// Bounds of what probed keeps of the helper's streams (a helper is a
+// process of the tenant's container: it may write anything).
 const (
-	// maxEnv bounds each environment dump at start (the kernel's limit
-	// for a whole exec's arguments and environment is 2 MiB by default;
-	// containers' environments are far smaller).
-	maxEnv = 256 << 10
+	// maxEnv bounds each environment dump at start
+	// (tenant.HelperEnvironmentBytes); a container whose helper reports
+	// more runs its exec probes through ExecSync (errEnvTooLarge).
+	maxEnv = tenant.HelperEnvironmentBytes
+	// maxRunOutput is the most a run may print, stdout and stderr
+	// together (tenant.ExecOutputBytes): past it the run is killed and
+	// is a Failure (exec.OutputLimitError).
+	maxRunOutput = tenant.ExecOutputBytes
+	// maxAfterKill bounds what a run may still print once it passed
+	// maxRunOutput and was told to stop: a helper that goes on breaks its
+	// protocol and is replaced. An honest one stops it within its reap's
+	// time (a shell walking /proc: `yes` printed 0.7–2.7 MiB more
+	// meanwhile here).
+	maxAfterKill = 16 << 20
 	// maxLine bounds a record's line (status, ready, unsupported).
 	maxLine = 256
 	// maxStartupNoise bounds what the helper's stderr may say before it
@@ -55,6 +68,10 @@ const (
 // errProtocol marks what the helper wrote out of turn: the helper is
 // replaced (the run under way, if any, is errored).
 var errProtocol = errors.New("the exec helper broke its protocol")
+
+// errEnvTooLarge: the helper reported an environment over maxEnv. The
+// container cannot host a helper (its exec probes run through ExecSync).
+var errEnvTooLarge = fmt.Errorf("its environment is over %d KiB", maxEnv>>10)
 
 // quote makes s one single-quoted sh word: ' becomes '\” and a newline
 // '"$nl"' (the helper's $nl holds one), so that a request stays one line
@@ -155,17 +172,18 @@ type frame struct {
 type stream struct {
 	stdout bool // stdout carries the startup records and each run's status
 
-	mu    sync.Mutex
-	state int
-	rec   []byte // startup and status: the record being read
-	out   []byte // a run: the output kept
-	tail  []byte // a run: the last bytes, which may begin the end mark
-	end   []byte // a run: the end mark ("\x1eTOKEN " on stdout, "\x1eTOKEN\n" on stderr)
-	noise int    // stderr before ready: bytes seen
-	env   [2][]byte
-	event chan any      // startupDone, readyRecord, unsupportedRecord, *frame
-	err   error         // the first protocol error; every later write fails with it
-	broke chan struct{} // closed with err
+	mu     sync.Mutex
+	state  int
+	rec    []byte        // startup and status: the record being read
+	out    []byte        // a run: the output kept
+	tail   []byte        // a run: the last bytes, which may begin the end mark
+	end    []byte        // a run: the end mark ("\x1eTOKEN " on stdout, "\x1eTOKEN\n" on stderr)
+	budget *runBudget    // a run: what it printed on both streams
+	noise  int           // stderr before ready: bytes seen
+	env    [2][]byte     // the environment dumps, until the helper takes them (takeEnv)
+	event  chan any      // startupDone, readyRecord, unsupportedRecord, *frame
+	err    error         // the first protocol error; every later write fails with it
+	broke  chan struct{} // closed with err
 }
 
 // States of a stream.
@@ -193,12 +211,34 @@ type (
 	unsupportedRecord string   // why the container cannot host a helper
 )
 
+// runBudget counts what one run printed on both streams: past
+// maxRunOutput, over is closed (the run is killed); past maxRunOutput +
+// maxAfterKill the stream that sees it breaks the protocol.
+type runBudget struct {
+	n    atomic.Int64
+	over chan struct{}
+	once sync.Once
+}
+
+func newRunBudget() *runBudget { return &runBudget{over: make(chan struct{})} }
+
+// add counts n more bytes and reports whether the run went past what it
+// may print even after its kill.
+func (b *runBudget) add(n int) bool {
+	total := b.n.Add(int64(n))
+	if total > maxRunOutput {
+		b.once.Do(func() { close(b.over) })
+	}
+	return total > maxRunOutput+maxAfterKill
+}
+
 // expect arms the stream for the run of tok: what arrives from now on is
-// that run's, up to its end mark.
-func (s *stream) expect(tok string) {
+// that run's, up to its end mark, counted in budget.
+func (s *stream) expect(tok string, budget *runBudget) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.state = stData
+	s.budget = budget
 	s.out, s.tail, s.rec = nil, s.tail[:0], s.rec[:0]
 	s.end = append(append([]byte{mark}, tok...), ' ')
 	if !s.stdout {
@@ -214,6 +254,16 @@ func (s *stream) idle() {
 		s.state = stIdle
 	}
 	s.mu.Unlock()
+}
+
+// takeEnv hands over the environment dumps once, and lets go of every
+// buffer of the start: a helper holds only what a run needs for its life.
+func (s *stream) takeEnv() [2][]byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	env := s.env
+	s.env, s.rec = [2][]byte{}, nil
+	return env
 }
 
 // failed returns the stream's protocol error, if any.
@@ -264,8 +314,14 @@ func (s *stream) ReadFrom(r io.Reader) (int64, error) {
 
 // fail records a protocol error (the first one).
 func (s *stream) fail(format string, args ...any) {
+	s.failWith(fmt.Errorf("%w: "+format, append([]any{errProtocol}, args...)...))
+}
+
+// failWith records err as the stream's error (the first one): every later
+// write fails with it, which ends the session's copy of the stream.
+func (s *stream) failWith(err error) {
 	if s.err == nil {
-		s.err = fmt.Errorf("%w: "+format, append([]any{errProtocol}, args...)...)
+		s.err = err
 		close(s.broke)
 	}
 }
@@ -298,14 +354,15 @@ func (s *stream) step(p []byte) []byte {
 		want := []byte{mark, 'e', '0' + byte(s.state), '\n'}
 		i := bytes.Index(s.rec, want)
 		if i < 0 {
-			if len(s.rec) > maxEnv {
-				s.fail("an environment of over %d bytes", maxEnv)
+			if len(s.rec) > maxEnv+len(want) {
+				s.rec = nil
+				s.failWith(errEnvTooLarge)
 			}
 			return nil
 		}
 		s.env[s.state] = bytes.Clone(s.rec[:i])
 		rest := bytes.Clone(s.rec[i+len(want):])
-		s.rec = s.rec[:0]
+		s.rec = nil // the start's largest buffer: let it go
 		if s.state++; s.state == stReady {
 			s.send(startupDone{})
 		}
@@ -356,6 +413,10 @@ func (s *stream) line(p []byte) []byte {
 // runtime.MaxOutputBytes bytes are kept, the rest is read and dropped (the
 // command is never blocked on its output, as by E2's limit writer).
 func (s *stream) data(p []byte) []byte {
+	if s.budget != nil && s.budget.add(len(p)) {
+		s.fail("a run printed over %d KiB and went on after it was killed", (maxRunOutput+maxAfterKill)>>10)
+		return nil
+	}
 	in := p
 	if len(s.tail) > 0 {
 		in = append(s.tail, p...)

@@ -74,6 +74,7 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/utils/lru"
 
+	"github.com/probed/probed/agent/kube/cri"
 	probeexec "github.com/probed/probed/plugins/exec"
 	"github.com/probed/probed/runtime"
 )
@@ -201,14 +202,16 @@ func New(opts Options) (*Runner, error) {
 }
 
 // RunInContainer implements exec.Runner (see the package doc for the
-// verdicts). A container ID of another runtime is errored as ExecSync's
-// runner errs it.
+// verdicts). A container ID of another runtime, or a container the
+// runtime does not confirm as the pod's (Runtime.Resolve), is errored as
+// ExecSync's runner errs it: nothing runs.
 func (r *Runner) RunInContainer(ctx context.Context, statusID string, cmd []string, timeout time.Duration) ([]byte, error) {
-	id, err := r.opts.Runtime.ContainerID(statusID)
+	want, _ := probeexec.ContainerOf(ctx)
+	ctr, err := r.opts.Runtime.Resolve(ctx, statusID, want)
 	if err != nil {
 		return nil, err
 	}
-	e, reason := r.acquire(id, statusID)
+	e, reason := r.acquire(ctr)
 	if e == nil {
 		r.metrics.runs.WithLabelValues(ModeExecSync, reason).Inc()
 		return r.opts.ExecSync.RunInContainer(ctx, statusID, cmd, timeout)
@@ -221,7 +224,8 @@ func (r *Runner) RunInContainer(ctx context.Context, statusID string, cmd []stri
 
 // acquire returns the container's helper, ready and now held, or why its
 // run goes through ExecSync (starting the helper when there is none).
-func (r *Runner) acquire(id, statusID string) (*entry, string) {
+func (r *Runner) acquire(ctr cri.Container) (*entry, string) {
+	id := ctr.ID
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, no := r.unsupported.Get(id); no {
@@ -231,7 +235,7 @@ func (r *Runner) acquire(id, statusID string) (*entry, string) {
 	switch {
 	case e == nil:
 		if !r.closed && !r.backoff.IsInBackOffSinceUpdate(id, r.backoff.Clock.Now()) {
-			r.startLocked(id, statusID)
+			r.startLocked(ctr)
 		}
 		return nil, ReasonStarting
 	case !e.ready:
@@ -260,15 +264,14 @@ func (r *Runner) release(e *entry, l *lost) {
 	r.destroy(e.h, l.reason != LostEnded)
 }
 
-// startLocked starts a helper for container id (r.mu held).
-func (r *Runner) startLocked(id, statusID string) {
+// startLocked starts a helper for container ctr (r.mu held).
+func (r *Runner) startLocked(ctr cri.Container) {
 	r.backoff.GC()
-	h := newHelper(id)
-	h.statusID = statusID
+	h := newHelper(ctr)
 	var sctx context.Context
 	sctx, h.cancel = context.WithCancel(r.ctx)
 	e := &entry{h: h}
-	r.helpers[id] = e
+	r.helpers[ctr.ID] = e
 	r.wg.Add(1)
 	go r.serve(sctx, e)
 }
@@ -278,7 +281,7 @@ func (r *Runner) serve(ctx context.Context, e *entry) {
 	defer r.wg.Done()
 	h := e.h
 	var session sync.WaitGroup
-	session.Go(func() { h.finish(r.opts.Runtime.Stream(ctx, h.id, Command, h.in, h.out, h.errs)) })
+	session.Go(func() { h.finish(r.opts.Runtime.Stream(ctx, h.ctr, Command, h.in, h.out, h.errs)) })
 	err := h.handshake(r.opts.StartTimeout)
 	var unsup *errUnsupported
 	switch {
@@ -295,7 +298,10 @@ func (r *Runner) serve(ctx context.Context, e *entry) {
 		r.mu.Unlock()
 		r.opts.Log.Info("exec helper unavailable: exec probes of the container run through ExecSync", "container", h.id, "reason", unsup.why)
 		r.event(h.statusID, unsup.why)
-		h.in.close()
+		// Its session ends now, whether or not the helper exits: one
+		// that said "unsupported" and held its stream would keep the
+		// session's goroutines and connection for the container's life.
+		r.destroy(h, false)
 	default:
 		r.metrics.starts.WithLabelValues("failed").Inc()
 		r.mu.Lock()
@@ -361,7 +367,7 @@ func (r *Runner) destroy(h *helper, kill bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
 	defer cancel()
-	if _, stderr, err := r.opts.Runtime.ExecSync(ctx, h.id, h.killCommand(), killTimeout); err != nil {
+	if _, stderr, err := r.opts.Runtime.ExecSync(ctx, h.ctr, h.killCommand(), killTimeout); err != nil {
 		r.opts.Log.Warn("exec helper: kill through ExecSync failed", "container", h.id, "err", err, "stderr", string(cut(stderr)))
 	}
 }

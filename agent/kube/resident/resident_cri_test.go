@@ -14,7 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -89,8 +91,16 @@ func (e *criEnv) start(t *testing.T, c critest.Container) (string, string) {
 		c.Command = []string{"sleep", "3600"}
 	}
 	id := e.sb.Start(t, c)
-	return id, e.client.RuntimeName() + "://" + id
+	status := e.client.RuntimeName() + "://" + id
+	md := e.sb.Config.Metadata
+	owners.Store(status, probeexec.PodContainer{Namespace: md.Namespace, Pod: md.Name, PodUID: types.UID(md.Uid), Container: c.Name})
+	return id, status
 }
+
+// owners are the pod and container of each test container by its status
+// ID (what its labels name), for the runs' context: the runner checks the
+// container against them.
+var owners sync.Map
 
 // probe runs an exec probe of cmd through the exec handler and runner, one
 // attempt with the probe's deadline (P3), as the agent does.
@@ -98,8 +108,14 @@ func probe(t *testing.T, r probeexec.Runner, statusID string, timeout time.Durat
 	t.Helper()
 	spec := &runtime.Spec{
 		Kind: runtime.KindExec, ProbeType: runtime.Readiness, Container: &v1.Container{Name: "app"},
+		Pod:          &v1.Pod{},
 		Probe:        &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: cmd}}, TimeoutSeconds: int32(timeout / time.Second)},
 		Milliseconds: &runtime.Milliseconds{Timeout: int32(timeout % time.Second / time.Millisecond)},
+	}
+	if o, ok := owners.Load(statusID); ok {
+		o := o.(probeexec.PodContainer)
+		spec.Pod = &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: o.Namespace, Name: o.Pod, UID: o.PodUID}}
+		spec.Container = &v1.Container{Name: o.Container}
 	}
 	p, err := probeexec.New(r).Prepare(spec)
 	if err != nil {

@@ -48,7 +48,7 @@ func (a *Actuator) hook(ctx context.Context, it *item, h *v1.LifecycleHandler) e
 	case h.Exec != nil:
 		// In the container, without a timeout of its own (the kubelet
 		// passes 0): ctx's grace period bounds it.
-		_, _, err := a.opts.Runtime.ExecSync(ctx, it.id, h.Exec.Command, 0)
+		_, _, err := a.opts.Runtime.ExecSync(ctx, it.ctr, h.Exec.Command, 0)
 		return err
 	case h.HTTPGet != nil:
 		return a.httpHook(ctx, it, h.HTTPGet)

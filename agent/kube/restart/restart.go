@@ -17,8 +17,11 @@
 //  3. the namespace must allow it (Options.Namespaces; by default only
 //     namespaces labelled probed.io/liveness-actions=enabled): else the
 //     Warning Event says why and nothing is done;
-//  4. the runtime's ContainerStatus must still say running (an instance
-//     that already exited is the kubelet's business);
+//  4. the container must be the pod's (cri.Client.Resolve: the full ID,
+//     and the runtime's labels naming the pod's UID and the container's
+//     name), else a Warning Event says why and nothing is done; and the
+//     runtime's ContainerStatus must still say running (an instance that
+//     already exited is the kubelet's business);
 //  5. the kubelet's Normal Killing Event: "Container app failed liveness
 //     probe, will be restarted" (without ", will be restarted" under
 //     restartPolicy Never; spec K2);
@@ -55,6 +58,8 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/probed/probed/agent/actuate"
+	"github.com/probed/probed/agent/kube/cri"
+	probeexec "github.com/probed/probed/plugins/exec"
 	probehttp "github.com/probed/probed/plugins/http"
 	"github.com/probed/probed/runtime"
 )
@@ -93,13 +98,15 @@ const (
 )
 
 // Runtime is what the actuator needs of the container runtime
-// (*cri.Client): IDs are the runtime's (ContainerID maps a pod status's
-// "containerd://<id>").
+// (*cri.Client): ContainerID maps a pod status's "containerd://<id>" to the
+// runtime's ID (a refusal without a call), Resolve confirms that the
+// container is the pod's before anything acts on it.
 type Runtime interface {
 	ContainerID(statusID string) (string, error)
-	ContainerStatus(ctx context.Context, id string) (*runtimeapi.ContainerStatus, error)
-	ExecSync(ctx context.Context, id string, cmd []string, timeout time.Duration) (stdout, stderr []byte, err error)
-	StopContainer(ctx context.Context, id string, gracePeriod int64) error
+	Resolve(ctx context.Context, statusID string, want probeexec.PodContainer) (cri.Container, error)
+	ContainerStatus(ctx context.Context, ctr cri.Container) (*runtimeapi.ContainerStatus, error)
+	ExecSync(ctx context.Context, ctr cri.Container, cmd []string, timeout time.Duration) (stdout, stderr []byte, err error)
+	StopContainer(ctx context.Context, ctr cri.Container, gracePeriod int64) error
 }
 
 // NamespacePolicy decides whether containers of namespace may be
@@ -163,7 +170,7 @@ type item struct {
 	name      string        // the container's name
 	container *v1.Container // its spec; nil when the pod's spec has none of that name
 	statusID  string        // containerd://<id>
-	id        string        // the runtime's ID
+	ctr       cri.Container // the container, once Resolve confirmed it
 	probe     runtime.ProbeType
 	ref       *v1.ObjectReference
 	grace     int64 // seconds left for the hook and the stop
@@ -222,12 +229,10 @@ func (a *Actuator) ContainerFailed(f actuate.Failure) {
 		a.notRestarted(it, "the pod's spec has no such container")
 		return
 	}
-	id, err := a.opts.Runtime.ContainerID(f.ContainerID)
-	if err != nil {
+	if _, err := a.opts.Runtime.ContainerID(f.ContainerID); err != nil {
 		a.notRestarted(it, err.Error())
 		return
 	}
-	it.id = id
 	it.grace = a.gracePeriod(it)
 	delay := a.node.When(it)
 	log.Info("liveness action: restart queued", "in", delay, "gracePeriod", it.grace)
@@ -338,7 +343,22 @@ func (a *Actuator) restart(ctx context.Context, it *item) error {
 		a.notRestarted(it, why)
 		return nil
 	}
-	st, err := a.opts.Runtime.ContainerStatus(ctx, it.id)
+	if it.ctr.ID == "" {
+		want := probeexec.PodContainer{Namespace: it.pod.Namespace, Pod: it.pod.Name, PodUID: it.pod.UID, Container: it.name}
+		ctr, err := a.opts.Runtime.Resolve(ctx, it.statusID, want)
+		switch {
+		case errors.Is(err, cri.ErrNotThePods):
+			a.notRestarted(it, err.Error())
+			return nil
+		case status.Code(err) == codes.NotFound:
+			log.Info("liveness action: nothing to restart, the container is gone")
+			return nil
+		case err != nil:
+			return err
+		}
+		it.ctr = ctr
+	}
+	st, err := a.opts.Runtime.ContainerStatus(ctx, it.ctr)
 	switch {
 	case status.Code(err) == codes.NotFound:
 		log.Info("liveness action: nothing to restart, the container is gone")
@@ -359,7 +379,7 @@ func (a *Actuator) restart(ctx context.Context, it *item) error {
 	}
 	grace := max(it.grace, MinimumGracePeriod)
 	start := a.opts.Clock.Now()
-	err = a.opts.Runtime.StopContainer(ctx, it.id, grace)
+	err = a.opts.Runtime.StopContainer(ctx, it.ctr, grace)
 	if err != nil && status.Code(err) != codes.NotFound {
 		return fmt.Errorf("StopContainer: %w", err)
 	}

@@ -9,11 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -60,6 +62,16 @@ func newCRIEnv(t *testing.T) *criEnv {
 	t.Cleanup(func() { cancel(); <-done })
 	e.sb = critest.RunPodSandbox(t, rs)
 	return e
+}
+
+// own is pod(grace, lifecycle) as the pod of e's sandbox: its UID,
+// namespace and name are what the sandbox's and its containers' labels
+// name (the actuator checks them before it acts).
+func (e *criEnv) own(grace int64, lifecycle *v1.Lifecycle) *v1.Pod {
+	p := pod(grace, lifecycle)
+	md := e.sb.Config.Metadata
+	p.Namespace, p.Name, p.UID = md.Namespace, md.Name, types.UID(md.Uid)
+	return p
 }
 
 // waitExited waits up to limit for the container to exit and returns its
@@ -114,7 +126,7 @@ func TestRestartRunsPreStopThenStops(t *testing.T) {
 		Command: []string{"sh", "-c", `trap "echo term >> /mark/log; exit 0" TERM; while :; do sleep 1; done`},
 		Mounts:  []*runtimeapi.Mount{{ContainerPath: "/mark", HostPath: mark}},
 	})
-	p := pod(5, &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"sh", "-c", "echo prestop >> /mark/log"}}}})
+	p := e.own(5, &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"sh", "-c", "echo prestop >> /mark/log"}}}})
 	f := actuate.Failure{Pod: p, Container: "app", ContainerID: "containerd://" + id, Probe: runtime.Liveness}
 	e.act.ContainerFailed(f)
 	e.act.ContainerFailed(f)
@@ -139,7 +151,7 @@ func TestRestartRunsPreStopThenStops(t *testing.T) {
 func TestRestartKillsAtTheGracePeriod(t *testing.T) {
 	e := newCRIEnv(t)
 	id := e.sb.Start(t, critest.Container{Name: "app", Command: []string{"sh", "-c", `trap "" TERM; while :; do sleep 1; done`}})
-	e.act.ContainerFailed(actuate.Failure{Pod: pod(2, nil), Container: "app", ContainerID: "containerd://" + id, Probe: runtime.Startup})
+	e.act.ContainerFailed(actuate.Failure{Pod: e.own(2, nil), Container: "app", ContainerID: "containerd://" + id, Probe: runtime.Startup})
 	code, took := waitExited(t, id, 10*time.Second)
 	if code != 137 || took < 2*time.Second || took > 5*time.Second {
 		t.Fatalf("exit %d after %v, want 137 (SIGKILL) after the grace period of 2 s", code, took)
@@ -159,7 +171,7 @@ func TestRestartHTTPPreStop(t *testing.T) {
 	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
 	n, _ := strconv.Atoi(port)
 	id := e.sb.Start(t, critest.Container{Name: "app", Command: []string{"sh", "-c", `trap "exit 0" TERM; while :; do sleep 1; done`}})
-	p := pod(5, &v1.Lifecycle{PreStop: &v1.LifecycleHandler{HTTPGet: &v1.HTTPGetAction{Path: "/bye", Port: intstr.FromInt(n)}}})
+	p := e.own(5, &v1.Lifecycle{PreStop: &v1.LifecycleHandler{HTTPGet: &v1.HTTPGetAction{Path: "/bye", Port: intstr.FromInt(n)}}})
 	e.act.ContainerFailed(actuate.Failure{Pod: p, Container: "app", ContainerID: "containerd://" + id, Probe: runtime.Liveness})
 	select {
 	case r := <-got:
@@ -172,5 +184,41 @@ func TestRestartHTTPPreStop(t *testing.T) {
 	waitExited(t, id, 10*time.Second)
 	if n := len(e.events.List()); n != 1 {
 		t.Fatalf("events %+v: want Killing only (a 500 is a hook that ran)", e.events.List())
+	}
+}
+
+// A failure whose status names another pod's container, or a 12-character
+// prefix of the pod's own container's ID, stops nothing: a Warning Event
+// says why, no StopContainer is made, and both containers run on.
+func TestRestartRefusesAContainerNotThePods(t *testing.T) {
+	e := newCRIEnv(t)
+	own := e.sb.Start(t, critest.Container{Name: "app", Command: []string{"sleep", "3600"}})
+	other := critest.RunPodSandbox(t, critest.Runtime(t)).Start(t, critest.Container{Name: "app", Command: []string{"sleep", "3600"}})
+	for i, id := range []string{"containerd://" + other, "containerd://" + own[:12]} {
+		p := e.own(2, nil)
+		p.Spec.Containers[0].Name = "app"
+		e.act.ContainerFailed(actuate.Failure{Pod: p, Container: "app", ContainerID: id, Probe: runtime.Liveness})
+		deadline := time.Now().Add(10 * time.Second)
+		for len(e.events.List()) <= i {
+			if time.Now().After(deadline) {
+				t.Fatalf("no Event for %s", id)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	want := []string{"is not container app of pod", "is not a container's full ID"}
+	for i, ev := range e.events.List() {
+		if ev.Reason != restart.ReasonLivenessProbeFailed || !strings.Contains(ev.Message, "the container is not restarted") || !strings.Contains(ev.Message, want[i]) {
+			t.Errorf("event %d: %s %q, want %s saying %q", i, ev.Reason, ev.Message, restart.ReasonLivenessProbeFailed, want[i])
+		}
+	}
+	if n := e.stops(t); n != 0 {
+		t.Fatalf("%v StopContainer calls", n)
+	}
+	rs := critest.Runtime(t)
+	for _, id := range []string{own, other} {
+		if state, _ := critest.State(t, rs, id); state != runtimeapi.ContainerState_CONTAINER_RUNNING {
+			t.Fatalf("container %s %v", id, state)
+		}
 	}
 }

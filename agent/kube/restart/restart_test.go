@@ -20,7 +20,9 @@ import (
 
 	"github.com/probed/probed/agent/actuate"
 	"github.com/probed/probed/agent/events"
+	"github.com/probed/probed/agent/kube/cri"
 	"github.com/probed/probed/agent/kube/restart"
+	probeexec "github.com/probed/probed/plugins/exec"
 	"github.com/probed/probed/runtime"
 )
 
@@ -49,20 +51,28 @@ func (f *fakeRuntime) record(call string) {
 	f.calls = append(f.calls, call)
 }
 
-func (f *fakeRuntime) ContainerStatus(_ context.Context, id string) (*runtimeapi.ContainerStatus, error) {
+// Resolve confirms every containerd:// container (the labels' check is
+// agent/kube/cri's, tested against the real runtime).
+func (f *fakeRuntime) Resolve(_ context.Context, statusID string, _ probeexec.PodContainer) (cri.Container, error) {
+	id, err := f.ContainerID(statusID)
+	return cri.Container{ID: id, StatusID: statusID}, err
+}
+
+func (f *fakeRuntime) ContainerStatus(_ context.Context, ctr cri.Container) (*runtimeapi.ContainerStatus, error) {
+	id := ctr.ID
 	f.record("ContainerStatus " + id)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return &runtimeapi.ContainerStatus{Id: id, State: f.state}, nil
 }
 
-func (f *fakeRuntime) ExecSync(_ context.Context, id string, cmd []string, timeout time.Duration) ([]byte, []byte, error) {
-	f.record(fmt.Sprintf("ExecSync %s %q %v", id, cmd, timeout))
+func (f *fakeRuntime) ExecSync(_ context.Context, ctr cri.Container, cmd []string, timeout time.Duration) ([]byte, []byte, error) {
+	f.record(fmt.Sprintf("ExecSync %s %q %v", ctr.ID, cmd, timeout))
 	return nil, nil, nil
 }
 
-func (f *fakeRuntime) StopContainer(_ context.Context, id string, grace int64) error {
-	f.record(fmt.Sprintf("StopContainer %s %d", id, grace))
+func (f *fakeRuntime) StopContainer(_ context.Context, ctr cri.Container, grace int64) error {
+	f.record(fmt.Sprintf("StopContainer %s %d", ctr.ID, grace))
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.stopErr) > 0 {

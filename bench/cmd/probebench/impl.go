@@ -39,6 +39,8 @@ type implOptions struct {
 	pool, execPool int
 	shards         int
 	tick           time.Duration // probed's scheduler tick; 0: its default
+	coalesce       time.Duration // probed's coalescing window (manager.Options.Coalesce)
+	keepAlive      bool          // probed: HTTP probes keep their connection (plugins/http KeepAlive)
 }
 
 // drain consumes a results channel until stop is closed (both results
@@ -72,7 +74,7 @@ func newProbed(sc *scenario, runner exec.Runner, o implOptions) (*probedImpl, er
 	for kind, h := range map[string]runtime.Handler{
 		runtime.KindExec: exec.New(runner),
 		runtime.KindTCP:  tcp.New(),
-		runtime.KindHTTP: probedhttp.New(),
+		runtime.KindHTTP: probedhttp.New(probedhttp.KeepAlive(o.keepAlive)),
 	} {
 		if err := rt.Register(kind, h); err != nil {
 			return nil, err
@@ -93,6 +95,7 @@ func newProbed(sc *scenario, runner exec.Runner, o implOptions) (*probedImpl, er
 		Logger:            logger,
 		Shards:            o.shards,
 		Tick:              o.tick,
+		Coalesce:          o.coalesce,
 	})
 	if err != nil {
 		return nil, err

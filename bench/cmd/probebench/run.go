@@ -27,14 +27,21 @@ type Result struct {
 	// PeriodMs is set for a sub-second run (-period-ms): probed only, its
 	// probes declared in the probed.io/probes annotation with
 	// periodMilliseconds; PeriodSeconds is then 0.
-	PeriodMs      int     `json:"period_ms,omitempty"`
-	OneAddr       string  `json:"one_addr,omitempty"`
-	HungEvery     int     `json:"hung_every,omitempty"`
-	Pool          int     `json:"pool,omitempty"`
-	TickMs        float64 `json:"tick_ms,omitempty"` // probed: -tick, when set
-	Concurrency   int     `json:"concurrency,omitempty"`
-	SettleSeconds float64 `json:"settle_seconds"`
-	WarmupSeconds float64 `json:"warmup_seconds"`
+	PeriodMs   int     `json:"period_ms,omitempty"`
+	OneAddr    string  `json:"one_addr,omitempty"`
+	HungEvery  int     `json:"hung_every,omitempty"`
+	Pool       int     `json:"pool,omitempty"`
+	TickMs     float64 `json:"tick_ms,omitempty"`     // probed: -tick, when set
+	CoalesceMs float64 `json:"coalesce_ms,omitempty"` // probed: -coalesce, when set
+	KeepAlive  bool    `json:"keepalive,omitempty"`   // probed: -keepalive
+	// VoluntarySwitches and InvoluntarySwitches are the process's context
+	// switches in the window (getrusage): a voluntary one is a thread that
+	// went to sleep, about one per wake-up of an idle thread.
+	VoluntarySwitches   int64   `json:"voluntary_switches"`
+	InvoluntarySwitches int64   `json:"involuntary_switches"`
+	Concurrency         int     `json:"concurrency,omitempty"`
+	SettleSeconds       float64 `json:"settle_seconds"`
+	WarmupSeconds       float64 `json:"warmup_seconds"`
 
 	// Memory after warm-up (RSS before, heap and stack after a forced GC).
 	RSSBytes          int64   `json:"rss_bytes"`
@@ -93,9 +100,12 @@ type Result struct {
 	DrainIdleSeconds    float64 `json:"drain_idle_seconds"`    // until goroutines are back to the baseline too (-1: not within -drain-wait)
 	TargetAccepted      int64   `json:"target_accepted,omitempty"`
 	TargetAcceptErrors  int64   `json:"target_accept_errors,omitempty"`
-	GoVersion           string  `json:"go"`
-	GOMAXPROCS          int     `json:"gomaxprocs"`
-	Time                string  `json:"time"`
+	// TargetCPUSeconds is the target server's own CPU in the window (its
+	// process): the other end of the probes' connections.
+	TargetCPUSeconds float64 `json:"target_cpu_seconds,omitempty"`
+	GoVersion        string  `json:"go"`
+	GOMAXPROCS       int     `json:"gomaxprocs"`
+	Time             string  `json:"time"`
 	// LoadAverage is the host's 1, 5 and 15 minute load average at the end
 	// of the window: what else ran on the machine.
 	LoadAverage []float64      `json:"loadavg,omitempty"`
@@ -138,8 +148,8 @@ func (r remoteRec) stats(period, span time.Duration, expected float64, _ func(in
 
 func runMain(args []string) error {
 	fs := flag.NewFlagSet("run", flag.ExitOnError)
-	implName := fs.String("impl", "probed", "probed, kubelet, dialloop (a bare dial-and-close loop, -mode tcp) or getloop (a bare GET loop, -mode http)")
-	mode := fs.String("mode", modeInstant, "instant, tcp, http or hung")
+	implName := fs.String("impl", "probed", "probed, kubelet, bare (a goroutine and ticker per probe, plain GET and dial: the floor of the kubelet's model), dialloop (a bare dial-and-close loop, -mode tcp) or getloop (a bare GET loop, -mode http)")
+	mode := fs.String("mode", modeInstant, "instant, tcp, http, hung or node (an HTTP readiness and a TCP liveness probe per pod)")
 	label := fs.String("label", "", "free-form run label")
 	pods := fs.Int("pods", 1000, "pods; each has a readiness and a liveness probe (0: a baseline run, the same machinery with no probe)")
 	periodS := fs.Int("period", 1, "probe period, seconds")
@@ -151,6 +161,8 @@ func runMain(args []string) error {
 	execPool := fs.Int("exec-pool", 0, "probed: exec pool size (0: the runtime's default)")
 	shards := fs.Int("shards", 0, "probed: scheduler shards (0: default)")
 	tick := fs.Duration("tick", 0, "probed: the scheduler's wheel tick (0: its default, 10ms)")
+	coalesce := fs.Duration("coalesce", 0, "probed: the scheduler's coalescing window (manager.Options.Coalesce; 0: off)")
+	keepAlive := fs.Bool("keepalive", false, "probed: HTTP probes keep their connection between runs (probed --http-keep-alive)")
 	hungEvery := fs.Int("hung-every", 10, "hung mode: pod i never answers when i%n == n-1")
 	oneAddr := fs.String("one-addr", "", "tcp/http: every pod at this one address (e.g. 127.0.0.1)")
 	conc := fs.Int("concurrency", runtime.DefaultPoolSize, "dialloop, getloop: goroutines probing (default: probed's network pool size)")
@@ -229,9 +241,13 @@ func runMain(args []string) error {
 	switch *implName {
 	case "probed":
 		res.Pool, res.TickMs = *pool, float64(*tick)/float64(time.Millisecond)
-		im, err = newProbed(sc, probedRunner{instantRunner{localR}}, implOptions{pool: *pool, execPool: *execPool, shards: *shards, tick: *tick})
+		res.CoalesceMs = float64(*coalesce) / float64(time.Millisecond)
+		res.KeepAlive = *keepAlive
+		im, err = newProbed(sc, probedRunner{instantRunner{localR}}, implOptions{pool: *pool, execPool: *execPool, shards: *shards, tick: *tick, coalesce: *coalesce, keepAlive: *keepAlive})
 	case "kubelet":
 		im, err = newKubelet(sc, kubeletRunner{instantRunner{localR}})
+	case implBare:
+		im, err = newBare(sc)
 	case implDialLoop:
 		res.Concurrency = *conc
 		floor = newDialLoop(sc, *conc)
@@ -304,9 +320,12 @@ func runMain(args []string) error {
 		dialOK0, dialFail0 = floor.ok.Load(), floor.fail.Load()
 	}
 	u0, s0 := sysstat.CPU()
+	vcs0, ivcs0 := sysstat.Switches()
 	w0 := time.Now()
 	time.Sleep(*window)
 	u1, s1 := sysstat.CPU()
+	vcs1, ivcs1 := sysstat.Switches()
+	res.VoluntarySwitches, res.InvoluntarySwitches = vcs1-vcs0, ivcs1-ivcs0
 	res.WindowSeconds = time.Since(w0).Seconds()
 	if *cpuProfile != "" {
 		pprof.StopCPUProfile()
@@ -346,6 +365,7 @@ func runMain(args []string) error {
 	res.SkippedRuns, res.SilentWorkers, res.ExtraRuns, res.LostSamples = ts.Missed, ts.WorkersSilent, ts.Duplicates, ts.Lost
 	res.Burstiness, res.BurstPeak, res.BurstProfile = ts.Burstiness, ts.BurstPeak, ts.Profile
 	res.TargetAccepted, res.TargetAcceptErrors = ts.Counters.Accepted, ts.Counters.AcceptErrs
+	res.TargetCPUSeconds = ts.CPUSeconds
 	if *oneAddr != "" || floor != nil {
 		res.LatenessP50Ms, res.LatenessP99Ms, res.LatenessP999Ms, res.LatenessMaxMs = 0, 0, 0, 0
 		res.Burstiness, res.BurstPeak = 0, 0

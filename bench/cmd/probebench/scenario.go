@@ -31,6 +31,9 @@ const (
 	modeTCP     = "tcp"     // real TCP probes against the target server
 	modeHTTP    = "http"    // real HTTP probes against the target server
 	modeHung    = "hung"    // HTTP probes, 10% of the pods never answer
+	// modeNode: an HTTP readiness and a TCP liveness probe per pod, as the
+	// real node's benchmark pods have (bench/node).
+	modeNode = "node"
 )
 
 const (
@@ -138,6 +141,12 @@ func (sc *scenario) probe(liveness bool) *v1.Probe {
 		p.Exec = &v1.ExecAction{Command: []string{"probe", kind}}
 	case modeTCP:
 		p.TCPSocket = &v1.TCPSocketAction{Port: intstr.FromInt32(int32(port))}
+	case modeNode:
+		if liveness {
+			p.TCPSocket = &v1.TCPSocketAction{Port: intstr.FromInt32(int32(port))}
+		} else {
+			p.HTTPGet = &v1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(int32(port)), Scheme: v1.URISchemeHTTP}
+		}
 	case modeHTTP, modeHung:
 		p.HTTPGet = &v1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(int32(port)), Scheme: v1.URISchemeHTTP}
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/probed/probed/bench/internal/lateness"
+	"github.com/probed/probed/bench/internal/sysstat"
 	"github.com/probed/probed/bench/internal/targets"
 )
 
@@ -21,6 +22,9 @@ import (
 type targetStats struct {
 	lateness.Stats
 	targets.Counters
+	// CPUSeconds is the target server's own CPU (user + system) in the
+	// window: the other end of every probe connection.
+	CPUSeconds float64 `json:"cpu_seconds"`
 	Burstiness float64 `json:"burstiness"`
 	BurstPeak  int     `json:"burst_peak"`
 	Profile    []int   `json:"profile"`
@@ -36,7 +40,7 @@ type targetStats struct {
 //	quit
 func targetsMain(args []string) error {
 	fs := flag.NewFlagSet("targets", flag.ExitOnError)
-	mode := fs.String("mode", modeTCP, "tcp, http or hung")
+	mode := fs.String("mode", modeTCP, "tcp, http, hung or node")
 	pods := fs.Int("pods", 1000, "pods")
 	hungEvery := fs.Int("hung-every", 0, "pod i hangs when i%n == n-1")
 	oneAddr := fs.String("one-addr", "", "bind to this one address")
@@ -45,11 +49,12 @@ func targetsMain(args []string) error {
 
 	rec := lateness.New(*pods*2, *horizon)
 	srv, err := targets.Listen(targets.Config{
-		HTTP:      *mode != modeTCP,
-		Pods:      *pods,
-		HungEvery: *hungEvery,
-		OneAddr:   *oneAddr,
-		Rec:       rec,
+		HTTP:        *mode != modeTCP,
+		TCPLiveness: *mode == modeNode,
+		Pods:        *pods,
+		HungEvery:   *hungEvery,
+		OneAddr:     *oneAddr,
+		Rec:         rec,
 	})
 	if err != nil {
 		return err
@@ -67,6 +72,7 @@ func targetsMain(args []string) error {
 		return *hungEvery <= 0 || pod%*hungEvery != *hungEvery-1
 	}
 	var c0, c1 targets.Counters
+	var cpu0, cpu1 time.Duration
 	stopped := false
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
@@ -82,10 +88,14 @@ func targetsMain(args []string) error {
 			n, _ := strconv.Atoi(f[1])
 			rec.StartWindow(n)
 			c0 = srv.Counters()
+			u, sy := sysstat.CPU()
+			cpu0 = u + sy
 			fmt.Println("OK")
 		case "stopwindow":
 			rec.StopWindow()
 			c1, stopped = srv.Counters(), true
+			u, sy := sysstat.CPU()
+			cpu1 = u + sy
 			fmt.Println("OK")
 		case "stats":
 			periodMs, _ := strconv.Atoi(f[1])
@@ -101,6 +111,9 @@ func targetsMain(args []string) error {
 				Hung:       c1.Hung - c0.Hung,
 				Answered:   c1.Answered - c0.Answered,
 				AcceptErrs: c1.AcceptErrs - c0.AcceptErrs,
+			}
+			if stopped {
+				ts.CPUSeconds = (cpu1 - cpu0).Seconds()
 			}
 			ts.Burstiness, ts.BurstPeak = rec.Burstiness(time.Duration(spanMs)*time.Millisecond, exp)
 			ts.Profile = rec.Profile(min(spanMs/100, 40))

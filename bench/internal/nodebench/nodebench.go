@@ -39,15 +39,34 @@ const (
 	// SideNone: the same pods without any probe (probed not running): the
 	// node's cost of the pods themselves.
 	SideNone = "none"
+	// SideProbedKeepAlive: SideProbed with --http-keep-alive (each HTTP
+	// probe keeps its connection between runs).
+	SideProbedKeepAlive = "probed-keepalive"
+	// SideBare: the same probes run by the bare prober (bench/internal/bare,
+	// cmd/bareprober): a goroutine and a ticker per probe, a plain GET with
+	// keep-alives off, a plain dial and close — the floor of a prober with
+	// the kubelet's model. It writes no readiness gate.
+	SideBare = "bare"
 )
+
+// Sides lists every side of an HTTP/TCP run, in the order they run on the
+// same pods (the kubelet's on new pods after them).
+var Sides = []string{SideProbed, SideProbedKeepAlive, SideBare, SideKubelet}
+
+// IsProber reports whether side's prober is a process of its own whose CPU
+// is the Probed part (probed, with or without keep-alive, or the bare
+// prober).
+func IsProber(side string) bool {
+	return side == SideProbed || side == SideProbedKeepAlive || side == SideBare
+}
 
 // CPUSeconds is the CPU time of each part of the node in a run's window.
 type CPUSeconds struct {
 	Kubelet    float64 `json:"kubelet"`
 	Containerd float64 `json:"containerd"`
-	Shims      float64 `json:"shims"` // with runc and exec'd processes they reaped
-	Pods       float64 `json:"pods"`  // the containers' own processes
-	Probed     float64 `json:"probed"`
+	Shims      float64 `json:"shims"`   // with runc and exec'd processes they reaped
+	Pods       float64 `json:"pods"`    // the containers' own processes
+	Probed     float64 `json:"probed"`  // the prober's process: probed, or the bare prober (SideBare)
 	Node       float64 `json:"node"`    // the sum of the above
 	Control    float64 `json:"control"` // the node's kube-apiserver and etcd, not in Node
 }

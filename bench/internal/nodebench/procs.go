@@ -70,7 +70,7 @@ type Node struct {
 	Kubelet, Containerd int    // PIDs
 	Socket              string // containerd's socket path: its shims name it (-address)
 	APIServer, Etcd     int    // the node's control plane (reported apart, not in the node's total)
-	Probed              int    // 0 when probed does not run
+	Probed              int    // the prober's process (probed, the bare prober); 0 when none runs
 }
 
 // CPU is the CPU time of the node's parts at one moment (cumulative).
@@ -147,4 +147,27 @@ func ExecsInFlight(runcRoot string) int {
 		}
 	}
 	return n
+}
+
+// ProcCPU is the user and system CPU time process pid has used (its own,
+// not its reaped children's); false when it is gone.
+func ProcCPU(pid int) (time.Duration, bool) {
+	p, ok := readProc(pid)
+	return p.self, ok
+}
+
+// ProcRSS is the resident set size of process pid in bytes (VmRSS of
+// /proc/<pid>/status); 0 when it is gone.
+func ProcRSS(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }

@@ -15,11 +15,21 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 )
 
-// The targets of issue 20.
+// The targets of issues 20 and 28.
 const (
 	// HTTPRatio: with HTTP/TCP probes moved to probed, the node's CPU per
-	// probe run at most this times the kubelet's.
+	// probe run at most this times the kubelet's (issue 20).
 	HTTPRatio = 0.5
+	// ProbingRatio, ProbingKeepAliveRatio: the node's CPU per run above the
+	// pods' own (probing ms / run) with probed at most this times the
+	// kubelet's, by default and with --http-keep-alive (issue 28).
+	ProbingRatio          = 0.7
+	ProbingKeepAliveRatio = 0.5
+	// BareRatio and LatenessP99Ms: probed's own CPU per run at most this
+	// times the bare prober's on the same pods, with lateness p99 at most
+	// LatenessP99Ms (issue 28).
+	BareRatio     = 0.5
+	LatenessP99Ms = 20
 	// keepUpShare: a side keeps up when it runs at least this share of the
 	// expected probes, every pod is ready, and (HTTP/TCP) its lateness p99
 	// is under one period.
@@ -35,7 +45,7 @@ func Render(results []Result, header, img string) string {
 	fmt.Fprintf(&b, "Load average (1 min) at the end of the windows: %.1f–%.1f.\n\n", lo, hi)
 
 	b.WriteString("**HTTP readiness + TCP liveness probes**, period 1 s (2 runs a pod a second):\n\n")
-	b.WriteString("| pods | side | ready | runs/s (expected) | false failures | node CPU, cores | kubelet | containerd + shims | pods' processes | probed | node ms / run | probing ms / run | lateness p50 / p99 / max ms | missed | API server + etcd, cores |\n")
+	b.WriteString("| pods | side | ready | runs/s (expected) | false failures | node CPU, cores | kubelet | containerd + shims | pods' processes | prober | node ms / run | probing ms / run | lateness p50 / p99 / max ms | missed | API server + etcd, cores |\n")
 	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range sorted(results, KindHTTP) {
 		w := r.WindowSeconds
@@ -50,7 +60,7 @@ func Render(results []Result, header, img string) string {
 	}
 
 	b.WriteString("\n**Exec readiness probes** (`true` in the container, through CRI `ExecSync`: a `runc exec` each), period 1 s (1 run a pod a second):\n\n")
-	b.WriteString("| pods | side | ready | runs/s (expected) | false failures | ExecSync calls/s | node CPU, cores | kubelet | containerd | shims + runc | probed | node ms / run | probing ms / run | execs in flight, most seen (lane) |\n")
+	b.WriteString("| pods | side | ready | runs/s (expected) | false failures | ExecSync calls/s | node CPU, cores | kubelet | containerd | shims + runc | prober | node ms / run | probing ms / run | execs in flight, most seen (lane) |\n")
 	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range sorted(results, KindExec) {
 		w := r.WindowSeconds
@@ -85,7 +95,7 @@ func failed(r Result) string {
 }
 
 func probedCores(r Result) string {
-	if r.Side != SideProbed {
+	if !IsProber(r.Side) {
 		return "—"
 	}
 	return fmt.Sprintf("%.3f", r.CPU.Probed/r.WindowSeconds)
@@ -114,7 +124,7 @@ func loadRange(results []Result) (lo, hi float64) {
 // sorted returns the runs of kind, with the runs without probes at the same
 // pod counts, by pods, then none, kubelet, probed.
 func sorted(results []Result, kind string) []Result {
-	order := map[string]int{SideNone: 0, SideKubelet: 1, SideProbed: 2}
+	order := map[string]int{SideNone: 0, SideKubelet: 1, SideBare: 2, SideProbed: 3, SideProbedKeepAlive: 4}
 	var out []Result
 	for _, r := range results {
 		if (r.Side == SideNone && hasKind(results, kind, r.Pods)) || (r.Side != SideNone && r.Kind == kind) {
@@ -194,6 +204,7 @@ func Targets(results []Result) []string {
 		}
 		out = append(out, line)
 	}
+	out = append(out, issue28Targets(results, counts(KindHTTP), verdict)...)
 	for _, n := range counts(KindExec) {
 		k, okK := find(results, KindExec, SideKubelet, n)
 		p, okP := find(results, KindExec, SideProbed, n)
@@ -205,7 +216,7 @@ func Targets(results []Result) []string {
 			p.ExecsInFlightMax, p.ExecLane, verdict(p.ExecsInFlightMax <= p.ExecLane), k.ExecsInFlightMax))
 	}
 	for _, kind := range []string{KindHTTP, KindExec} {
-		for _, side := range []string{SideKubelet, SideProbed} {
+		for _, side := range []string{SideKubelet, SideBare, SideProbed, SideProbedKeepAlive} {
 			last, first := 0, 0
 			for _, n := range counts(kind) {
 				r, ok := find(results, kind, side, n)
@@ -230,6 +241,47 @@ func Targets(results []Result) []string {
 	return out
 }
 
+// issue28Targets says, per HTTP/TCP pod count, met or missed for the
+// targets of issue 28: the probing CPU per run against the kubelet's, by
+// default and with kept connections, and probed's own CPU per run against
+// the bare prober's with its lateness.
+func issue28Targets(results []Result, counts []int, verdict func(bool) string) []string {
+	var out []string
+	for _, n := range counts {
+		k, okK := find(results, KindHTTP, SideKubelet, n)
+		for _, t := range []struct {
+			side  string
+			bound float64
+			what  string
+		}{{SideProbed, ProbingRatio, "by default"}, {SideProbedKeepAlive, ProbingKeepAliveRatio, "with --http-keep-alive"}} {
+			p, ok := find(results, KindHTTP, t.side, n)
+			if !ok || !okK || k.ProbingMsPerRun <= 0 {
+				continue
+			}
+			ratio := p.ProbingMsPerRun / k.ProbingMsPerRun
+			out = append(out, fmt.Sprintf("HTTP/TCP, %d pods, %s: node CPU per run above the pods' own %.2f ms with probed, %.2f ms with the kubelet: %.2f× (target ≤ %.1f×) %s",
+				n, t.what, p.ProbingMsPerRun, k.ProbingMsPerRun, ratio, t.bound, verdict(ratio <= t.bound)))
+		}
+		b, okB := find(results, KindHTTP, SideBare, n)
+		if !okB || b.Runs == 0 || b.CPU.Probed <= 0 {
+			continue
+		}
+		bare := b.CPU.Probed * 1000 / float64(b.Runs)
+		for _, side := range []string{SideProbed, SideProbedKeepAlive} {
+			p, ok := find(results, KindHTTP, side, n)
+			if !ok || p.Runs == 0 || p.Lateness == nil {
+				continue
+			}
+			own := p.CPU.Probed * 1000 / float64(p.Runs)
+			ratio := own / bare
+			out = append(out, fmt.Sprintf("HTTP/TCP, %d pods, %s: its own CPU per run %.3f ms, the bare prober's %.3f ms: %.2f× (target ≤ %.1f×), lateness p99 %.1f ms (target ≤ %d ms) %s",
+				n, side, own, bare, ratio, BareRatio, p.Lateness.LatenessP99Ms, LatenessP99Ms,
+				verdict(ratio <= BareRatio && p.Lateness.LatenessP99Ms <= LatenessP99Ms)))
+		}
+	}
+	return out
+}
+
 // Plot draws, for HTTP/TCP and exec, the node's CPU (cores) and its CPU per
 // probe run against the pod count, one line per side.
 func Plot(results []Result, path string) error {
@@ -237,6 +289,9 @@ func Plot(results []Result, path string) error {
 		SideProbed:  color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 255},
 		SideKubelet: color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 255},
 		SideNone:    color.Gray{Y: 0x80},
+		SideBare:    color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 255},
+		// probed with kept connections: probed's blue, lighter.
+		SideProbedKeepAlive: color.RGBA{R: 0x6b, G: 0xae, B: 0xd6, A: 255},
 	}
 	mk := func(title, ylabel, kind string, y func(Result) (float64, bool)) (*plot.Plot, error) {
 		p := plot.New()
@@ -245,7 +300,7 @@ func Plot(results []Result, path string) error {
 		p.Y.Label.Text = ylabel
 		p.Y.Min = 0
 		p.Legend.Top, p.Legend.Left = true, true
-		for _, side := range []string{SideKubelet, SideProbed, SideNone} {
+		for _, side := range []string{SideKubelet, SideBare, SideProbed, SideProbedKeepAlive, SideNone} {
 			var xys plotter.XYs
 			for _, r := range sorted(results, kind) {
 				if r.Side != side {

@@ -23,6 +23,18 @@ func CPU() (user, sys time.Duration) {
 	return time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
 }
 
+// Switches returns the context switches of this process so far: voluntary
+// (a thread blocked: it slept in epoll_wait, futex or a read, and was woken
+// later: about one per wake-up of an idle thread) and involuntary (the
+// kernel took the CPU from a running thread).
+func Switches() (voluntary, involuntary int64) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, 0
+	}
+	return ru.Nvcsw, ru.Nivcsw
+}
+
 // RSS returns the resident set size of this process in bytes (VmRSS).
 func RSS() int64 {
 	b, err := os.ReadFile("/proc/self/statm")

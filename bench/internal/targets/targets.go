@@ -42,7 +42,11 @@ func podOf(ip [4]byte) int {
 // Config configures a Server.
 type Config struct {
 	HTTP bool // answer HTTP GETs; otherwise accept and wait for the prober's close (TCP)
-	Pods int
+	// TCPLiveness makes the liveness port accept and wait for the close
+	// even with HTTP set: an HTTP readiness and a TCP liveness probe per
+	// pod, as the real node's benchmark pods have.
+	TCPLiveness bool
+	Pods        int
 	// HungEvery > 0 makes pod i hung when i%HungEvery == HungEvery-1:
 	// its connections are accepted and never answered.
 	HungEvery int
@@ -64,13 +68,15 @@ type Counters struct {
 
 // Server is the epoll target server.
 type Server struct {
-	cfg   Config
-	lfd   [2]int
-	port  [2]int
-	epfd  int
-	stop  atomic.Bool
-	state []uint8
-	buf   [][]byte
+	cfg    Config
+	lfd    [2]int
+	port   [2]int
+	epfd   int
+	stop   atomic.Bool
+	state  []uint8
+	buf    [][]byte
+	worker []int32 // the recorder's worker of each connection (-1: none)
+	served []bool  // the connection has answered a request (keep-alive)
 
 	accepted, hung, answered, acceptErrs atomic.Int64
 }
@@ -84,6 +90,11 @@ const (
 
 var response = []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
 
+// keepAliveResponse answers a request that did not ask to close: the
+// connection stays open for the prober's next request (an HTTP probe with
+// a kept connection), each request recorded as one probe call.
+var keepAliveResponse = []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok")
+
 // Listen opens the two listening sockets and the epoll instance.
 func Listen(cfg Config) (*Server, error) {
 	if cfg.Backlog <= 0 {
@@ -93,7 +104,8 @@ func Listen(cfg Config) (*Server, error) {
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, state: make([]uint8, lim.Cur+1), buf: make([][]byte, lim.Cur+1)}
+	s := &Server{cfg: cfg, state: make([]uint8, lim.Cur+1), buf: make([][]byte, lim.Cur+1),
+		worker: make([]int32, lim.Cur+1), served: make([]bool, lim.Cur+1)}
 	epfd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, err
@@ -205,7 +217,10 @@ func (s *Server) accept(lfd, typ int) {
 			continue
 		}
 		s.cfg.Rec.Start(worker)
-		if s.cfg.HTTP {
+		if nfd < len(s.worker) {
+			s.worker[nfd], s.served[nfd] = int32(worker), false
+		}
+		if s.cfg.HTTP && !(typ == 1 && s.cfg.TCPLiveness) {
 			s.register(nfd, stReadReq)
 			s.serveConn(nfd) // the request is usually there already
 		} else {
@@ -279,12 +294,34 @@ func (s *Server) serveConn(fd int) {
 				return
 			}
 			s.buf[fd] = b
-			if bytes.Contains(b, []byte("\r\n\r\n")) {
-				_, _ = syscall.Write(fd, response)
+			for {
+				end := bytes.Index(b, []byte("\r\n\r\n"))
+				if end < 0 {
+					break
+				}
+				if s.served[fd] {
+					// A later request on a kept connection: one more
+					// probe call (the first was recorded at accept).
+					s.cfg.Rec.Start(int(s.worker[fd]))
+				}
 				s.answered.Add(1)
-				s.close(fd)
-				return
+				if asksClose(b[:end]) {
+					_, _ = syscall.Write(fd, response)
+					s.close(fd)
+					return
+				}
+				_, _ = syscall.Write(fd, keepAliveResponse)
+				s.served[fd] = true
+				b = append(b[:0], b[end+4:]...)
+				s.buf[fd] = b
 			}
 		}
 	}
+}
+
+// asksClose reports whether the request head asks to close the connection
+// after the answer ("Connection: close", which an HTTP/1.1 client without
+// keep-alive sends).
+func asksClose(head []byte) bool {
+	return bytes.Contains(bytes.ToLower(head), []byte("\r\nconnection: close"))
 }
