@@ -260,12 +260,16 @@ func TestChartOffloadRoleRunsTheWebhook(t *testing.T) {
 		case *rbacv1.ClusterRole:
 			if r.Name == saName {
 				_, err = admin.RbacV1().ClusterRoles().Create(ctx, r, metav1.CreateOptions{})
-				deleteAtEnd(t, func(c context.Context) error { return admin.RbacV1().ClusterRoles().Delete(c, r.Name, metav1.DeleteOptions{}) })
+				deleteAtEnd(t, func(c context.Context) error {
+					return admin.RbacV1().ClusterRoles().Delete(c, r.Name, metav1.DeleteOptions{})
+				})
 			}
 		case *rbacv1.ClusterRoleBinding:
 			if r.Name == saName {
 				_, err = admin.RbacV1().ClusterRoleBindings().Create(ctx, r, metav1.CreateOptions{})
-				deleteAtEnd(t, func(c context.Context) error { return admin.RbacV1().ClusterRoleBindings().Delete(c, r.Name, metav1.DeleteOptions{}) })
+				deleteAtEnd(t, func(c context.Context) error {
+					return admin.RbacV1().ClusterRoleBindings().Delete(c, r.Name, metav1.DeleteOptions{})
+				})
 			}
 		case *rbacv1.Role:
 			_, err = admin.RbacV1().Roles(ns).Create(ctx, r, metav1.CreateOptions{})
