@@ -148,6 +148,14 @@ func TestChartOffload(t *testing.T) {
 		t.Error("an unlabelled namespace is selected")
 	}
 
+	if d.Spec.Template.Spec.HostNetwork || hook["--listen"] != ":8443" {
+		t.Errorf("by default the webhook's pod has a network of its own and listens on 8443: hostNetwork %v, args %v", d.Spec.Template.Spec.HostNetwork, hook)
+	}
+	hn, _ := webhookObjects(t, render(t, "probed", "probed-system", "--set", "offload.enabled=true", "--set", "offload.hostNetwork=true", "--set", "offload.port=9443"))
+	if c := hn.Spec.Template.Spec.Containers[0]; !hn.Spec.Template.Spec.HostNetwork || argsOf(c)["--listen"] != ":9443" || c.Ports[0].ContainerPort != 9443 {
+		t.Errorf("offload.hostNetwork and .port: hostNetwork %v, container %+v", hn.Spec.Template.Spec.HostNetwork, c)
+	}
+
 	var rulesOf []rbacv1.PolicyRule
 	for _, o := range objects {
 		switch r := o.(type) {
