@@ -156,6 +156,13 @@ func TestChartOffload(t *testing.T) {
 		t.Errorf("offload.hostNetwork and .port: hostNetwork %v, container %+v", hn.Spec.Template.Spec.HostNetwork, c)
 	}
 
+	// A release named like a YAML 1.1 boolean keeps its name in every label.
+	for _, o := range render(t, "off", "probed-system", "--set", "offload.enabled=true") {
+		if m, ok := o.(metav1.Object); ok && m.GetLabels()["app.kubernetes.io/instance"] != "off" {
+			t.Errorf("release off: %s %s labelled %v", kindOf(o), name(o), m.GetLabels())
+		}
+	}
+
 	var rulesOf []rbacv1.PolicyRule
 	for _, o := range objects {
 		switch r := o.(type) {
