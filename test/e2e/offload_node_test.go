@@ -206,7 +206,8 @@ func TestOffloadOnTheNode(t *testing.T) {
 	if d := probed1 - probed0; d < 25 {
 		t.Errorf("probed's prober_probe_total for %s grew by %v in 10 s, want about 35 (four probes a second, one every 2 s)", web.Name, d)
 	}
-	if out, _, _ := runProbed(t, nil, "status", "-s", "127.0.0.1:"+strconv.Itoa(agentPort), "-o", "wide"); !strings.Contains(out, "offloaded:side/readiness=success") {
+	if out, _, _ := runProbed(t, nil, "status", "-s", "127.0.0.1:"+strconv.Itoa(agentPort), "-o", "wide"); !strings.Contains(out, "offloaded:app/readiness=success") ||
+		!strings.Contains(out, "offloaded:side/readiness(execsync)=success") {
 		t.Errorf("probed status -o wide does not say offloaded:\n%s", out)
 	}
 
