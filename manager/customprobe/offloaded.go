@@ -1,13 +1,11 @@
 package customprobe
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	sigsjson "sigs.k8s.io/json"
 
 	"github.com/probed/probed/runtime"
 )
@@ -75,25 +73,10 @@ var offloadedFields = []string{"container", "type", "probe"}
 // offloaded probe is a spec probe in meaning, with nothing beyond v1.Probe.
 // Field paths look like metadata.annotations[probed.io/offloaded][0].probe.httpGet.host.
 func ReadOffloaded(pod *v1.Pod, opts Options) ([]Element, field.ErrorList) {
-	if pod == nil {
-		return nil, nil
-	}
-	value, ok := pod.Annotations[OffloadedAnnotation]
-	if !ok {
-		return nil, nil
-	}
-	reads.Add(1)
 	root := OffloadedPath()
-	trimmed := bytes.TrimSpace([]byte(value))
-	if len(trimmed) == 0 || string(trimmed) == "null" {
-		return nil, nil
-	}
-	if len(value) > MaxAnnotationBytes {
-		return nil, field.ErrorList{field.TooLong(root, "", MaxAnnotationBytes)}
-	}
-	var items []json.RawMessage
-	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(trimmed, &items); err != nil {
-		return nil, field.ErrorList{field.Invalid(root, shorten(value), "must be a JSON list of offloaded probes: "+jsonMessage(err))}
+	items, errs := readList(pod, OffloadedAnnotation, root, "offloaded probes")
+	if len(items) == 0 {
+		return nil, errs
 	}
 	p := &parser{pod: pod, podRef: podRef(pod), opts: opts, seen: map[probeKey]int{}}
 	out := make([]Element, len(items))

@@ -53,30 +53,7 @@ func offloadWeb(n *nodetest.Node, ns string, app, side nodetest.Target) *appsv1.
 	s.ReadinessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"cat", side.ReadyFile}}}, PeriodSeconds: 1, FailureThreshold: 1}
 	s.LivenessProbe = &v1.Probe{ProbeHandler: httpGet("live", side.HTTP), PeriodSeconds: 1, FailureThreshold: 2}
 	pod.Spec.Containers = append(pod.Spec.Containers, s)
-	labels := map[string]string{"app": "web"}
-	one := int32(1)
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &one,
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
-			Template: v1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: pod.Spec},
-		},
-	}
-}
-
-// specProbes counts the pod's spec probes.
-func specProbes(p *v1.Pod) int {
-	n := 0
-	for _, c := range p.Spec.Containers {
-		for _, pr := range []*v1.Probe{c.ReadinessProbe, c.LivenessProbe, c.StartupProbe} {
-			if pr != nil {
-				n++
-			}
-		}
-	}
-	return n
+	return webDeploymentOf(ns, nil, pod.Spec)
 }
 
 // probeCounts reads prober_probe_total of namespace ns (pod, when not "")
@@ -188,8 +165,8 @@ func TestOffloadOnTheNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	web := deploymentPod(t, c, ns, "", 2*time.Minute, "Ready", func(p *v1.Pod) (bool, string) { return podReady(p) })
-	if specProbes(web) != 0 || len(web.Spec.ReadinessGates) != 1 || web.Spec.ReadinessGates[0].ConditionType != gate || !offload.Offloaded(web) {
-		t.Fatalf("pod %s admitted with %d spec probes, gates %+v, record %q", web.Name, specProbes(web), web.Spec.ReadinessGates, web.Annotations[offload.RecordAnnotation])
+	if kubetest.SpecProbes(web) != 0 || len(web.Spec.ReadinessGates) != 1 || web.Spec.ReadinessGates[0].ConditionType != gate || !offload.Offloaded(web) {
+		t.Fatalf("pod %s admitted with %d spec probes, gates %+v, record %q", web.Name, kubetest.SpecProbes(web), web.Spec.ReadinessGates, web.Annotations[offload.RecordAnnotation])
 	}
 	if note, ok := offload.ReadNote(web); !ok || len(note.Left) != 0 {
 		t.Errorf("note %+v: every probe should move (the runtime and restarts are on)", note)
@@ -253,7 +230,7 @@ func TestOffloadOnTheNode(t *testing.T) {
 	plainPod := n.TargetPod(plain, "plain", nodetest.Target{HTTP: ports[5]})
 	plainPod.Spec.Containers[0].ReadinessProbe = &v1.Probe{PeriodSeconds: 1, ProbeHandler: v1.ProbeHandler{
 		HTTPGet: &v1.HTTPGetAction{Path: "/probe/ready", Port: intstr.FromInt32(int32(ports[5]))}}}
-	if got := kubetest.CreatePod(t, c, plainPod); specProbes(got) != 1 || len(got.Spec.ReadinessGates) != 0 || offload.Offloaded(got) {
+	if got := kubetest.CreatePod(t, c, plainPod); kubetest.SpecProbes(got) != 1 || len(got.Spec.ReadinessGates) != 0 || offload.Offloaded(got) {
 		t.Errorf("a pod of an unlabelled namespace was changed: %+v", got.Spec)
 	}
 
@@ -267,7 +244,7 @@ func TestOffloadOnTheNode(t *testing.T) {
 	down.Spec.Containers[0].ReadinessProbe = &v1.Probe{PeriodSeconds: 1, ProbeHandler: v1.ProbeHandler{
 		HTTPGet: &v1.HTTPGetAction{Path: "/probe/ready", Port: intstr.FromInt32(int32(ports[6]))}}}
 	created := time.Now()
-	if got := kubetest.CreatePod(t, c, down); specProbes(got) != 1 || len(got.Spec.ReadinessGates) != 0 || offload.Offloaded(got) {
+	if got := kubetest.CreatePod(t, c, down); kubetest.SpecProbes(got) != 1 || len(got.Spec.ReadinessGates) != 0 || offload.Offloaded(got) {
 		t.Errorf("with the webhook down the pod was changed: %+v", got.Spec)
 	}
 	t.Logf("a pod created with the webhook down: %v", time.Since(created).Round(time.Millisecond))
@@ -295,8 +272,8 @@ func TestOffloadOnTheNode(t *testing.T) {
 	}
 	k.kubectl("-n", ns, "rollout", "restart", "deployment/web")
 	back := deploymentPod(t, c, ns, web.UID, 2*time.Minute, "the rolled pod Ready", func(p *v1.Pod) (bool, string) { return podReady(p) })
-	if specProbes(back) != 5 || len(back.Spec.ReadinessGates) != 0 || offload.Offloaded(back) {
-		t.Fatalf("the rolled pod: %d spec probes, gates %+v, record %v", specProbes(back), back.Spec.ReadinessGates, offload.Offloaded(back))
+	if kubetest.SpecProbes(back) != 5 || len(back.Spec.ReadinessGates) != 0 || offload.Offloaded(back) {
+		t.Fatalf("the rolled pod: %d spec probes, gates %+v, record %v", kubetest.SpecProbes(back), back.Spec.ReadinessGates, offload.Offloaded(back))
 	}
 	eventually(t, nil, 30*time.Second, "the kubelet probing the rolled pod", func() (bool, string) {
 		n := counts.kubeletOf(ns, back.Name)

@@ -147,23 +147,11 @@ func webPod(ns, name string) *v1.Pod {
 	return pod
 }
 
-func probes(pod *v1.Pod) int {
-	n := 0
-	for _, c := range pod.Spec.Containers {
-		for _, p := range []*v1.Probe{c.ReadinessProbe, c.LivenessProbe, c.StartupProbe} {
-			if p != nil {
-				n++
-			}
-		}
-	}
-	return n
-}
-
 // offloaded checks that the stored pod has no spec probe, the gate, and a
 // record the agents read as its four probes.
 func offloaded(t *testing.T, pod *v1.Pod) {
 	t.Helper()
-	if n := probes(pod); n != 0 {
+	if n := kubetest.SpecProbes(pod); n != 0 {
 		t.Fatalf("pod %s keeps %d spec probes", pod.Name, n)
 	}
 	if len(pod.Spec.ReadinessGates) != 1 || string(pod.Spec.ReadinessGates[0].ConditionType) != agent.DefaultReadinessGate {
@@ -177,7 +165,7 @@ func offloaded(t *testing.T, pod *v1.Pod) {
 
 func untouched(t *testing.T, pod *v1.Pod) {
 	t.Helper()
-	if n := probes(pod); n != 4 || len(pod.Spec.ReadinessGates) != 0 || offload.Offloaded(pod) {
+	if n := kubetest.SpecProbes(pod); n != 4 || len(pod.Spec.ReadinessGates) != 0 || offload.Offloaded(pod) {
 		t.Fatalf("pod %s/%s was changed: %d spec probes, gates %+v, record %v", pod.Namespace, pod.Name, n, pod.Spec.ReadinessGates, offload.Offloaded(pod))
 	}
 }

@@ -192,27 +192,19 @@ func Targets(results []Result) []string {
 
 	for _, n := range counts(KindHTTP) {
 		k, okK := find(results, KindHTTP, SideKubelet, n)
-		p, okP := find(results, KindHTTP, SideProbed, n)
-		if !okK || !okP || k.NodeMsPerRun == 0 {
-			continue
+		for _, side := range []struct{ side, what string }{{SideProbed, ""}, {SideOffloaded, ", unchanged manifests through the offload webhook"}} {
+			p, okP := find(results, KindHTTP, side.side, n)
+			if !okK || !okP || k.NodeMsPerRun == 0 {
+				continue
+			}
+			ratio := p.NodeMsPerRun / k.NodeMsPerRun
+			line := fmt.Sprintf("HTTP/TCP, %d pods%s: node CPU per run with probed %.2f ms, with the kubelet %.2f ms: %.2f× (target ≤ %.1f×) %s",
+				n, side.what, p.NodeMsPerRun, k.NodeMsPerRun, ratio, HTTPRatio, verdict(ratio <= HTTPRatio))
+			if k.ProbingMsPerRun > 0 {
+				line += fmt.Sprintf("; above the same pods without probes: %.2f ms against %.2f ms (%.2f×)", p.ProbingMsPerRun, k.ProbingMsPerRun, p.ProbingMsPerRun/k.ProbingMsPerRun)
+			}
+			out = append(out, line)
 		}
-		ratio := p.NodeMsPerRun / k.NodeMsPerRun
-		line := fmt.Sprintf("HTTP/TCP, %d pods: node CPU per run with probed %.2f ms, with the kubelet %.2f ms: %.2f× (target ≤ %.1f×) %s",
-			n, p.NodeMsPerRun, k.NodeMsPerRun, ratio, HTTPRatio, verdict(ratio <= HTTPRatio))
-		if k.ProbingMsPerRun > 0 {
-			line += fmt.Sprintf("; above the same pods without probes: %.2f ms against %.2f ms (%.2f×)", p.ProbingMsPerRun, k.ProbingMsPerRun, p.ProbingMsPerRun/k.ProbingMsPerRun)
-		}
-		out = append(out, line)
-	}
-	for _, n := range counts(KindHTTP) {
-		k, okK := find(results, KindHTTP, SideKubelet, n)
-		o, okO := find(results, KindHTTP, SideOffloaded, n)
-		if !okK || !okO || k.NodeMsPerRun == 0 {
-			continue
-		}
-		ratio := o.NodeMsPerRun / k.NodeMsPerRun
-		out = append(out, fmt.Sprintf("HTTP/TCP, %d pods, unchanged manifests through the offload webhook: node CPU per run with probed %.2f ms, with the kubelet %.2f ms: %.2f× (target ≤ %.1f×) %s",
-			n, o.NodeMsPerRun, k.NodeMsPerRun, ratio, HTTPRatio, verdict(ratio <= HTTPRatio)))
 	}
 	out = append(out, issue28Targets(results, counts(KindHTTP), verdict)...)
 	for _, n := range counts(KindExec) {
