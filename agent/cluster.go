@@ -74,6 +74,18 @@ const ReasonInvalidProbeAnnotation = limits.ReasonInvalidProbeAnnotation
 // (podprobes.RefuseExec).
 const ExecUnavailable = "exec probes need the container runtime, which the kubelet owns in cluster mode (probed reaches it with --container-runtime-endpoint); use httpGet, tcpSocket, grpc or a plugin"
 
+// ClusterAnnotationOptions are the options cluster mode reads a pod's
+// probed.io/probes annotation and probed.io/offloaded record with: the
+// egress rule and the per-pod limits, named after the flags that set them
+// (--max-probes-per-pod, --min-probe-period). The agent and the offload
+// webhook (which moves only what the agents run) build them alike.
+func ClusterAnnotationOptions(rule *egress.Rule, maxProbesPerPod int, minProbePeriod time.Duration) customprobe.Options {
+	return customprobe.Options{Egress: rule, Limits: customprobe.Limits{
+		MaxProbes: maxProbesPerPod, MaxProbesFlag: "--max-probes-per-pod",
+		MinPeriod: minProbePeriod, MinPeriodFlag: "--min-probe-period",
+	}}
+}
+
 // ClusterOptions select cluster mode: pods from the API server.
 type ClusterOptions struct {
 	// Config reaches the API server (required): from --kubeconfig, or the
@@ -308,18 +320,14 @@ func (a *Agent) clusterMode() (*mode, error) {
 	parts.statuses = podsource.NewStatuses()
 	// Cluster mode's policy, applied once per pod and spec change where
 	// pods come in (the reconciler): the kubelet runs the spec's probes;
-	// the annotation's run under the egress rule and the per-pod limits,
-	// exec ones only with the container runtime.
-	policy := podprobes.Policy{
-		Annotation: customprobe.Options{Egress: a.egress, Limits: customprobe.Limits{
-			MaxProbes: c.MaxProbesPerPod, MaxProbesFlag: "--max-probes-per-pod",
-			MinPeriod: c.MinProbePeriod, MinPeriodFlag: "--min-probe-period",
-		}},
-		Transforms: []podprobes.Transform{podprobes.LeaveSpecToKubelet},
-	}
+	// the annotation's and those the offload webhook moved run under the
+	// egress rule and the per-pod limits, exec ones only with the
+	// container runtime.
+	execRefused := ""
 	if parts.cri == nil {
-		policy.Transforms = append(policy.Transforms, podprobes.RefuseExec(ExecUnavailable))
+		execRefused = ExecUnavailable
 	}
+	policy := podprobes.Cluster(ClusterAnnotationOptions(a.egress, c.MaxProbesPerPod, c.MinProbePeriod), execRefused)
 	parts.limits = limits.New(limits.Options{MaxRate: c.MaxProbeRate, MaxRateFlag: "--max-probe-rate",
 		Recorder: a.recorder, Logger: a.log})
 	parts.gate, err = gate.New(gate.Options{

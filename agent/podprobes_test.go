@@ -241,3 +241,70 @@ spec:
 	r.eventually("the new document worked out", func() bool { return views(start) == 2 })
 	holdViews(t, start, 2, 1500*time.Millisecond, nil)
 }
+
+// TestClusterOffloadedProbes (cluster mode, a real API server): the
+// probes of a pod's probed.io/offloaded record, as the offload webhook
+// writes it, are probed's: the gate follows the offloaded readiness probe;
+// the failing one's Events have the kubelet's text ("Readiness probe
+// failed: ..." — no threshold counts: a spec probe in meaning) and the
+// label probed.io/probe-origin=offloaded; `probed status` says offloaded;
+// a changed record is read again (it is part of the pod's spec hash).
+func TestClusterOffloadedProbes(t *testing.T) {
+	admin := kubetest.Client(t)
+	cfg := kubetest.AgentConfig(t)
+	ns, node := kubetest.Namespace(t), kubetest.NodeName(t)
+	up, down := newSwitchableTarget(t), newSwitchableTarget(t)
+	down.close()
+	record := func(port, period int) string {
+		return fmt.Sprintf(`[{"container":"app","type":"readiness","probe":{"tcpSocket":{"port":%d},"timeoutSeconds":1,"periodSeconds":%d,"successThreshold":1,"failureThreshold":1}}]`, port, period)
+	}
+	for _, p := range []struct {
+		name string
+		port int
+	}{{"good", up.port}, {"failing", down.port}} {
+		pod := kubetest.NewPod(ns, p.name, node, "app")
+		pod.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: gateType}}
+		pod.Annotations = map[string]string{customprobe.OffloadedAnnotation: record(p.port, 1)}
+		kubetest.CreatePod(t, admin, pod)
+		kubetest.SetPodRunning(t, admin, ns, p.name, true)
+	}
+	start := customprobe.Reads()
+	r := startClusterAgent(t, cfg, node, nil)
+	waitGate(t, admin, ns, "good", v1.ConditionTrue)
+	waitGate(t, admin, ns, "failing", v1.ConditionFalse)
+
+	var notes []string
+	kubetest.Eventually(t, "an Unhealthy Event of the failing pod labelled offloaded", func() bool {
+		list, err := admin.EventsV1().Events(ns).List(kubetest.Context(t), metav1.ListOptions{LabelSelector: kevents.LabelOrigin + "=offloaded"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		notes = notes[:0]
+		for _, ev := range list.Items {
+			if ev.Regarding.Name == "failing" && ev.Reason == "Unhealthy" {
+				notes = append(notes, ev.Note)
+			}
+		}
+		return len(notes) > 0
+	})
+	for _, n := range notes {
+		if !strings.HasPrefix(n, "Readiness probe failed: ") || strings.Contains(n, "threshold") {
+			t.Errorf("Event note %q: want the kubelet's text", n)
+		}
+	}
+	var buf bytes.Buffer
+	if err := statusview.Print(context.Background(), statusview.Options{Server: r.base, Output: output.Wide}, &buf); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "offloaded:app/readiness=success") || !strings.Contains(buf.String(), "offloaded:app/readiness=failure") {
+		t.Errorf("probed status -o wide does not say offloaded:\n%s", buf.String())
+	}
+
+	seen := views(start)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, customprobe.OffloadedAnnotation, record(up.port, 2))
+	if _, err := admin.CoreV1().Pods(ns).Patch(kubetest.Context(t), "failing", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.eventually("the changed record read again", func() bool { return views(start) > seen })
+	waitGate(t, admin, ns, "failing", v1.ConditionTrue)
+}

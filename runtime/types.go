@@ -78,6 +78,20 @@ func ProbeOf(c *v1.Container, t ProbeType) *v1.Probe {
 	return nil
 }
 
+// SetProbe sets the container's probe of type t (nil removes it); an
+// unknown t changes nothing. ProbeOf's counterpart, for the offload
+// webhook's move of a probe out of the spec and back.
+func SetProbe(c *v1.Container, t ProbeType, p *v1.Probe) {
+	switch t {
+	case Liveness:
+		c.LivenessProbe = p
+	case Readiness:
+		c.ReadinessProbe = p
+	case Startup:
+		c.StartupProbe = p
+	}
+}
+
 // Origin is where a probe was declared (manager/podprobes works it out
 // once per pod and spec change). Status views, events and logs show it;
 // the zero value is unknown (a Spec built without one).
@@ -90,17 +104,24 @@ const (
 	// OriginAnnotation: an element of the pod's probed.io/probes
 	// annotation.
 	OriginAnnotation
+	// OriginOffloaded: a container's own probe that the offload webhook
+	// moved out of the spec into probed's care, read from the pod's
+	// probed.io/offloaded record. It has a spec probe's meaning (the
+	// kubelet's semantics and Event texts: Spec.Extension is nil).
+	OriginOffloaded
 )
 
-// String returns "spec" or "annotation" ("" for an unknown origin): the
-// value of the origin fields of the agent's API, `probed status` and its
-// events.
+// String returns "spec", "annotation" or "offloaded" ("" for an unknown
+// origin): the value of the origin fields of the agent's API, `probed
+// status` and its events.
 func (o Origin) String() string {
 	switch o {
 	case OriginSpec:
 		return "spec"
 	case OriginAnnotation:
 		return "annotation"
+	case OriginOffloaded:
+		return "offloaded"
 	}
 	return ""
 }

@@ -53,8 +53,9 @@ type ProbeResult struct {
 	Pod       string `json:"pod"` // the pod's name (a workload's pod is named after it)
 	Container string `json:"container"`
 	Probe     string `json:"probe"` // liveness, readiness or startup
-	// Origin is where the probe is declared: "spec" (the container's own)
-	// or "annotation" (the pod's probed.io/probes annotation).
+	// Origin is where the probe is declared: "spec" (the container's own),
+	// "annotation" (the pod's probed.io/probes annotation) or "offloaded"
+	// (the offload webhook's probed.io/offloaded record).
 	Origin  string `json:"origin"`
 	Handler string `json:"handler"` // http, tcp, exec, grpc or a plugin kind
 	// Result is success, warning, failure, error (the probe could not

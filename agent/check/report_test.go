@@ -248,3 +248,48 @@ spec:
 		t.Errorf("rows %q, exit code %d, stderr %q", rows, code, errOut)
 	}
 }
+
+// TestCheck_OffloadedProbesRun: a pod read back from a cluster whose
+// offload webhook moved its probes into probed.io/offloaded (kubectl get
+// pod -o yaml) has its probes checked as the cluster's agent runs them,
+// each of origin offloaded; a record element the agent would refuse is an
+// error naming the file, the pod and the field.
+func TestCheck_OffloadedProbesRun(t *testing.T) {
+	web := target(t)
+	path := manifest(t, fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: moved
+  namespace: shop
+  annotations:
+    probed.io/offloaded: '[{"container":"app","type":"readiness","probe":{"httpGet":{"path":"/ok","port":%[1]d,"scheme":"HTTP"},"timeoutSeconds":1,"periodSeconds":10,"successThreshold":1,"failureThreshold":3}}]'
+spec:
+  readinessGates:
+  - conditionType: probed.io/ready
+  containers:
+  - name: app
+    image: app
+`, web))
+	rep, code, _ := document(t, check.Options{File: path}, output.JSON)
+	var rows []string
+	var errOut string
+	if code != check.ExitOK || len(rep.Probes) != 1 || rep.Probes[0].Origin != "offloaded" || rep.Probes[0].Result != "success" {
+		t.Fatalf("exit %d, probes %+v", code, rep.Probes)
+	}
+
+	broken := manifest(t, `apiVersion: v1
+kind: Pod
+metadata:
+  name: moved
+  annotations:
+    probed.io/offloaded: '[{"container":"app","type":"readiness","probe":{"httpGet":{"port":1},"keepAlive":true}}]'
+spec:
+  containers:
+  - name: app
+    image: app
+`)
+	rows, errOut, code = run(t, check.Options{File: broken})
+	if len(rows) != 0 || code != check.ExitBadInput || !strings.Contains(errOut, `pod default/moved: metadata.annotations[probed.io/offloaded][0].probe`) {
+		t.Errorf("rows %q, exit code %d, stderr %q", rows, code, errOut)
+	}
+}

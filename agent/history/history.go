@@ -93,7 +93,9 @@ type Probe struct {
 	Type      string `json:"type"`    // liveness, readiness, startup
 	Handler   string `json:"handler"` // http, tcp, exec, grpc or a plugin kind
 	// Origin is where the probe is declared, as of its newest run: "spec"
-	// (the container's own probe) or "annotation" (probed.io/probes).
+	// (the container's own probe), "annotation" (probed.io/probes) or
+	// "offloaded" (a container's own probe the offload webhook moved into
+	// probed's care: probed.io/offloaded).
 	Origin string `json:"origin,omitempty"`
 	// PeriodMS and TimeoutMS are the probe's period and timeout in
 	// milliseconds (periodSeconds plus periodMilliseconds for an

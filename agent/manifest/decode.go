@@ -80,10 +80,14 @@ type Entry struct {
 }
 
 // ProbesPolicy is manifest mode's rule of which of a pod's probes are
-// probed's (podprobes.Policy): the containers' own and the probed.io/probes
-// annotation's, whose plugin kinds knownKind must know (nil: any kind).
+// probed's (podprobes.Policy): the containers' own, the probed.io/probes
+// annotation's, whose plugin kinds knownKind must know (nil: any kind),
+// and those the offload webhook moved out of the spec (a pod read back
+// from a cluster, `kubectl get pod -o yaml`, runs them as the cluster's
+// agent does: podprobes.Offloaded).
 func ProbesPolicy(knownKind func(string) bool) podprobes.Policy {
-	return podprobes.Policy{Annotation: customprobe.Options{KnownKind: knownKind}}
+	opts := customprobe.Options{KnownKind: knownKind}
+	return podprobes.Policy{Annotation: opts, Transforms: []podprobes.Transform{podprobes.Offloaded(opts)}}
 }
 
 // Result is everything Decode found in one file.

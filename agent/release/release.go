@@ -12,8 +12,9 @@
 // release writes the condition with reason ProbedReleased:
 //
 //   - True when the kubelet still checks the readiness of every container
-//     probed checked: each container with an annotation readiness or startup
-//     probe also has a spec readinessProbe (or probed checked none). The pod's
+//     probed checked: each container with a readiness or startup probe of
+//     probed's (the annotation's, or an offloaded one) also has a spec
+//     readinessProbe (or probed checked none). The pod's
 //     Ready is then the kubelet's alone, as if it had no gate.
 //   - False otherwise: probed's probe was that container's only readiness
 //     check, and True would call Ready a container nobody checks. The pod
@@ -24,7 +25,11 @@
 // Terminating pods are left alone. Nothing is written while any workload's
 // template lists the gate: the operator changes those first (the gate out,
 // the annotation's probes into the spec), while probed still runs and keeps
-// the old pods' conditions current through the rollout.
+// the old pods' conditions current through the rollout. Nor while pods are
+// offloaded (the offload webhook moved their own probes into probed's
+// care, ListOffloaded): the operator takes the namespace's opt-in label off
+// and rolls those workloads, whose templates still have the probes, so
+// that the kubelet runs them again.
 //
 // release runs as the operator (a kubeconfig that may list workloads and
 // pods in every namespace and patch pods/status), not as the agent: the
@@ -32,8 +37,10 @@
 package release
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -44,10 +51,13 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/probed/probed/agent/kube/offload"
 	"github.com/probed/probed/manager/customprobe"
+	"github.com/probed/probed/manager/podprobes"
 	"github.com/probed/probed/runtime"
 )
 
@@ -91,6 +101,10 @@ type Report struct {
 	Templates []Workload `json:"templates"`
 	// Pods are the pods whose spec lists the gate, terminating ones left out.
 	Pods []Pod `json:"pods"`
+	// Offload is what the offload webhook left: the namespaces that still
+	// opt in and the workloads with offloaded pods (while there are any,
+	// nothing is written).
+	Offload *OffloadReport `json:"offload"`
 }
 
 // Replace returns the pods that stay not ready until replaced.
@@ -114,6 +128,10 @@ type Options struct {
 	// Write hands the pods back (writes their condition); without it Run
 	// only reports.
 	Write bool
+	// OffloadNamespaces selects the namespaces that opt in to the offload
+	// webhook (its --offload-namespaces); "":
+	// offload.DefaultNamespaceSelector.
+	OffloadNamespaces string
 	// Now stamps lastTransitionTime; nil: time.Now.
 	Now func() time.Time
 }
@@ -151,6 +169,13 @@ func Run(ctx context.Context, c kubernetes.Interface, opts Options) (*Report, er
 	if err != nil {
 		return nil, fmt.Errorf("release: list pods: %w", err)
 	}
+	sel, err := labels.Parse(cmp.Or(opts.OffloadNamespaces, offload.DefaultNamespaceSelector))
+	if err != nil {
+		return nil, fmt.Errorf("release: offload namespace selector: %w", err)
+	}
+	if r.Offload, err = listOffloaded(ctx, c, opts.Namespace, sel, pods.Items); err != nil {
+		return nil, err
+	}
 	for i := range pods.Items {
 		pod := &pods.Items[i]
 		if pod.DeletionTimestamp != nil || !gated(&pod.Spec, opts.Gate) {
@@ -164,8 +189,15 @@ func Run(ctx context.Context, c kubernetes.Interface, opts Options) (*Report, er
 	sort.Slice(r.Pods, func(i, j int) bool {
 		return r.Pods[i].Namespace+"/"+r.Pods[i].Name < r.Pods[j].Namespace+"/"+r.Pods[j].Name
 	})
+	var stop []error
 	if len(r.Templates) > 0 {
-		return r, &ErrTemplatesGated{Workloads: r.Templates}
+		stop = append(stop, &ErrTemplatesGated{Workloads: r.Templates})
+	}
+	if len(r.Offload.Workloads) > 0 {
+		stop = append(stop, &ErrOffloaded{Workloads: r.Offload.Workloads})
+	}
+	if len(stop) > 0 {
+		return r, errors.Join(stop...)
 	}
 	if !opts.Write {
 		return r, nil
@@ -207,17 +239,19 @@ func owner(pod *v1.Pod) string {
 	return ""
 }
 
-// uncheckedContainers lists, in spec order, the containers that have an
-// annotation readiness or startup probe (what decided probed's condition)
-// and no spec readinessProbe (nothing of the kubelet's checks their
-// readiness). Elements of the annotation that do not parse decided nothing
-// and count for nothing, as in the agent.
+// uncheckedContainers lists, in spec order, the containers that have a
+// readiness or startup probe of probed's (the annotation's or one the
+// offload webhook moved: what decided probed's condition) and no spec
+// readinessProbe (nothing of the kubelet's checks their readiness).
+// Probes the agent would refuse decided nothing and count for nothing, as
+// in the agent (the pod's view under cluster mode's policy, without the
+// node's limits).
 func uncheckedContainers(pod *v1.Pod) []string {
-	probes, _ := customprobe.Parse(pod, func(string) bool { return true })
+	view := podprobes.Of(pod, podprobes.Cluster(customprobe.Options{}, ""))
 	decided := map[string]bool{}
-	for _, p := range probes {
+	for _, p := range view.Probes {
 		if p.Type == runtime.Readiness || p.Type == runtime.Startup {
-			decided[p.Container] = true
+			decided[p.Container.Name] = true
 		}
 	}
 	var out []string

@@ -3,6 +3,7 @@ package release_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/probed/probed/agent/kube/offload"
 	"github.com/probed/probed/agent/release"
 	"github.com/probed/probed/internal/kubetest"
 )
@@ -190,5 +192,105 @@ func TestReleaseRefusesWhileATemplateIsGated(t *testing.T) {
 	}
 	if got := condition(t, c, ns, "leftover"); got.Reason != release.Reason || got.Status != v1.ConditionTrue {
 		t.Errorf("leftover pod: %+v", got)
+	}
+}
+
+// offloadedPod is a pod of ns as the offload webhook leaves it: app's
+// readiness and liveness probes moved into the record, the gate added and
+// said so in the note, owned by owner (nil: none); probed's condition True.
+func offloadedPod(t *testing.T, c kubernetes.Interface, ns, name string, owner *metav1.OwnerReference) *v1.Pod {
+	t.Helper()
+	pod := kubetest.NewPod(ns, name, kubetest.NodeName(t), "app")
+	pod.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: gate}}
+	pod.Annotations = map[string]string{
+		offload.RecordAnnotation: `[{"container":"app","type":"readiness","probe":{"httpGet":{"path":"/ready","port":8080}}},` +
+			`{"container":"app","type":"liveness","probe":{"tcpSocket":{"port":8080}}}]`,
+		offload.NoteAnnotation: `{"readinessGate":"` + gate + `"}`,
+	}
+	if owner != nil {
+		pod.OwnerReferences = []metav1.OwnerReference{*owner}
+	}
+	return kubetest.CreatePod(t, c, pod)
+}
+
+// TestReleaseRefusesWhileOffloaded: pods whose probes the offload webhook
+// moved would have nobody to run them once probed is gone: Run (and
+// ListOffloaded, `probed offload status`) names their workloads — a
+// Deployment's pods under the Deployment, a pod of no controller as a Pod
+// — with the probes rolling restores, the gate, and the command, the
+// namespace's label off first while it opts in; nothing is written, and
+// the offloaded gated pod counts as checked by probed alone (its readiness
+// probe is no longer in its spec). Once the pods are replaced, Run goes on.
+func TestReleaseRefusesWhileOffloaded(t *testing.T) {
+	c := kubetest.Client(t)
+	ns := kubetest.Namespace(t)
+	kubetest.LabelNamespace(t, ns, map[string]string{offload.NamespaceLabel: "enabled"})
+	labels := map[string]string{"app": "web"}
+	d, err := c.AppsV1().Deployments(ns).Create(kubetest.Context(t), &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: v1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: v1.PodSpec{Containers: []v1.Container{{Name: "app", Image: "probed.test/none:1"}}}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	isController := true
+	rs, err := c.AppsV1().ReplicaSets(ns).Create(kubetest.Context(t), &appsv1.ReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web-5d4f", OwnerReferences: []metav1.OwnerReference{
+			{APIVersion: "apps/v1", Kind: "Deployment", Name: d.Name, UID: d.UID, Controller: &isController}}},
+		Spec: appsv1.ReplicaSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: d.Spec.Template},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byRS := &metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: &isController}
+	offloadedPod(t, c, ns, "web-5d4f-a", byRS)
+	offloadedPod(t, c, ns, "web-5d4f-b", byRS)
+	offloadedPod(t, c, ns, "bare", nil)
+
+	r, err := release.Run(kubetest.Context(t), c, release.Options{Gate: gate, Namespace: ns, Write: true})
+	var off *release.ErrOffloaded
+	if !errors.As(err, &off) || len(off.Workloads) != 2 {
+		t.Fatalf("err %v, want the two workloads named", err)
+	}
+	for _, p := range r.Pods {
+		if p.Written || p.Ready || len(p.Unchecked) != 1 || p.Unchecked[0] != "app" {
+			t.Errorf("pod %s: %+v, want not written, False, app checked by probed alone", p.Name, p)
+		}
+	}
+	list, err := release.ListOffloaded(kubetest.Context(t), c, ns, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Namespaces) != 1 || list.Namespaces[0] != ns || len(list.Workloads) != 2 {
+		t.Fatalf("offload report %+v", list)
+	}
+	bare, web := list.Workloads[1], list.Workloads[0]
+	if web.String() != "Deployment "+ns+"/web" || len(web.Pods) != 2 || web.Gate != gate || !web.StillSelected ||
+		fmt.Sprint(web.Probes) != "[app/readiness app/liveness]" {
+		t.Errorf("web %+v", web)
+	}
+	if want := "kubectl label namespace " + ns + " probed.io/offload- first"; !strings.HasPrefix(web.Roll, want) ||
+		!strings.Contains(web.Roll, "kubectl rollout restart deployment/web -n "+ns) {
+		t.Errorf("web's roll %q", web.Roll)
+	}
+	if bare.String() != "Pod "+ns+"/bare" || !strings.Contains(bare.Roll, "kubectl delete pod -n "+ns+" bare, then create it again from its manifest") {
+		t.Errorf("bare %+v", bare)
+	}
+	if !strings.Contains(web.Restores(), "the kubelet's app/readiness, app/liveness, and no readiness gate "+gate) {
+		t.Errorf("restores %q", web.Restores())
+	}
+
+	for _, name := range []string{"web-5d4f-a", "web-5d4f-b", "bare"} {
+		if err := c.CoreV1().Pods(ns).Delete(kubetest.Context(t), name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kubetest.Eventually(t, "the offloaded pods gone", func() bool {
+		l, err := c.CoreV1().Pods(ns).List(kubetest.Context(t), metav1.ListOptions{})
+		return err == nil && len(l.Items) == 0
+	})
+	if _, err := release.Run(kubetest.Context(t), c, release.Options{Gate: gate, Namespace: ns, Write: true}); err != nil {
+		t.Fatalf("with no pod offloaded: %v", err)
 	}
 }

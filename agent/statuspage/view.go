@@ -133,8 +133,9 @@ type probeRow struct {
 	Kind      string // http, tcp, grpc, exec or a plugin kind
 	ExecMode  string // an exec probe's mode (history.Probe.ExecMode)
 	Target    string // GET http://10.1.2.3:8080/healthz, tcp :6379, grpc :9090, plugin redis
-	// Declared is where the probe is declared (its origin): spec or
-	// annotation (probed.io/probes); "" for a probe known only from its
+	// Declared is where the probe is declared (its origin): spec,
+	// annotation (probed.io/probes) or offloaded (probed.io/offloaded);
+	// "" for a probe known only from its
 	// history.
 	Declared string
 	// Refused says why probed does not run the probe (the view's

@@ -13,9 +13,10 @@
 // Settings (environment): PROBED_BENCH_NODE_PODS, the pod counts of the
 // HTTP/TCP runs (default "10,25,50,100,200"); PROBED_BENCH_NODE_EXEC_PODS,
 // those of the exec runs (default "10,25,50"; "," for none); PROBED_BENCH_NODE_SIDES, the
-// sides of the HTTP/TCP runs (default "probed,probed-keepalive,bare,kubelet":
+// sides of the HTTP/TCP runs (default "probed,probed-keepalive,bare,kubelet,offloaded":
 // probed as it is by default, probed with --http-keep-alive, the bare
-// prober of cmd/bareprober, the kubelet; the pods without probes always
+// prober of cmd/bareprober, the kubelet, and the kubelet's manifests
+// moved to probed by the offload webhook; the pods without probes always
 // run); PROBED_BENCH_NODE_PROBED_ARGS, more flags for probed (e.g.
 // "--scheduler-coalesce=0"); PROBED_BENCH_NODE_WINDOW (default 60s);
 // PROBED_BENCH_NODE_OUT, the JSON lines (default out/node.jsonl, emptied
@@ -44,12 +45,14 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/probed/probed/bench/internal/bare"
 	"github.com/probed/probed/bench/internal/lateness"
@@ -121,8 +124,9 @@ type env struct {
 	window     time.Duration
 	out        string
 	admin      kubernetes.Interface
-	sides      []string // of the HTTP/TCP runs (nodebench.Sides)
-	probedArgs []string // more flags for every probed run
+	sides      []string   // of the HTTP/TCP runs (nodebench.Sides)
+	probedArgs []string   // more flags for every probed run
+	webhook    *agentProc // `probed webhook`, once the offloaded side runs
 }
 
 func (e *env) runs(side string) bool { return slices.Contains(e.sides, side) }
@@ -187,6 +191,96 @@ func (e *env) runCount(b *testing.B, pods int, withHTTP, withExec bool) {
 		e.waitPods(b, ns, pods, true)
 		e.measure(b, ns, kind, nodebench.SideKubelet, targets, nil, &base)
 		e.deletePods(b, ns)
+	}
+
+	// The same manifests, spec probes and all, in a namespace that opts in
+	// to the offload webhook: probed runs what it moved.
+	if withHTTP && e.runs(nodebench.SideOffloaded) {
+		e.startWebhook(b)
+		ns := e.namespace(b)
+		kubetest.LabelNamespace(b, ns, map[string]string{offloadLabel: "enabled", "probed.io/liveness-actions": "enabled"})
+		e.createPods(b, ns, targets, func(pod *v1.Pod, tg nodetest.Target) { specProbes(pod, nodebench.KindHTTP, tg) })
+		e.checkMoved(b, ns, pods)
+		a := e.startProbedAs(b, kubetest.AgentConfigWithRestart(b), "--liveness-action=restart", "--container-runtime-endpoint", e.n.CRIEndpoint)
+		e.waitPods(b, ns, pods, true)
+		e.measure(b, ns, nodebench.KindHTTP, nodebench.SideOffloaded, targets, a.prober(), &base)
+		a.stop(b)
+		e.deletePods(b, ns)
+	}
+}
+
+// offloadLabel is the namespace label the offload webhook selects
+// (agent/kube/offload.NamespaceLabel).
+const offloadLabel = "probed.io/offload"
+
+// startWebhook runs `probed webhook` for the node (out of cluster, as the
+// admin, its own certificate for 127.0.0.1), told what the offloaded
+// side's probed does (the runtime, liveness restarts in namespaces
+// labelled probed.io/liveness-actions=enabled), with a configuration that
+// sends it the pod creations of namespaces labelled
+// probed.io/offload=enabled; both go when b ends.
+func (e *env) startWebhook(b *testing.B) {
+	b.Helper()
+	if e.webhook != nil {
+		return
+	}
+	b.Cleanup(func() { e.webhook = nil })
+	own := kubetest.Namespace(b)
+	port := nodetest.FreePorts(b, 1)[0]
+	name := "probed-offload-" + own
+	kubeconfig := kubetest.WriteKubeconfig(b, kubetest.Config(b))
+	insecure := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	e.webhook = startProcAt(b, "webhook", e.bin, []string{"webhook", "--kubeconfig", kubeconfig, "--namespace", own,
+		"--listen", "127.0.0.1:" + strconv.Itoa(port), "--tls-ip", "127.0.0.1", "--webhook-configuration", name,
+		"--liveness-action", "restart", "--agent-container-runtime", "--log-format", "json"},
+		"https://127.0.0.1:"+strconv.Itoa(port), insecure, "/readyz", 60*time.Second, func([]byte) bool { return true })
+	url := "https://127.0.0.1:" + strconv.Itoa(port) + "/mutate-pods"
+	ignore, none := admissionregistrationv1.Ignore, admissionregistrationv1.SideEffectClassNone
+	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name:         "offload.probed.io",
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url},
+			Rules: []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}},
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{offloadLabel: "enabled"}},
+			FailurePolicy:           &ignore,
+			SideEffects:             &none,
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	}
+	configs := e.admin.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	if _, err := configs.Create(context.Background(), cfg, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = configs.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := configs.Get(ctx, name, metav1.GetOptions{})
+		return err == nil && len(got.Webhooks[0].ClientConfig.CABundle) > 0, nil
+	})
+	if err != nil {
+		b.Fatal("the webhook did not publish its CA within a minute")
+	}
+}
+
+// checkMoved fails unless each of the want pods of ns came through the
+// webhook moved: no spec probe, the gate (a pod created as sent would be
+// the kubelet's, and the run would measure the wrong side).
+func (e *env) checkMoved(b *testing.B, ns string, want int) {
+	b.Helper()
+	list, err := e.admin.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	moved := 0
+	for _, p := range list.Items {
+		c := p.Spec.Containers[0]
+		if c.ReadinessProbe == nil && c.LivenessProbe == nil && len(p.Spec.ReadinessGates) == 1 {
+			moved++
+		}
+	}
+	if moved != want {
+		b.Fatalf("%d of %d pods of %s came through the offload webhook moved", moved, want, ns)
 	}
 }
 
@@ -338,7 +432,14 @@ type agentProc struct {
 // waits until /healthz answers.
 func (e *env) startProbed(b *testing.B, args ...string) *agentProc {
 	b.Helper()
-	kubeconfig := kubetest.WriteKubeconfig(b, kubetest.AgentConfig(b))
+	return e.startProbedAs(b, kubetest.AgentConfig(b), args...)
+}
+
+// startProbedAs is startProbed with the identity cfg (e.g. the agent's
+// with the restart role).
+func (e *env) startProbedAs(b *testing.B, cfg *rest.Config, args ...string) *agentProc {
+	b.Helper()
+	kubeconfig := kubetest.WriteKubeconfig(b, cfg)
 	port := nodetest.FreePorts(b, 1)[0]
 	args = append(append([]string{"run", "--kubeconfig", kubeconfig, "--node-name", e.n.Name,
 		"--listen", "127.0.0.1:" + strconv.Itoa(port), "--log-format", "json"}, e.probedArgs...), args...)
@@ -350,7 +451,14 @@ func (e *env) startProbed(b *testing.B, args ...string) *agentProc {
 // is stopped when b ends.
 func startProc(b *testing.B, name, bin string, args []string, port int, path string, within time.Duration, ready func([]byte) bool) *agentProc {
 	b.Helper()
-	a := &agentProc{base: "http://127.0.0.1:" + strconv.Itoa(port), done: make(chan struct{})}
+	return startProcAt(b, name, bin, args, "http://127.0.0.1:"+strconv.Itoa(port), http.DefaultClient, path, within, ready)
+}
+
+// startProcAt is startProc for a process that answers at base through
+// client (the webhook: HTTPS).
+func startProcAt(b *testing.B, name, bin string, args []string, base string, client *http.Client, path string, within time.Duration, ready func([]byte) bool) *agentProc {
+	b.Helper()
+	a := &agentProc{base: base, done: make(chan struct{})}
 	logf, err := os.Create(filepath.Join(b.TempDir(), name+".log"))
 	if err != nil {
 		b.Fatal(err)
@@ -363,7 +471,7 @@ func startProc(b *testing.B, name, bin string, args []string, port int, path str
 	go func() { _ = a.cmd.Wait(); logf.Close(); close(a.done) }()
 	b.Cleanup(func() { a.stop(b) })
 	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, within, true, func(context.Context) (bool, error) {
-		body, err := get(http.DefaultClient, a.base+path, "")
+		body, err := get(client, a.base+path, "")
 		return err == nil && ready(body), nil
 	})
 	if err != nil {

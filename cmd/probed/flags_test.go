@@ -62,3 +62,28 @@ func TestClusterOptionsFromTheEnvironment(t *testing.T) {
 		t.Errorf("empty: %q, want the default", k.livenessAction)
 	}
 }
+
+// TestWebhookFlagsRefuseWhatTheAgentsCannotDo: `probed webhook` refuses,
+// exit 2 with the reason, settings no node agent could run with: restart
+// without the container runtime, an unknown liveness action, a cert file
+// without its key, its own certificate's flags beside another party's,
+// and no namespace of its own.
+func TestWebhookFlagsRefuseWhatTheAgentsCannotDo(t *testing.T) {
+	t.Setenv("POD_NAMESPACE", "")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"webhook", "--kubeconfig", "x"}, "--namespace (or $POD_NAMESPACE) is required"},
+		{[]string{"webhook", "--namespace", "probed", "--liveness-action", "restart"}, "give --agent-container-runtime too"},
+		{[]string{"webhook", "--namespace", "probed", "--liveness-action", "kill"}, `--liveness-action "kill"`},
+		{[]string{"webhook", "--namespace", "probed", "--tls-cert-file", "c.pem"}, "--tls-cert-file and --tls-private-key-file go together"},
+		{[]string{"webhook", "--namespace", "probed", "--min-probe-period", "10ms"}, "--min-probe-period 10ms"},
+		{[]string{"webhook", "--namespace", "probed"}, "--kubeconfig or --in-cluster"},
+	} {
+		var out, errOut bytes.Buffer
+		if code := execute(tc.args, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), tc.want) {
+			t.Errorf("%q: exit %d, stderr %q; want 2 and %q", tc.args, code, errOut.String(), tc.want)
+		}
+	}
+}

@@ -66,7 +66,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.Flags().Bool("version", false, "print the version, the commit and the Go version (as probed version does)")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newRunCmd(stderr), newCheckCmd(stdout, stderr), newStatusCmd(stdout), newEventsCmd(stdout), newPluginCmd(stdout, stderr), newReleaseCmd(stdout), newVersionCmd(stdout))
+	root.AddCommand(newRunCmd(stderr), newCheckCmd(stdout, stderr), newStatusCmd(stdout), newEventsCmd(stdout), newPluginCmd(stdout, stderr), newReleaseCmd(stdout), newOffloadCmd(stdout), newWebhookCmd(stderr), newVersionCmd(stdout))
 	return root
 }
 

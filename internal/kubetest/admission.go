@@ -168,3 +168,18 @@ func DeniedByPolicy(err error) bool {
 		strings.Contains(status.Status().Message, "ValidatingAdmissionPolicy") &&
 		strings.Contains(status.Status().Message, "denied request")
 }
+
+// CreateMutatingWebhookConfiguration creates cfg (cluster-scoped: name it
+// after the test's namespace, and select only the test's namespaces, since
+// the server is shared by packages running in parallel) and deletes it when
+// the test ends.
+func CreateMutatingWebhookConfiguration(t testing.TB, cfg *admissionregistrationv1.MutatingWebhookConfiguration) {
+	t.Helper()
+	c := Client(t)
+	if _, err := c.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(Context(t), cfg, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create MutatingWebhookConfiguration %s: %v", cfg.Name, err)
+	}
+	deleteAtEnd(t, "MutatingWebhookConfiguration "+cfg.Name, func(ctx context.Context) error {
+		return c.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, cfg.Name, metav1.DeleteOptions{})
+	})
+}

@@ -33,6 +33,20 @@ func NewPod(ns, name, node string, containers ...string) *v1.Pod {
 	return pod
 }
 
+// SpecProbes counts the probes of the pod's containers' specs (readiness,
+// liveness, startup).
+func SpecProbes(pod *v1.Pod) int {
+	n := 0
+	for _, c := range pod.Spec.Containers {
+		for _, p := range []*v1.Probe{c.ReadinessProbe, c.LivenessProbe, c.StartupProbe} {
+			if p != nil {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // CreatePod creates pod and returns it as the server stored it.
 func CreatePod(t testing.TB, c kubernetes.Interface, pod *v1.Pod) *v1.Pod {
 	t.Helper()

@@ -48,6 +48,11 @@
 // resolved at run time like an httpGet port (spec 1.4); a name the container
 // does not declare is not a parse error, the probe then errors on every run,
 // as the kubelet does for built-in probes (BR-20).
+//
+// The offload webhook's record of the spec probes it moved into probed's
+// care, the probed.io/offloaded annotation, is read here too
+// (ReadOffloaded): each element a container's v1.Probe as the spec had it,
+// read with the same defaults, validation, egress rule and limits.
 package customprobe
 
 import (
@@ -242,26 +247,11 @@ type Element struct {
 // It returns nil, nil when the pod is nil or has no annotation, and for an
 // empty value, "[]" or "null".
 func Read(pod *v1.Pod, opts Options) ([]Element, field.ErrorList) {
-	if pod == nil {
-		return nil, nil
+	items, errs := readList(pod, Annotation, Path(), "probe objects")
+	if len(items) == 0 {
+		return nil, errs
 	}
-	value, ok := pod.Annotations[Annotation]
-	if !ok {
-		return nil, nil
-	}
-	reads.Add(1)
 	root := Path()
-	trimmed := bytes.TrimSpace([]byte(value))
-	if len(trimmed) == 0 || string(trimmed) == "null" {
-		return nil, nil
-	}
-	if len(value) > MaxAnnotationBytes {
-		return nil, field.ErrorList{field.TooLong(root, "", MaxAnnotationBytes)}
-	}
-	var items []json.RawMessage
-	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(trimmed, &items); err != nil {
-		return nil, field.ErrorList{field.Invalid(root, shorten(value), "must be a JSON list of probe objects: "+jsonMessage(err))}
-	}
 	if max := opts.Limits.MaxProbes; max > 0 && len(items) > max {
 		e := field.TooMany(root, len(items), max)
 		e.Detail = fmt.Sprintf("this node runs at most %d probes of one pod's annotation (%s); none of this pod's %d run", max, opts.Limits.MaxProbesFlag, len(items))
@@ -275,11 +265,38 @@ func Read(pod *v1.Pod, opts Options) ([]Element, field.ErrorList) {
 	return out, nil
 }
 
-// reads counts the annotations Read has read (Reads).
+// readList reads the pod's annotation key (whose path is root) as a JSON
+// list: nil, nil when the pod is nil or has no such annotation, and for an
+// empty value, "[]" or "null"; an error of the whole annotation when it is
+// longer than MaxAnnotationBytes or not a JSON list of what.
+func readList(pod *v1.Pod, key string, root *field.Path, what string) ([]json.RawMessage, field.ErrorList) {
+	if pod == nil {
+		return nil, nil
+	}
+	value, ok := pod.Annotations[key]
+	if !ok {
+		return nil, nil
+	}
+	reads.Add(1)
+	trimmed := bytes.TrimSpace([]byte(value))
+	if len(trimmed) == 0 || string(trimmed) == "null" {
+		return nil, nil
+	}
+	if len(value) > MaxAnnotationBytes {
+		return nil, field.ErrorList{field.TooLong(root, "", MaxAnnotationBytes)}
+	}
+	var items []json.RawMessage
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(trimmed, &items); err != nil {
+		return nil, field.ErrorList{field.Invalid(root, shorten(value), "must be a JSON list of "+what+": "+jsonMessage(err))}
+	}
+	return items, nil
+}
+
+// reads counts the annotations readList has read (Reads).
 var reads atomic.Uint64
 
-// Reads returns how many annotations Read (and so Parse) has read in this
-// process. Tests count with it that the agent reads a pod's annotation once
+// Reads returns how many annotations Read (and so Parse) and ReadOffloaded
+// have read in this process. Tests count with it that the agent reads a pod's annotation once
 // per pod and spec change.
 func Reads() uint64 { return reads.Load() }
 

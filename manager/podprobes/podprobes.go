@@ -15,10 +15,11 @@
 // container, type, field and reason, and applies the mode's Policy: the
 // options the annotation is read with (plugin kinds, the egress rule, the
 // per-pod limits) and then its Transforms, functions over the view run in
-// order. Cluster mode's transforms leave the spec's probes to the kubelet
-// and refuse exec probes without the container runtime; moving more
-// probes into probed's care (the offload webhook's spec probes, recorded
-// on the pod) is one more Transform and one more Origin.
+// order. Cluster mode's transforms (Cluster) leave the spec's probes to
+// the kubelet, add the spec probes the offload webhook moved into
+// probed's care (Offloaded: the pod's probed.io/offloaded record, read
+// with the annotation's rules and limits, origin offloaded) and refuse
+// exec probes without the container runtime.
 //
 // A View is bounded whatever a tenant writes: the annotation is at most
 // customprobe.MaxAnnotationBytes and is read once; at most MaxRefusals
@@ -55,10 +56,11 @@ type Probe struct {
 	// Field is the path of its declaration in the pod:
 	// spec.containers[0].readinessProbe,
 	// spec.initContainers[1].startupProbe (a sidecar's),
-	// metadata.annotations[probed.io/probes][2].
+	// metadata.annotations[probed.io/probes][2],
+	// metadata.annotations[probed.io/offloaded][0].probe.
 	Field *field.Path
-	// Element is its 0-based index in its origin's list (the
-	// annotation's); -1 for a spec probe.
+	// Element is its 0-based index in its origin's list (the annotation's
+	// or the offload record's); -1 for a spec probe.
 	Element int
 	// Container is the probed container (a regular container or a
 	// restartable init container) of the pod the view was worked out
@@ -103,7 +105,7 @@ type Refusal struct {
 	// Origin says where the refused probe was declared.
 	Origin runtime.Origin
 	// Element is the refused element's 0-based index in its origin's list
-	// (the annotation's); -1 for an error of the whole list (longer than
+	// (the annotation's or the offload record's); -1 for an error of the whole list (longer than
 	// its bound, not a list, more probes than the node runs) and for a
 	// spec probe.
 	Element int
@@ -340,4 +342,86 @@ func RefuseExec(reason string) Transform {
 			return field.Forbidden(p.Field.Child("exec"), reason)
 		})
 	}
+}
+
+// Offloaded returns cluster mode's Transform that adds the probes the
+// offload webhook moved out of the containers' specs, as its
+// probed.io/offloaded record on the pod has them
+// (customprobe.ReadOffloaded, under opts: the egress rule and the per-pod
+// limits of the annotation), each of origin runtime.OriginOffloaded, with
+// Field its probe's path (metadata.annotations[probed.io/offloaded][i].probe)
+// and nothing beyond v1.Probe (a spec probe's meaning: the kubelet's
+// thresholds and Event texts). What does not decode or validate is
+// refused; so is an element whose container and type already have a probe
+// in the view (the annotation's: a container has one probe of each type),
+// and the whole record when its probes and the annotation's together are
+// more than opts.Limits.MaxProbes (a pod is never probed in part): a record
+// a tenant wrote by hand buys no more than the annotation does.
+func Offloaded(opts customprobe.Options) Transform {
+	return func(pod *v1.Pod, v *View) {
+		elements, errs := customprobe.ReadOffloaded(pod, opts)
+		for _, e := range errs {
+			v.refuse(Refusal{Origin: runtime.OriginOffloaded, Element: -1}, e)
+		}
+		if len(elements) == 0 {
+			return
+		}
+		root := customprobe.OffloadedPath()
+		if max := opts.Limits.MaxProbes; max > 0 {
+			n := len(elements)
+			for i := range v.Probes {
+				if v.Probes[i].Origin == runtime.OriginAnnotation {
+					n++
+				}
+			}
+			if n > max {
+				e := field.TooMany(root, n, max)
+				e.Detail = fmt.Sprintf("this node runs at most %d probes of one pod (%s); none of this pod's %d offloaded probes run", max, opts.Limits.MaxProbesFlag, len(elements))
+				if n > len(elements) {
+					e.Detail += fmt.Sprintf(" (%d more are in %s)", n-len(elements), customprobe.Annotation)
+				}
+				v.refuse(Refusal{Origin: runtime.OriginOffloaded, Element: -1}, e)
+				return
+			}
+		}
+		for i := range elements {
+			el := &elements[i]
+			r := Refusal{Origin: runtime.OriginOffloaded, Element: el.Index, Container: el.Probe.Container, Type: el.Probe.Type, TypeKnown: el.TypeKnown}
+			if len(el.Errs) > 0 || el.Container == nil {
+				for _, e := range el.Errs {
+					v.refuse(r, e)
+				}
+				continue
+			}
+			path := root.Index(el.Index)
+			if other := v.Find(el.Container.Name, el.Probe.Type); other != nil {
+				e := field.Duplicate(path.Child("type"), el.Probe.Type.Lower())
+				e.Detail = fmt.Sprintf("container %q already has a %s probe at %s; a container has at most one probe of each type",
+					el.Container.Name, el.Probe.Type.Lower(), other.Field)
+				v.refuse(r, e)
+				continue
+			}
+			// A copy of its own, as the annotation's (addAnnotation).
+			cp := el.Probe.Probe
+			v.Add(Probe{Origin: runtime.OriginOffloaded, Field: path.Child("probe"), Element: el.Index, Container: el.Container,
+				Type: el.Probe.Type, Kind: runtime.KindOf(&cp), Probe: &cp})
+		}
+	}
+}
+
+// Cluster returns cluster mode's policy, which the node agent applies to
+// every pod and the offload webhook to every pod it would move probes of
+// (it moves only what the agents then run): the probed.io/probes
+// annotation read under annotation's options (the egress rule, the
+// per-pod limits); the containers' own probes left to the kubelet
+// (LeaveSpecToKubelet); the offload record's probes added under the same
+// options (Offloaded); and, when execRefused is not "", every exec probe
+// of the view refused with that reason (RefuseExec: no container runtime),
+// the offloaded ones included.
+func Cluster(annotation customprobe.Options, execRefused string) Policy {
+	p := Policy{Annotation: annotation, Transforms: []Transform{LeaveSpecToKubelet, Offloaded(annotation)}}
+	if execRefused != "" {
+		p.Transforms = append(p.Transforms, RefuseExec(execRefused))
+	}
+	return p
 }

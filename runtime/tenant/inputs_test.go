@@ -18,7 +18,8 @@ import (
 
 // Every field a tenant can write is an input of the one rule: the
 // probed.io/probes annotation's schema (manager/customprobe.Probe, v1.Probe
-// inside it, expect's checks) and, in cluster mode, every field of the pod
+// inside it, expect's checks), the offload record's
+// (customprobe.Offloaded) and, in cluster mode, every field of the pod
 // the agent caches (v1.Pod). TestEveryTenantInputHasAHostileCase walks both
 // by reflection and fails when a field has no row here, so that a field
 // added later (to the annotation, or by a Kubernetes release to v1.Pod)
@@ -84,6 +85,14 @@ var inputs = []input{
 		Tests: []string{"runtime/expect.TestJSONPathRefusesUnboundedForms", "runtime/expect.TestJSONPathCheckMemoryIsBoundedOnHostileBodies",
 			"test/e2e.TestHostileChecksRefusedAndOthersOnTime", "test/e2e.TestClusterHostileChecksRefusedAndOthersOnTime"}},
 
+	// The offload webhook's record, which a tenant may write by hand too.
+	{Fields: []string{"offloaded:[]"}, Doc: "the offload record `probed.io/offloaded` (its size, its elements)",
+		Tests: []string{"manager/podprobes.TestOffloadedHostile", "manager/podprobes.TestOffloadedCountsWithTheAnnotation", "agent/kube/offload.TestMoveForgedRecord"}},
+	{Fields: []string{"offloaded:container", "offloaded:type"}, Doc: "the record's `container`, `type`",
+		Tests: []string{"manager/podprobes.TestOffloadedRefusedLikeAnnotationProbes", "manager/podprobes.TestOffloadedAnnotationWins"}},
+	{Fields: []string{"offloaded:probe"}, Doc: "the record's `probe`",
+		Tests: []string{"manager/podprobes.TestOffloadedRefusedLikeAnnotationProbes", "agent.TestClusterOffloadedProbes", "agent/kube/webhook.TestOffloadWebhookOnTheAPIServer"}},
+
 	// The pod, in cluster mode.
 	{Fields: []string{"pod:status.containerStatuses[].containerID", "pod:status.initContainerStatuses[].containerID", "pod:status.ephemeralContainerStatuses[].containerID"},
 		Doc: "a container's ID in the status", Tests: []string{"agent/kube/cri.TestRunnerRefusesAContainerNotThePods", "agent/kube/restart.TestRestartRefusesAContainerNotThePods",
@@ -122,6 +131,8 @@ func TestEveryTenantInputHasAHostileCase(t *testing.T) {
 	var leaves []string
 	walk(reflect.TypeFor[customprobe.Probe](), "annotation:", &leaves, map[reflect.Type]bool{})
 	leaves = append(leaves, "annotation:[]") // the list itself
+	walk(reflect.TypeFor[customprobe.Offloaded](), "offloaded:", &leaves, map[reflect.Type]bool{})
+	leaves = append(leaves, "offloaded:[]")
 	walk(reflect.TypeFor[v1.Pod](), "pod:", &leaves, map[reflect.Type]bool{})
 
 	covered := map[string]int{} // field of a row → leaves it covers

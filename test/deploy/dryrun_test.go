@@ -8,6 +8,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -38,13 +39,14 @@ func TestManifestsAcceptedByTheAPIServer(t *testing.T) {
 // TestChartAcceptedByTheAPIServer: the same for the chart's output, with the
 // default values and with non-default ones (eviction, plugin image and
 // config, namespace object, no priority class, OTLP; the container runtime
-// and restarts).
+// and restarts; the offload webhook).
 func TestChartAcceptedByTheAPIServer(t *testing.T) {
 	c := kubetest.Client(t)
 	ns := kubetest.Namespace(t)
 	dryRunInstall(t, c, render(t, "probed", ns))
 	dryRunInstall(t, c, render(t, "edge", ns, "-f", valuesFile(t, nonDefault)))
 	dryRunInstall(t, c, render(t, "cri", ns, "--set", "cri.enabled=true", "--set", "livenessAction=restart"))
+	dryRunInstall(t, c, render(t, "offload", ns, "-f", valuesFile(t, offloadValues)))
 }
 
 // dryRunInstall dry-runs every object: namespaced ones into a namespace made
@@ -87,6 +89,32 @@ func dryRunInstall(t *testing.T, c kubernetes.Interface, objects []runtime.Objec
 			o.Name += suffix
 			o.Spec.PolicyName += suffix
 			_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, o, dryRun)
+		case *rbacv1.Role:
+			o.Namespace = target
+			_, err = c.RbacV1().Roles(target).Create(ctx, o, dryRun)
+		case *rbacv1.RoleBinding:
+			o.Namespace = target
+			_, err = c.RbacV1().RoleBindings(target).Create(ctx, o, dryRun)
+		case *v1.Service:
+			o.Namespace = target
+			_, err = c.CoreV1().Services(target).Create(ctx, o, dryRun)
+		case *policyv1.PodDisruptionBudget:
+			o.Namespace = target
+			_, err = c.PolicyV1().PodDisruptionBudgets(target).Create(ctx, o, dryRun)
+		case *admissionregistrationv1.MutatingWebhookConfiguration:
+			o.Name += suffix
+			for i := range o.Webhooks {
+				o.Webhooks[i].ClientConfig.Service.Namespace = target
+			}
+			_, err = c.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, o, dryRun)
+		case *appsv1.Deployment:
+			o.Namespace = target
+			if _, err = c.AppsV1().Deployments(target).Create(ctx, o, dryRun); err != nil {
+				break
+			}
+			pod := &v1.Pod{ObjectMeta: *o.Spec.Template.ObjectMeta.DeepCopy(), Spec: *o.Spec.Template.Spec.DeepCopy()}
+			pod.Name, pod.Namespace = o.Name+"-pod", target
+			_, err = c.CoreV1().Pods(target).Create(ctx, pod, dryRun)
 		case *appsv1.DaemonSet:
 			o.Namespace = target
 			if _, err = c.AppsV1().DaemonSets(target).Create(ctx, o, dryRun); err != nil {

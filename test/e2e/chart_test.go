@@ -303,6 +303,15 @@ func webDeployment(n *nodetest.Node, ns string, port int) *appsv1.Deployment {
 	pod.Spec.Volumes = append(pod.Spec.Volumes, v1.Volume{Name: "ready", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}})
 	pod.Spec.Containers[0].VolumeMounts = append(pod.Spec.Containers[0].VolumeMounts, v1.VolumeMount{Name: "ready", MountPath: "/ready"})
 	pod.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: gate}}
+	return webDeploymentOf(ns, map[string]string{"probed.io/probes": `[` +
+		`{"container":"app","type":"readiness","periodSeconds":1,"exec":{"command":["cat","/ready/ready"]}},` +
+		httpProbe("app", "liveness", "live", port, 2) + `]`}, pod.Spec)
+}
+
+// webDeploymentOf is the Deployment ns/web of one replica of spec, its pods
+// labelled app=web and annotated so; Recreate, since the pods' ports are
+// the node's.
+func webDeploymentOf(ns string, annotations map[string]string, spec v1.PodSpec) *appsv1.Deployment {
 	labels := map[string]string{"app": "web"}
 	one := int32(1)
 	return &appsv1.Deployment{
@@ -311,12 +320,7 @@ func webDeployment(n *nodetest.Node, ns string, port int) *appsv1.Deployment {
 			Replicas: &one,
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
-			Template: v1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{"probed.io/probes": `[` +
-					`{"container":"app","type":"readiness","periodSeconds":1,"exec":{"command":["cat","/ready/ready"]}},` +
-					httpProbe("app", "liveness", "live", port, 2) + `]`}},
-				Spec: pod.Spec,
-			},
+			Template: v1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: annotations}, Spec: spec},
 		},
 	}
 }

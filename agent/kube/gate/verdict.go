@@ -27,15 +27,16 @@ const (
 	// startup probes is not running, or has not started: its startup probe
 	// has not succeeded, or the kubelet reports it not started (False).
 	ReasonContainerNotStarted = "ContainerNotStarted"
-	// ReasonNoProbes: the pod has no annotation readiness probe, so nothing
-	// holds it back (True): a gated pod is never stranded.
+	// ReasonNoProbes: the pod has no readiness probe probed runs (the
+	// annotation's or offloaded), so nothing holds it back (True): a gated
+	// pod is never stranded.
 	ReasonNoProbes = "NoProbes"
 )
 
 // The messages of the True verdicts.
 const (
 	MessageProbesSucceeded = "all readiness probes succeeded"
-	MessageNoProbes        = "no readiness probe in the " + customprobe.Annotation + " annotation"
+	MessageNoProbes        = "no readiness probe in the " + customprobe.Annotation + " annotation or the " + customprobe.OffloadedAnnotation + " record"
 )
 
 // Verdict is the readiness-gate condition probed wants on a pod.

@@ -53,6 +53,7 @@ import (
 
 	"github.com/probed/probed/agent/pods"
 	"github.com/probed/probed/agent/verdicts"
+	"github.com/probed/probed/manager/customprobe"
 	"github.com/probed/probed/manager/podprobes"
 	"github.com/probed/probed/manager/results"
 	"github.com/probed/probed/runtime"
@@ -127,9 +128,9 @@ type Options struct {
 	// the mode's policy applied, so a probe that never runs does not hold
 	// the verdict back), or false when it does not know the pod: then
 	// nothing is written. Default: the view worked out from the pod on
-	// each verdict with cluster mode's rule that the kubelet runs the
-	// spec's probes (podprobes.LeaveSpecToKubelet), for a Writer used
-	// alone.
+	// each verdict with cluster mode's policy without limits
+	// (podprobes.Cluster: the kubelet runs the spec's probes), for a
+	// Writer used alone.
 	Probes func(pod *v1.Pod) (*podprobes.View, bool)
 	// Refusal, when set, says why a pod's condition must be False whatever
 	// its probes' results (cluster mode: agent/kube/limits, a pod whose
@@ -269,7 +270,7 @@ func New(opts Options) (*Writer, error) {
 
 // viewOf is the default Options.Probes.
 func viewOf(pod *v1.Pod) (*podprobes.View, bool) {
-	return podprobes.Of(pod, podprobes.Policy{Transforms: []podprobes.Transform{podprobes.LeaveSpecToKubelet}}), true
+	return podprobes.Of(pod, podprobes.Cluster(customprobe.Options{}, "")), true
 }
 
 // ConditionType returns the condition type the writer owns.

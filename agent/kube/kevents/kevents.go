@@ -83,8 +83,9 @@ const (
 )
 
 // LabelOrigin is the label of a probe run's Event that says where the probe
-// is declared: "spec" (the container's own) or "annotation"
-// (probed.io/probes).
+// is declared: "spec" (the container's own), "annotation"
+// (probed.io/probes) or "offloaded" (a container's own probe the offload
+// webhook moved into probed's care, probed.io/offloaded).
 const LabelOrigin = "probed.io/probe-origin"
 
 // Actions (events.k8s.io/v1 action: what the reporting controller was doing).

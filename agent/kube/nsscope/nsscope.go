@@ -38,6 +38,7 @@ const Flag = "--liveness-action-namespaces"
 // its methods are safe for concurrent use.
 type Scope struct {
 	selector   labels.Selector
+	flag       string
 	factory    informers.SharedInformerFactory
 	namespaces corelisters.NamespaceLister
 	synced     cache.InformerSynced
@@ -51,14 +52,21 @@ func New(client kubernetes.Interface, selector string) (*Scope, error) {
 	if selector == "" {
 		selector = DefaultSelector
 	}
+	return NewNamed(client, selector, Flag)
+}
+
+// NewNamed is New for another selection of namespaces (the offload
+// webhook's --offload-namespaces): flag names the setting in the errors;
+// an empty selector is an error.
+func NewNamed(client kubernetes.Interface, selector, flag string) (*Scope, error) {
 	sel, err := labels.Parse(selector)
 	if err != nil {
-		return nil, fmt.Errorf("%s %q: %w", Flag, selector, err)
+		return nil, fmt.Errorf("%s %q: %w", flag, selector, err)
 	}
 	if sel.Empty() {
-		return nil, fmt.Errorf("%s %q: selects every namespace without saying so; to allow liveness actions everywhere, select kubernetes.io/metadata.name", Flag, selector)
+		return nil, fmt.Errorf("%s %q: selects every namespace without saying so; to select them all, select kubernetes.io/metadata.name", flag, selector)
 	}
-	s := &Scope{selector: sel}
+	s := &Scope{selector: sel, flag: flag}
 	s.factory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.LabelSelector = sel.String()
 	}))
@@ -95,15 +103,28 @@ func (s *Scope) Known(namespace string) (why string, known bool) {
 	if ns, err := s.namespaces.Get(namespace); err == nil && s.selector.Matches(labels.Set(ns.Labels)) {
 		return "", true
 	}
-	return fmt.Sprintf("namespace %s is not selected by %s=%s (label the namespace to allow liveness actions)", namespace, Flag, s.selector), true
+	return fmt.Sprintf("namespace %s is not selected by %s=%s (label the namespace to allow liveness actions)", namespace, s.flag, s.selector), true
 }
+
+// Selects reports whether the selector selects namespace; known is false
+// while the namespaces have not been listed yet.
+func (s *Scope) Selects(namespace string) (selected, known bool) {
+	if !s.synced() {
+		return false, false
+	}
+	ns, err := s.namespaces.Get(namespace)
+	return err == nil && s.selector.Matches(labels.Set(ns.Labels)), true
+}
+
+// HasSynced reports whether the namespaces have been listed.
+func (s *Scope) HasSynced() bool { return s.synced() }
 
 // Allows waits (within ctx) until the namespaces are listed and returns
 // Known's verdict; the error says why they could not be read.
 func (s *Scope) Allows(ctx context.Context, namespace string) (why string, err error) {
 	if !cache.WaitForCacheSync(ctx.Done(), s.synced) {
 		return "", fmt.Errorf("the namespaces selected by %s=%s could not be listed "+
-			"(may the agent list and watch namespaces? deploy/kubernetes/options/clusterrole-eviction.yaml, options/clusterrole-restart.yaml)", Flag, s.selector)
+			"(may the agent list and watch namespaces? deploy/kubernetes/options/clusterrole-eviction.yaml, options/clusterrole-restart.yaml)", s.flag, s.selector)
 	}
 	why, _ = s.Known(namespace)
 	return why, nil

@@ -57,7 +57,7 @@ func runningPod() *v1.Pod {
 	}
 }
 
-func TestSpecHashCountsSpecAnnotationAndDeletion(t *testing.T) {
+func TestSpecHashCountsSpecAnnotationsAndDeletion(t *testing.T) {
 	base := runningPod()
 	h := SpecHash(base)
 	if h != SpecHash(runningPod()) {
@@ -69,6 +69,9 @@ func TestSpecHashCountsSpecAnnotationAndDeletion(t *testing.T) {
 			p.Annotations[customprobe.Annotation] = `[{"container":"app","type":"readiness","plugin":{"name":"x"}}]`
 		},
 		"annotation removed": func(p *v1.Pod) { delete(p.Annotations, customprobe.Annotation) },
+		"probed.io/offloaded record (the offload webhook's: a changed record is read again)": func(p *v1.Pod) {
+			p.Annotations[customprobe.OffloadedAnnotation] = `[{"container":"app","type":"readiness","probe":{"tcpSocket":{"port":80}}}]`
+		},
 		"deletion requested (W5.7: new liveness/startup workers take the shortcut)": func(p *v1.Pod) {
 			p.DeletionTimestamp = ptr(metav1.Now())
 		},
@@ -90,7 +93,7 @@ func TestSpecHashCountsSpecAnnotationAndDeletion(t *testing.T) {
 		p := runningPod()
 		change(p)
 		if SpecHash(p) != h {
-			t.Errorf("%s: SpecHash changed; only spec, probes annotation and deletion count", name)
+			t.Errorf("%s: SpecHash changed; only spec, the probes annotation and offload record and deletion count", name)
 		}
 	}
 }

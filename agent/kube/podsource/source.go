@@ -198,8 +198,8 @@ func podOf(pod *v1.Pod) *pods.Pod {
 }
 
 // SpecHash identifies what a pod's probe workers are made of: its spec, its
-// probed.io/probes annotation (a changed annotation replaces the probes)
-// and whether it is being deleted. The last makes the reconciler replace
+// probed.io/probes annotation and probed.io/offloaded record (a changed
+// annotation or record replaces the probes) and whether it is being deleted. The last makes the reconciler replace
 // the workers of a pod whose deletion began: the new liveness and startup
 // workers see the DeletionTimestamp in their pod snapshot, record Success
 // and end (the deletion shortcut, W5.7/W9), while readiness keeps probing
@@ -208,10 +208,11 @@ func podOf(pod *v1.Pod) *pods.Pod {
 // Labels, other annotations and the status do not count.
 func SpecHash(pod *v1.Pod) string {
 	return hashOf(struct {
-		Spec     *v1.PodSpec `json:"spec"`
-		Probes   *string     `json:"probes,omitempty"`
-		Deleting bool        `json:"deleting,omitempty"`
-	}{&pod.Spec, annotation(pod, customprobe.Annotation), pod.DeletionTimestamp != nil})
+		Spec      *v1.PodSpec `json:"spec"`
+		Probes    *string     `json:"probes,omitempty"`
+		Offloaded *string     `json:"offloaded,omitempty"`
+		Deleting  bool        `json:"deleting,omitempty"`
+	}{&pod.Spec, annotation(pod, customprobe.Annotation), annotation(pod, customprobe.OffloadedAnnotation), pod.DeletionTimestamp != nil})
 }
 
 // StatusHash identifies the parts of a pod's status probed reads: phase,

@@ -47,17 +47,25 @@ const (
 	// keep-alives off, a plain dial and close — the floor of a prober with
 	// the kubelet's model. It writes no readiness gate.
 	SideBare = "bare"
+	// SideOffloaded: the kubelet side's pods, spec probes and all (unchanged
+	// manifests), created in a namespace that opts in to the offload
+	// webhook (`probed webhook`): the webhook moves the probes into the
+	// pods' probed.io/offloaded record and adds the gate, and probed runs
+	// them (--liveness-action=restart with the runtime, so the liveness
+	// probe moves too). The webhook acts once per pod creation, outside
+	// the window.
+	SideOffloaded = "offloaded"
 )
 
 // Sides lists every side of an HTTP/TCP run, in the order they run on the
-// same pods (the kubelet's on new pods after them).
-var Sides = []string{SideProbed, SideProbedKeepAlive, SideBare, SideKubelet}
+// same pods (the kubelet's and the offloaded on new pods after them).
+var Sides = []string{SideProbed, SideProbedKeepAlive, SideBare, SideKubelet, SideOffloaded}
 
 // IsProber reports whether side's prober is a process of its own whose CPU
-// is the Probed part (probed, with or without keep-alive, or the bare
-// prober).
+// is the Probed part (probed, with or without keep-alive or through the
+// offload webhook, or the bare prober).
 func IsProber(side string) bool {
-	return side == SideProbed || side == SideProbedKeepAlive || side == SideBare
+	return side == SideProbed || side == SideProbedKeepAlive || side == SideBare || side == SideOffloaded
 }
 
 // CPUSeconds is the CPU time of each part of the node in a run's window.

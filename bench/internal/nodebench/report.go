@@ -124,7 +124,7 @@ func loadRange(results []Result) (lo, hi float64) {
 // sorted returns the runs of kind, with the runs without probes at the same
 // pod counts, by pods, then none, kubelet, probed.
 func sorted(results []Result, kind string) []Result {
-	order := map[string]int{SideNone: 0, SideKubelet: 1, SideBare: 2, SideProbed: 3, SideProbedKeepAlive: 4}
+	order := map[string]int{SideNone: 0, SideKubelet: 1, SideBare: 2, SideProbed: 3, SideProbedKeepAlive: 4, SideOffloaded: 5}
 	var out []Result
 	for _, r := range results {
 		if (r.Side == SideNone && hasKind(results, kind, r.Pods)) || (r.Side != SideNone && r.Kind == kind) {
@@ -192,17 +192,19 @@ func Targets(results []Result) []string {
 
 	for _, n := range counts(KindHTTP) {
 		k, okK := find(results, KindHTTP, SideKubelet, n)
-		p, okP := find(results, KindHTTP, SideProbed, n)
-		if !okK || !okP || k.NodeMsPerRun == 0 {
-			continue
+		for _, side := range []struct{ side, what string }{{SideProbed, ""}, {SideOffloaded, ", unchanged manifests through the offload webhook"}} {
+			p, okP := find(results, KindHTTP, side.side, n)
+			if !okK || !okP || k.NodeMsPerRun == 0 {
+				continue
+			}
+			ratio := p.NodeMsPerRun / k.NodeMsPerRun
+			line := fmt.Sprintf("HTTP/TCP, %d pods%s: node CPU per run with probed %.2f ms, with the kubelet %.2f ms: %.2f× (target ≤ %.1f×) %s",
+				n, side.what, p.NodeMsPerRun, k.NodeMsPerRun, ratio, HTTPRatio, verdict(ratio <= HTTPRatio))
+			if k.ProbingMsPerRun > 0 {
+				line += fmt.Sprintf("; above the same pods without probes: %.2f ms against %.2f ms (%.2f×)", p.ProbingMsPerRun, k.ProbingMsPerRun, p.ProbingMsPerRun/k.ProbingMsPerRun)
+			}
+			out = append(out, line)
 		}
-		ratio := p.NodeMsPerRun / k.NodeMsPerRun
-		line := fmt.Sprintf("HTTP/TCP, %d pods: node CPU per run with probed %.2f ms, with the kubelet %.2f ms: %.2f× (target ≤ %.1f×) %s",
-			n, p.NodeMsPerRun, k.NodeMsPerRun, ratio, HTTPRatio, verdict(ratio <= HTTPRatio))
-		if k.ProbingMsPerRun > 0 {
-			line += fmt.Sprintf("; above the same pods without probes: %.2f ms against %.2f ms (%.2f×)", p.ProbingMsPerRun, k.ProbingMsPerRun, p.ProbingMsPerRun/k.ProbingMsPerRun)
-		}
-		out = append(out, line)
 	}
 	out = append(out, issue28Targets(results, counts(KindHTTP), verdict)...)
 	for _, n := range counts(KindExec) {
@@ -216,7 +218,7 @@ func Targets(results []Result) []string {
 			p.ExecsInFlightMax, p.ExecLane, verdict(p.ExecsInFlightMax <= p.ExecLane), k.ExecsInFlightMax))
 	}
 	for _, kind := range []string{KindHTTP, KindExec} {
-		for _, side := range []string{SideKubelet, SideBare, SideProbed, SideProbedKeepAlive} {
+		for _, side := range []string{SideKubelet, SideBare, SideProbed, SideProbedKeepAlive, SideOffloaded} {
 			last, first := 0, 0
 			for _, n := range counts(kind) {
 				r, ok := find(results, kind, side, n)
@@ -292,6 +294,8 @@ func Plot(results []Result, path string) error {
 		SideBare:    color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 255},
 		// probed with kept connections: probed's blue, lighter.
 		SideProbedKeepAlive: color.RGBA{R: 0x6b, G: 0xae, B: 0xd6, A: 255},
+		// probed through the offload webhook: green.
+		SideOffloaded: color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 255},
 	}
 	mk := func(title, ylabel, kind string, y func(Result) (float64, bool)) (*plot.Plot, error) {
 		p := plot.New()
@@ -300,7 +304,7 @@ func Plot(results []Result, path string) error {
 		p.Y.Label.Text = ylabel
 		p.Y.Min = 0
 		p.Legend.Top, p.Legend.Left = true, true
-		for _, side := range []string{SideKubelet, SideBare, SideProbed, SideProbedKeepAlive, SideNone} {
+		for _, side := range []string{SideKubelet, SideBare, SideProbed, SideProbedKeepAlive, SideOffloaded, SideNone} {
 			var xys plotter.XYs
 			for _, r := range sorted(results, kind) {
 				if r.Side != side {
