@@ -121,6 +121,13 @@ func NewShares[K comparable](units, capPerKey int64) *Shares[K] {
 func (s *Shares[K]) Units() int64 { return s.units }
 func (s *Shares[K]) Cap() int64   { return s.cap }
 
+// Free is the units no key holds now.
+func (s *Shares[K]) Free() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.units - s.held
+}
+
 // TryTake takes n units for k and reports true when k's share allows it
 // and the units are free; otherwise it takes nothing and reports false.
 // Errors: ErrTooLarge when n can never fit (more than Cap), a non-positive
