@@ -312,7 +312,7 @@ func (p *clusterParts) execMode(statusID string) string {
 func (a *Agent) clusterMode() (*mode, error) {
 	c, parts := a.opts.Cluster, a.cluster
 	var err error
-	if parts.source, err = podsource.New(podsource.Options{Client: parts.client, NodeName: c.NodeName, Logger: a.log}); err != nil {
+	if parts.source, err = podsource.New(podsource.Options{Client: parts.client, NodeName: c.NodeName, ReadinessGate: c.ReadinessGate, Logger: a.log}); err != nil {
 		return nil, err
 	}
 	parts.statuses = podsource.NewStatuses()
