@@ -434,7 +434,7 @@ type service struct {
 // podLister is what the API and the history read pods from: the store
 // (manifest mode) or the informer's statuses (cluster mode).
 type podLister interface {
-	Pods() []*v1.Pod
+	PodNames() []types.NamespacedName
 	PodByName(namespace, name string) (*v1.Pod, bool)
 }
 
@@ -495,13 +495,7 @@ func (m staleMarker) mark(p *v1.Pod) *v1.Pod {
 	return p
 }
 
-func (m staleMarker) Pods() []*v1.Pod {
-	pods := m.store.Pods()
-	for _, p := range pods {
-		m.mark(p)
-	}
-	return pods
-}
+func (m staleMarker) PodNames() []types.NamespacedName { return m.store.PodNames() }
 
 func (m staleMarker) PodByName(namespace, name string) (*v1.Pod, bool) {
 	p, ok := m.store.PodByName(namespace, name)

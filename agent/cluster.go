@@ -53,6 +53,11 @@ const (
 	DefaultMaxProbesPerPod = 32
 	DefaultMinProbePeriod  = time.Second
 	DefaultMaxProbeRate    = 1000
+	// DefaultNamespaceProbeRateShare: one namespace holds at most a
+	// quarter of the node's run budget (250 runs a second by default, 8
+	// pods at the per-pod limits), so three that take all they may still
+	// leave room for the others.
+	DefaultNamespaceProbeRateShare = 0.25
 	// DefaultLivenessActionNamespaces selects the namespaces where
 	// LivenessActionEvict evicts (--liveness-action-namespaces).
 	DefaultLivenessActionNamespaces = evict.DefaultNamespaceSelector
@@ -110,6 +115,11 @@ type ClusterOptions struct {
 	MaxProbesPerPod int
 	MinProbePeriod  time.Duration
 	MaxProbeRate    float64
+	// NamespaceProbeRateShare is the most of MaxProbeRate one namespace may
+	// hold, a fraction; zero or 1: no cap beyond its fair share among the
+	// namespaces that ask (agent/kube/limits). The CLI's default is
+	// DefaultNamespaceProbeRateShare.
+	NamespaceProbeRateShare float64
 	// AllowProbeHost are the ranges probes may connect to besides their
 	// pod's IPs (--allow-probe-host; none by default): the egress rule of
 	// cluster mode (runtime/egress, docs/cluster.md "Where probes
@@ -314,7 +324,7 @@ func (p *clusterParts) execMode(statusID string) string {
 func (a *Agent) clusterMode() (*mode, error) {
 	c, parts := a.opts.Cluster, a.cluster
 	var err error
-	if parts.source, err = podsource.New(podsource.Options{Client: parts.client, NodeName: c.NodeName, Logger: a.log}); err != nil {
+	if parts.source, err = podsource.New(podsource.Options{Client: parts.client, NodeName: c.NodeName, ReadinessGate: c.ReadinessGate, Logger: a.log}); err != nil {
 		return nil, err
 	}
 	parts.statuses = podsource.NewStatuses()
@@ -329,6 +339,7 @@ func (a *Agent) clusterMode() (*mode, error) {
 	}
 	policy := podprobes.Cluster(ClusterAnnotationOptions(a.egress, c.MaxProbesPerPod, c.MinProbePeriod), execRefused)
 	parts.limits = limits.New(limits.Options{MaxRate: c.MaxProbeRate, MaxRateFlag: "--max-probe-rate",
+		NamespaceShare: c.NamespaceProbeRateShare, NamespaceShareFlag: "--namespace-probe-rate-share",
 		Recorder: a.recorder, Logger: a.log})
 	parts.gate, err = gate.New(gate.Options{
 		// The gate judges from the kubelet's own status (a container that

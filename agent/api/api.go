@@ -10,15 +10,20 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
+	"io"
+	"iter"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/probed/probed/agent/events"
 	"github.com/probed/probed/agent/history"
@@ -29,10 +34,34 @@ import (
 	"github.com/probed/probed/runtime/redact"
 )
 
-// PodLister lists the pods with their current statuses.
+// PodLister is what the API reads pods from: their names, then one copy at
+// a time, so that no request holds a copy of every pod.
 type PodLister interface {
-	Pods() []*v1.Pod
+	// PodNames returns the namespace and name of every pod, sorted by
+	// namespace and name.
+	PodNames() []types.NamespacedName
+	// PodByName returns a copy of the pod with its current status; false
+	// when there is no such pod (or no longer).
+	PodByName(namespace, name string) (*v1.Pod, bool)
 }
+
+// The bounds of GET /pods (docs/operations.md, "Bounds"): its answer is
+// written one pod at a time, so one request holds one pod's copy and JSON,
+// whatever the number of pods; these bound how many are written at once and
+// how long a reader may stall one.
+const (
+	// DefaultMaxPodLists is how many GET /pods answers are written at once.
+	DefaultMaxPodLists = 4
+	// PodListWait is how long a GET /pods over DefaultMaxPodLists waits for
+	// its turn before it is answered 503 Service Unavailable with
+	// Retry-After: 1.
+	PodListWait = 2 * time.Second
+	// PodListStall is how long a reader of GET /pods may take nothing
+	// before its answer is cut: the write deadline moves on by this much
+	// with each pod written (a reader that keeps reading may take longer
+	// than the server's write timeout for a long list).
+	PodListStall = 10 * time.Second
+)
 
 // Options configure the handler.
 type Options struct {
@@ -60,6 +89,11 @@ type Options struct {
 	// Version is the build served on GET /version and in
 	// /healthz?verbose; the zero value: version.Get().
 	Version version.Info
+	// MaxPodLists bounds the GET /pods answers written at once; zero:
+	// DefaultMaxPodLists. PodListWait is how long a request over it waits
+	// for its turn; zero: PodListWait (the constant).
+	MaxPodLists int
+	PodListWait time.Duration
 	// Page, when set with History, serves the status page (package
 	// statuspage) at /. Its Pods, Probes, Events and Metrics are this API's
 	// own when nil: the page shows what the JSON endpoints serve, redacted
@@ -97,22 +131,31 @@ func New(opts Options) http.Handler {
 	mux.HandleFunc("GET /version", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, opts.Version)
 	})
-	mux.HandleFunc("GET /pods", func(w http.ResponseWriter, _ *http.Request) {
-		list := v1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}, Items: []v1.Pod{}}
-		for _, p := range redactedPods(opts.Pods) {
-			list.Items = append(list.Items, *p)
+	if opts.MaxPodLists <= 0 {
+		opts.MaxPodLists = DefaultMaxPodLists
+	}
+	if opts.PodListWait <= 0 {
+		opts.PodListWait = PodListWait
+	}
+	lists := make(chan struct{}, opts.MaxPodLists)
+	mux.HandleFunc("GET /pods", func(w http.ResponseWriter, r *http.Request) {
+		if !takeTurn(r.Context(), lists, opts.PodListWait) {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "too many GET /pods at once; retry", http.StatusServiceUnavailable)
+			return
 		}
-		writeJSON(w, list)
+		defer func() { <-lists }()
+		writePodList(w, opts.Pods)
 	})
 	mux.HandleFunc("GET /pods/{namespace}/{name}", func(w http.ResponseWriter, r *http.Request) {
-		for _, p := range redactedPods(opts.Pods) {
-			if p.Namespace == r.PathValue("namespace") && p.Name == r.PathValue("name") {
-				p.TypeMeta = metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}
-				writeJSON(w, p)
-				return
-			}
+		p, ok := opts.Pods.PodByName(r.PathValue("namespace"), r.PathValue("name"))
+		if !ok {
+			http.Error(w, "pod not found", http.StatusNotFound)
+			return
 		}
-		http.Error(w, "pod not found", http.StatusNotFound)
+		redactPod(p)
+		p.TypeMeta = metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}
+		writeJSON(w, p)
 	})
 	if opts.History != nil {
 		mux.HandleFunc("GET /pods/{namespace}/{name}/probes", func(w http.ResponseWriter, r *http.Request) {
@@ -132,7 +175,16 @@ func New(opts Options) http.Handler {
 	if opts.Page != nil && opts.History != nil {
 		page := *opts.Page
 		if page.Pods == nil {
-			page.Pods = func() []*v1.Pod { return redactedPods(opts.Pods) }
+			page.Pods = redactedPods(opts.Pods)
+		}
+		if page.Pod == nil {
+			page.Pod = func(namespace, name string) (*v1.Pod, bool) {
+				p, ok := opts.Pods.PodByName(namespace, name)
+				if ok {
+					redactPod(p)
+				}
+				return p, ok
+			}
 		}
 		if page.Probes == nil {
 			page.Probes = opts.History
@@ -201,14 +253,74 @@ func serveEvents(w http.ResponseWriter, r *http.Request, opts Options) {
 	}
 }
 
-// redactedPods lists the pods as /pods serves them: redacted (redactPod).
-// The lister returns copies, so redacting them in place is safe.
-func redactedPods(l PodLister) []*v1.Pod {
-	pods := l.Pods()
-	for _, p := range pods {
-		redactPod(p)
+// redactedPods yields the pods as /pods serves them, one copy at a time,
+// redacted (redactPod; the lister's copies are the caller's to change).
+func redactedPods(l PodLister) iter.Seq[*v1.Pod] {
+	return func(yield func(*v1.Pod) bool) {
+		for _, n := range l.PodNames() {
+			p, ok := l.PodByName(n.Namespace, n.Name)
+			if !ok {
+				continue // gone meanwhile
+			}
+			redactPod(p)
+			if !yield(p) {
+				return
+			}
+		}
 	}
-	return pods
+}
+
+// takeTurn takes a slot of turns, waiting at most wait (or until ctx
+// ends); false when it got none.
+func takeTurn(ctx context.Context, turns chan struct{}, wait time.Duration) bool {
+	select {
+	case turns <- struct{}{}:
+		return true
+	default:
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case turns <- struct{}{}:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+// writePodList writes GET /pods: a v1.PodList as writeJSON would write it
+// (indented), one item at a time, so that the memory it takes is one
+// pod's, not the list's; each pod written moves the connection's write
+// deadline PodListStall on, and a write that fails (the reader stalled or
+// gone) ends it.
+func writePodList(w http.ResponseWriter, l PodLister) {
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "application/json")
+	write := func(s string) bool {
+		_, err := io.WriteString(w, s)
+		return err == nil
+	}
+	if !write("{\n  \"kind\": \"PodList\",\n  \"apiVersion\": \"v1\",\n  \"metadata\": {},\n  \"items\": [") {
+		return
+	}
+	sep := "\n    "
+	for p := range redactedPods(l) {
+		b, err := json.MarshalIndent(p, "    ", "  ")
+		if err != nil {
+			continue // API types always marshal
+		}
+		_ = rc.SetWriteDeadline(time.Now().Add(PodListStall))
+		if !write(sep) || !write(string(b)) {
+			return
+		}
+		sep = ",\n    "
+	}
+	end := "]\n}\n"
+	if sep != "\n    " {
+		end = "\n  ]\n}\n"
+	}
+	write(end)
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

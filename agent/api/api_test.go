@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"go.uber.org/goleak"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/probed/probed/agent/api"
@@ -164,6 +166,132 @@ func TestPods_PodListWithStatusesRedacted(t *testing.T) {
 	}
 	if _, _, again := get(t, srv, "/pods"); string(again) != string(body) {
 		t.Error("/pods differs on a second request")
+	}
+}
+
+// The whole list as writeJSON encodes a v1.PodList: /pods, written one pod
+// at a time, is byte for byte the same (the format clients parse).
+func TestPods_StreamedAsTheWholeListEncodes(t *testing.T) {
+	for _, n := range []int{0, 1, 3} {
+		st := store.New(store.Options{Logger: quiet()})
+		for i := range n {
+			p := secretPod()
+			p.Name, p.UID = "web-"+strconv.Itoa(i), types.UID("uid-"+strconv.Itoa(i))
+			st.Put(p)
+		}
+		srv := httptest.NewServer(api.New(api.Options{Pods: st}))
+		_, _, body := get(t, srv, "/pods")
+		srv.Close()
+		var list v1.PodList
+		if err := json.Unmarshal(body, &list); err != nil {
+			t.Fatal(err)
+		}
+		var want bytes.Buffer
+		enc := json.NewEncoder(&want)
+		enc.SetIndent("", "  ")
+		if list.Items == nil {
+			list.Items = []v1.Pod{}
+		}
+		if err := enc.Encode(list); err != nil {
+			t.Fatal(err)
+		}
+		if string(body) != want.String() {
+			t.Errorf("%d pods: /pods is\n%s\nwant\n%s", n, body, want.String())
+		}
+	}
+}
+
+// countingLister counts what a request copies, and can hold its PodByName
+// until released.
+type countingLister struct {
+	*store.Store
+	mu            sync.Mutex
+	names, copies int
+	hold          chan struct{} // nil: never held
+	held          chan struct{} // a copy is held
+}
+
+func (l *countingLister) PodNames() []types.NamespacedName {
+	l.mu.Lock()
+	l.names++
+	l.mu.Unlock()
+	return l.Store.PodNames()
+}
+
+func (l *countingLister) PodByName(ns, name string) (*v1.Pod, bool) {
+	l.mu.Lock()
+	l.copies++
+	hold := l.hold
+	l.mu.Unlock()
+	if hold != nil {
+		l.held <- struct{}{}
+		<-hold
+	}
+	return l.Store.PodByName(ns, name)
+}
+
+// GET /pods/{namespace}/{name} copies that one pod, never the list; GET
+// /pods copies one pod at a time (each is redacted and written before the
+// next is copied).
+func TestPods_OnePodIsLookedUp(t *testing.T) {
+	st := store.New(store.Options{Logger: quiet()})
+	for i := range 50 {
+		p := secretPod()
+		p.Name, p.UID = "web-"+strconv.Itoa(i), types.UID("uid-"+strconv.Itoa(i))
+		st.Put(p)
+	}
+	l := &countingLister{Store: st}
+	srv := httptest.NewServer(api.New(api.Options{Pods: l}))
+	defer srv.Close()
+	code, _, body := get(t, srv, "/pods/ns1/web-7")
+	if code != 200 || !strings.Contains(string(body), `"name": "web-7"`) || strings.Contains(string(body), "SECRET-PASSWORD-3") {
+		t.Fatalf("GET /pods/ns1/web-7 = %d %s", code, body)
+	}
+	if code, _, _ := get(t, srv, "/pods/ns1/nope"); code != 404 {
+		t.Fatalf("an unknown pod: %d", code)
+	}
+	if l.names != 0 || l.copies != 2 {
+		t.Fatalf("two lookups listed names %d times and copied %d pods, want 0 and 2", l.names, l.copies)
+	}
+}
+
+// At most MaxPodLists GET /pods are written at once: one more waits
+// PodListWait for its turn and is then answered 503 with Retry-After,
+// while /healthz and one pod's lookup are answered throughout.
+func TestPods_ListsAtOnceAreBounded(t *testing.T) {
+	st := store.New(store.Options{Logger: quiet()})
+	st.Put(secretPod())
+	l := &countingLister{Store: st, hold: make(chan struct{}), held: make(chan struct{}, 1)}
+	srv := httptest.NewServer(api.New(api.Options{Pods: l, MaxPodLists: 1, PodListWait: time.Nanosecond}))
+	defer srv.Close()
+	first := make(chan int)
+	go func() {
+		resp, err := srv.Client().Get(srv.URL + "/pods")
+		if err != nil {
+			first <- 0
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		first <- resp.StatusCode
+	}()
+	<-l.held // the first list holds its turn, copying its pod
+	code, hdr, _ := get(t, srv, "/pods")
+	if code != http.StatusServiceUnavailable || hdr.Get("Retry-After") != "1" {
+		t.Fatalf("a second /pods while one is written = %d (Retry-After %q), want 503 and Retry-After 1", code, hdr.Get("Retry-After"))
+	}
+	if code, _, _ := get(t, srv, "/healthz"); code != 200 {
+		t.Fatalf("/healthz = %d while a list is written", code)
+	}
+	close(l.hold)
+	if code := <-first; code != 200 {
+		t.Fatalf("the first /pods = %d", code)
+	}
+	l.mu.Lock()
+	l.hold = nil
+	l.mu.Unlock()
+	if code, _, _ := get(t, srv, "/pods"); code != 200 {
+		t.Fatalf("/pods after the first ended = %d", code)
 	}
 }
 

@@ -115,6 +115,23 @@ func (t *Table) PodByName(namespace, name string) (*v1.Pod, bool) {
 	return t.byUID[uid].WithStatus(), true
 }
 
+// Names returns the namespace and name of every pod, sorted by namespace
+// and name (the order of the agent API's /pods, like kubectl's): the list
+// a reader that copies one pod at a time (PodByName) walks.
+func (t *Table) Names() []types.NamespacedName {
+	out := make([]types.NamespacedName, 0, len(t.byName))
+	for name := range t.byName {
+		out = append(out, name)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Namespace != out[j].Namespace {
+			return out[i].Namespace < out[j].Namespace
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
 // Pods returns copies of all pods with their statuses, sorted by namespace
 // and name (the order of the agent API's /pods, like kubectl's).
 func (t *Table) Pods() []*v1.Pod {

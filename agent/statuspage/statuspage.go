@@ -27,6 +27,7 @@ import (
 	"embed"
 	"html/template"
 	"io/fs"
+	"iter"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -54,9 +55,13 @@ const DefaultRefresh = 5 * time.Second
 // Options are what the page reads. Pods and Probes are required; every
 // other source may be nil, and its part of the page is then left out.
 type Options struct {
-	// Pods returns the pods with their statuses, redacted as GET /pods
-	// serves them.
-	Pods func() []*v1.Pod
+	// Pods yields the pods with their statuses, redacted as GET /pods
+	// serves them, one copy at a time (the page keeps a row of each, not
+	// the pods).
+	Pods iter.Seq[*v1.Pod]
+	// Pod returns one pod as Pods would yield it, false when there is no
+	// such pod; nil: the pod is looked for in Pods.
+	Pod func(namespace, name string) (*v1.Pod, bool)
 	// Probes returns the probe histories of a pod and its refused probes:
 	// the body of GET /pods/{namespace}/{name}/probes; false when there is
 	// no such pod.

@@ -64,12 +64,12 @@ type fixture struct {
 
 func (f *fixture) options() statuspage.Options {
 	opts := statuspage.Options{
-		Pods: func() []*v1.Pod {
-			out := make([]*v1.Pod, len(f.pods))
-			for i, p := range f.pods {
-				out[i] = p.DeepCopy()
+		Pods: func(yield func(*v1.Pod) bool) {
+			for _, p := range f.pods {
+				if !yield(p.DeepCopy()) {
+					return
+				}
 			}
-			return out
 		},
 		Probes: func(ns, name string) (history.PodHistory, bool) {
 			for _, p := range f.pods {

@@ -239,9 +239,8 @@ func (f filter) matches(r *podRow) bool {
 // rows builds every pod's row, failing pods first, then by namespace and
 // name.
 func (p *Page) rows() []podRow {
-	pods := p.opts.Pods()
-	out := make([]podRow, 0, len(pods))
-	for _, pod := range pods {
+	var out []podRow
+	for pod := range p.opts.Pods {
 		hist, _ := p.opts.Probes(pod.Namespace, pod.Name)
 		out = append(out, p.row(pod, hist))
 	}
@@ -257,18 +256,25 @@ func (p *Page) rows() []podRow {
 	return out
 }
 
+// lookup finds one pod: Options.Pod, else the first of Pods with the name.
+func (p *Page) lookup(namespace, name string) (*v1.Pod, bool) {
+	if p.opts.Pod != nil {
+		return p.opts.Pod(namespace, name)
+	}
+	for pod := range p.opts.Pods {
+		if pod.Namespace == namespace && pod.Name == name {
+			return pod, true
+		}
+	}
+	return nil, false
+}
+
 // podView builds one pod's page.
 func (p *Page) podView(namespace, name string, refresh int) (podView, bool) {
 	v := podView{layoutView: layoutView{Title: namespace + "/" + name + " · probed", Refresh: refresh, Header: p.header()},
 		Namespace: namespace, Name: name}
-	var pod *v1.Pod
-	for _, candidate := range p.opts.Pods() {
-		if candidate.Namespace == namespace && candidate.Name == name {
-			pod = candidate
-			break
-		}
-	}
-	if pod == nil {
+	pod, ok := p.lookup(namespace, name)
+	if !ok {
 		return v, false
 	}
 	hist, _ := p.opts.Probes(namespace, name)

@@ -96,6 +96,13 @@ func (s *Store) PodByName(namespace, name string) (*v1.Pod, bool) {
 	return s.pods.PodByName(namespace, name)
 }
 
+// PodNames returns the namespace and name of every pod, sorted.
+func (s *Store) PodNames() []types.NamespacedName {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.pods.Names()
+}
+
 // Pods returns copies of all pods with their statuses, sorted by
 // namespace and name.
 func (s *Store) Pods() []*v1.Pod {

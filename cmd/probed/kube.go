@@ -33,6 +33,9 @@ type kubeFlags struct {
 	maxProbesPerPod int
 	minProbePeriod  time.Duration
 	maxProbeRate    float64
+	// namespaceProbeRateShare is the most of maxProbeRate one namespace
+	// holds.
+	namespaceProbeRateShare float64
 
 	livenessActionNamespaces string
 
@@ -53,7 +56,8 @@ func (k *kubeFlags) add(cmd *cobra.Command) {
 
 	f.IntVar(&k.maxProbesPerPod, "max-probes-per-pod", agent.DefaultMaxProbesPerPod, "cluster mode: most probes one pod's probed.io/probes annotation may declare; a longer list runs none (0: no limit)")
 	f.DurationVar(&k.minProbePeriod, "min-probe-period", agent.DefaultMinProbePeriod, "cluster mode: shortest period an annotation probe may have, at least 100ms; a shorter one is refused")
-	f.Float64Var(&k.maxProbeRate, "max-probe-rate", agent.DefaultMaxProbeRate, "cluster mode: the node's budget of annotation probe runs per second, all pods together; a pod that would exceed it runs none of its probes until others leave room (0: no budget)")
+	f.Float64Var(&k.maxProbeRate, "max-probe-rate", agent.DefaultMaxProbeRate, "cluster mode: the node's budget of annotation probe runs per second, all pods together, divided among the namespaces by fair share; a pod that would exceed its namespace's share or the budget runs none of its probes until others leave room (0: no budget)")
+	f.Float64Var(&k.namespaceProbeRateShare, "namespace-probe-rate-share", agent.DefaultNamespaceProbeRateShare, "cluster mode: the most of --max-probe-rate one namespace may hold, a fraction (0 or 1: no cap beyond its fair share among the namespaces that ask); a namespace alone on the node leaves the rest to the namespaces that come later")
 
 	f.StringSliceVar(&k.allowProbeHost, "allow-probe-host", nil, "cluster mode: CIDRs probes may connect to besides their pod's IPs (httpGet.host, tcpSocket.host, plugins' targets); none by default: a probe connects only to its pod's IP")
 
@@ -88,7 +92,7 @@ func envDefault(name, def string) string {
 // --in-cluster (manifest mode). Manifest-mode flags are refused with them.
 func (k *kubeFlags) cluster(cmd *cobra.Command, node string) (*agent.ClusterOptions, error) {
 	if k.kubeconfig == "" && !k.inCluster {
-		for _, name := range []string{"readiness-gate", "liveness-action", "status-qps", "status-burst", "allow-probe-host", "max-probes-per-pod", "min-probe-period", "max-probe-rate", "liveness-action-namespaces", "container-runtime-endpoint", "exec-mode"} {
+		for _, name := range []string{"readiness-gate", "liveness-action", "status-qps", "status-burst", "allow-probe-host", "max-probes-per-pod", "min-probe-period", "max-probe-rate", "namespace-probe-rate-share", "liveness-action-namespaces", "container-runtime-endpoint", "exec-mode"} {
 			if cmd.Flags().Changed(name) {
 				return nil, fmt.Errorf("--%s needs cluster mode (--kubeconfig or --in-cluster)", name)
 			}
@@ -105,6 +109,9 @@ func (k *kubeFlags) cluster(cmd *cobra.Command, node string) (*agent.ClusterOpti
 	}
 	if k.maxProbesPerPod < 0 || k.maxProbeRate < 0 {
 		return nil, errors.New("--max-probes-per-pod and --max-probe-rate must be 0 (no limit) or more")
+	}
+	if k.namespaceProbeRateShare < 0 || k.namespaceProbeRateShare > 1 {
+		return nil, fmt.Errorf("--namespace-probe-rate-share %v: want a fraction from 0 to 1 (0: no cap)", k.namespaceProbeRateShare)
 	}
 	if k.minProbePeriod != 0 && k.minProbePeriod < customprobe.MinPeriod {
 		return nil, fmt.Errorf("--min-probe-period %v: must be at least %v, the shortest period probed runs", k.minProbePeriod, customprobe.MinPeriod)
@@ -147,6 +154,8 @@ func (k *kubeFlags) cluster(cmd *cobra.Command, node string) (*agent.ClusterOpti
 		MaxProbesPerPod: k.maxProbesPerPod,
 		MinProbePeriod:  k.minProbePeriod,
 		MaxProbeRate:    k.maxProbeRate,
+
+		NamespaceProbeRateShare: k.namespaceProbeRateShare,
 
 		LivenessActionNamespaces: k.livenessActionNamespaces,
 

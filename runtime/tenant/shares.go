@@ -84,7 +84,9 @@ var ErrTooLarge = errors.New("tenant: more units than one namespace may hold")
 // them back; it gets no more until it is under its share again, and
 // waiters are served first come, first served among those whose share
 // allows them (a large ask may wait while smaller ones after it fit;
-// Over says how far a key is over, for an owner that can reclaim).
+// Over says how far a key is over, for an owner that can reclaim). A
+// waiter is a Take (which blocks) or a Ticket of Queue (which does not:
+// for an owner that asks again later, such as an admission).
 type Shares[K comparable] struct {
 	mu      sync.Mutex
 	units   int64
@@ -119,6 +121,13 @@ func NewShares[K comparable](units, capPerKey int64) *Shares[K] {
 func (s *Shares[K]) Units() int64 { return s.units }
 func (s *Shares[K]) Cap() int64   { return s.cap }
 
+// Free is the units no key holds now.
+func (s *Shares[K]) Free() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.units - s.held
+}
+
 // TryTake takes n units for k and reports true when k's share allows it
 // and the units are free; otherwise it takes nothing and reports false.
 // Errors: ErrTooLarge when n can never fit (more than Cap), a non-positive
@@ -140,41 +149,98 @@ func (s *Shares[K]) TryTake(k K, n int64) (bool, error) {
 // units do not allow it; it returns ctx's error if ctx ends first (nothing
 // taken). Errors as TryTake's.
 func (s *Shares[K]) Take(ctx context.Context, k K, n int64) error {
-	if err := s.check(n); err != nil {
+	t, err := s.Queue(k, n)
+	if err != nil {
 		return err
 	}
+	select {
+	case <-t.Ready():
+		return nil
+	case <-ctx.Done():
+	}
+	// Granted meanwhile or not, the units are given back.
+	t.Cancel()
+	return ctx.Err()
+}
+
+// Ticket is an ask for units that Queue could not grant at once: it waits
+// among the waiters (its units count in its key's demand, so the keys that
+// hold more than their share get no more meanwhile) and is granted when
+// its key's share and the free units allow, in order with the others,
+// without a goroutine of its own. For an owner that cannot block (an
+// admission asked again later) where Take would.
+type Ticket[K comparable] struct {
+	s        *Shares[K]
+	w        *waiter[K]
+	canceled bool // s.mu
+}
+
+// Queue asks n units for k: granted at once when TryTake would take them
+// (the ticket is Granted), else queued as a waiter. The caller ends the
+// ticket with Cancel when it no longer wants the units (those granted are
+// then given back), or keeps them, putting them back with Put like
+// TryTake's. Errors as TryTake's.
+func (s *Shares[K]) Queue(k K, n int64) (*Ticket[K], error) {
+	if err := s.check(n); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := &waiter[K]{key: k, n: n, ready: make(chan struct{})}
+	t := &Ticket[K]{s: s, w: w}
 	if s.fits(k, n) {
 		// No waiter fits (they are granted as soon as they do), so this
 		// takes nothing a waiter could have.
 		s.take(k, n)
-		s.mu.Unlock()
-		return nil
+		close(w.ready)
+		return t, nil
 	}
-	w := &waiter[K]{key: k, n: n, ready: make(chan struct{})}
 	s.waiters = append(s.waiters, w)
 	s.account(k).waiting += n
-	s.mu.Unlock()
+	return t, nil
+}
+
+// Ready is closed when the ticket's units are granted.
+func (t *Ticket[K]) Ready() <-chan struct{} { return t.w.ready }
+
+// Granted reports whether the ticket's units were granted (and not
+// canceled since).
+func (t *Ticket[K]) Granted() bool {
+	t.s.mu.Lock()
+	defer t.s.mu.Unlock()
+	return !t.canceled && t.granted()
+}
+
+func (t *Ticket[K]) granted() bool {
 	select {
-	case <-w.ready:
-		return nil
-	case <-ctx.Done():
+	case <-t.w.ready:
+		return true
+	default:
+		return false
 	}
+}
+
+// Cancel ends the ticket: a waiting ask is withdrawn (the others' shares
+// may grow: waiters that fit now are granted), granted units are given
+// back. Once is enough; more calls do nothing.
+func (t *Ticket[K]) Cancel() {
+	s, w := t.s, t.w
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	select {
-	case <-w.ready:
-		// Granted meanwhile: give it back.
-		s.putLocked(k, n)
-	default:
-		s.waiters = slices.DeleteFunc(s.waiters, func(x *waiter[K]) bool { return x == w })
-		a := s.keys[k]
-		a.waiting -= n
-		s.forget(k, a)
-		// Its demand is gone: others' shares may have grown.
-		s.grantLocked()
+	if t.canceled {
+		return
 	}
-	return ctx.Err()
+	t.canceled = true
+	if t.granted() {
+		s.putLocked(w.key, w.n)
+		return
+	}
+	s.waiters = slices.DeleteFunc(s.waiters, func(x *waiter[K]) bool { return x == w })
+	a := s.keys[w.key]
+	a.waiting -= w.n
+	s.forget(w.key, a)
+	// Its demand is gone: others' shares may have grown.
+	s.grantLocked()
 }
 
 // Put gives back n units k took, and hands free units to the waiters whose

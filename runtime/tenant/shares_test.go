@@ -261,6 +261,76 @@ func TestSharesTakeEndsWithItsContext(t *testing.T) {
 	}
 }
 
+// The node's run budget's case without a goroutine per refused pod: an ask
+// Queue cannot grant waits as a ticket. Its demand counts (the namespace
+// over its share gets no more meanwhile), units that free go to it in
+// order, Cancel withdraws it (or gives back what it was granted), and
+// Granted tells the owner when it asks again.
+func TestSharesQueueWaitsWithoutAGoroutine(t *testing.T) {
+	s := NewShares[string](1000, 800)
+	a, err := s.Queue("a", 800)
+	if err != nil || !a.Granted() {
+		t.Fatalf("Queue(a, 800) alone = %v, %v; want granted", a.Granted(), err)
+	}
+	if _, err := s.Queue("a", 801); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("Queue over the cap = %v, want ErrTooLarge", err)
+	}
+	b, err := s.Queue("b", 300)
+	if err != nil || b.Granted() {
+		t.Fatalf("Queue(b, 300) with 200 free = %v, %v; want waiting", b.Granted(), err)
+	}
+	select {
+	case <-b.Ready():
+		t.Fatal("b ready while waiting")
+	default:
+	}
+	if got := s.Waiting("b"); got != 300 {
+		t.Fatalf("Waiting(b) = %d, want 300", got)
+	}
+	// b's demand counts: a's share is 700, and a small ask of a is
+	// refused although units are free.
+	if got := s.Over("a"); got != 100 {
+		t.Errorf("Over(a) = %d, want 100 (800 held, share 700 beside b's 300)", got)
+	}
+	if ok, _ := s.TryTake("a", 50); ok {
+		t.Fatal("a over its share took more while b waits")
+	}
+	c, _ := s.Queue("c", 100) // fits: c's share allows it and 200 are free
+	if !c.Granted() {
+		t.Fatal("c's 100 within its share and the free units: not granted")
+	}
+	// a puts back 200: b's 300 fit now (100 + 200 free), granted at once.
+	s.Put("a", 200)
+	select {
+	case <-b.Ready():
+	default:
+		t.Fatal("b not granted when units freed")
+	}
+	if !b.Granted() || s.Held("b") != 300 || s.Waiting("b") != 0 {
+		t.Fatalf("b granted %v, holds %d, waits %d", b.Granted(), s.Held("b"), s.Waiting("b"))
+	}
+	// A granted ticket's Cancel gives its units back; a second does nothing.
+	b.Cancel()
+	b.Cancel()
+	if b.Granted() || s.Held("b") != 0 {
+		t.Fatalf("after Cancel: granted %v, b holds %d", b.Granted(), s.Held("b"))
+	}
+	// A waiting ticket's Cancel withdraws its demand.
+	d, _ := s.Queue("d", 800)
+	if d.Granted() {
+		t.Fatal("d granted 800 with 300 free")
+	}
+	d.Cancel()
+	if s.Waiting("d") != 0 || s.Held("d") != 0 {
+		t.Fatalf("d waits %d, holds %d after Cancel", s.Waiting("d"), s.Held("d"))
+	}
+	s.Put("a", 600)
+	c.Cancel()
+	if ok, _ := s.TryTake("e", 800); !ok {
+		t.Fatal("units not free after every ticket ended")
+	}
+}
+
 // Many namespaces taking and putting at once: the budget is never
 // exceeded, and everything put back is free again.
 func TestSharesUnderConcurrency(t *testing.T) {

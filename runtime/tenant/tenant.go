@@ -103,4 +103,12 @@ const (
 	// that cannot host a helper does. The dumps are freed once the helper
 	// is ready: a helper holds about 5 KiB of the agent's heap for its life.
 	HelperEnvironmentBytes = 64 << 10
+
+	// ExpandedEnvBytes bounds the env variables (names and values) the
+	// agent keeps of a pod in cluster mode for the $(VAR) expansion of its
+	// annotation exec probes' commands (spec E1): 64 KiB. The cache keeps
+	// only the variables an annotation references; one past the bound is
+	// not kept (its reference stays as written, as for a name not
+	// declared), so a pod with 1 MB of env costs the agent at most this.
+	ExpandedEnvBytes = 64 << 10
 )

@@ -111,7 +111,8 @@ func TestClusterProbeBudgetRefusesThenAdmits(t *testing.T) {
 	first := limitsPod(ns, "first", node, 4, port, `"periodSeconds":1`)
 	kubetest.CreatePod(t, admin, first)
 	kubetest.SetPodRunning(t, admin, ns, "first", true)
-	a := startClusterAgent(t, node, nil, "--max-probe-rate", "5", "--sync-frequency", "2s")
+	// One namespace alone: the whole budget is its fair share.
+	a := startClusterAgent(t, node, nil, "--max-probe-rate", "5", "--namespace-probe-rate-share", "1", "--sync-frequency", "2s")
 	waitCondition(t, a, admin, ns, "first", "probed.io/ready", v1.ConditionTrue, "ProbeSucceeded", 30*time.Second)
 
 	second := limitsPod(ns, "second", node, 2, port, `"periodSeconds":1`)
@@ -130,6 +131,55 @@ func TestClusterProbeBudgetRefusesThenAdmits(t *testing.T) {
 	}
 	waitCondition(t, a, admin, ns, "second", "probed.io/ready", v1.ConditionTrue, "ProbeSucceeded", 30*time.Second)
 	waitEvent(t, a, admin, ns, "second", "ProbesAdmitted")
+}
+
+// The node's budget by fair share, the review's case scaled: with
+// --max-probe-rate=100 one tenant's pods took 99 runs/s and a later pod of
+// another namespace was refused for good. Now a namespace holds at most its
+// share (--namespace-probe-rate-share, 0.25 by default): the hungry
+// namespace's first pod (25 probes at 1 s) is admitted, its next ones are
+// refused with an Event and a condition saying the namespace is over its
+// share, and the pods of another namespace that come later are admitted
+// and turn True. The hungry pod already admitted stays True: nothing
+// running is taken back.
+func TestClusterProbeBudgetShareRefusesOnlyTheNamespaceOverIt(t *testing.T) {
+	admin := kubetest.Client(t)
+	hungry, victims, node := kubetest.Namespace(t), kubetest.Namespace(t), kubetest.NodeName(t)
+	port := tcpListener(t)
+	for i := range 4 {
+		p := limitsPod(hungry, fmt.Sprintf("hungry-%d", i), node, 25, port, `"periodSeconds":1`)
+		kubetest.CreatePod(t, admin, p)
+		kubetest.SetPodRunning(t, admin, hungry, p.Name, true)
+	}
+	a := startClusterAgent(t, node, nil, "--max-probe-rate", "100", "--sync-frequency", "2s")
+	waitCondition(t, a, admin, hungry, "hungry-0", "probed.io/ready", v1.ConditionTrue, "ProbeSucceeded", 60*time.Second)
+	for i := 1; i < 4; i++ {
+		name := fmt.Sprintf("hungry-%d", i)
+		c := waitCondition(t, a, admin, hungry, name, "probed.io/ready", v1.ConditionFalse, "ProbeBudgetExceeded", 30*time.Second)
+		for _, want := range []string{"ask for 25 runs/s", "namespace " + hungry + " holds 25 runs/s", "over its fair share", "--namespace-probe-rate-share 0.25"} {
+			if !strings.Contains(c.Message, want) {
+				t.Errorf("condition of %s: %q lacks %q", name, c.Message, want)
+			}
+		}
+	}
+	waitEvent(t, a, admin, hungry, "hungry-1", "ProbeBudgetExceeded", "over its fair share", "--namespace-probe-rate-share 0.25")
+
+	for i := range 3 {
+		p := limitsPod(victims, fmt.Sprintf("victim-%d", i), node, 2, port, `"periodSeconds":1`)
+		kubetest.CreatePod(t, admin, p)
+		kubetest.SetPodRunning(t, admin, victims, p.Name, true)
+	}
+	for i := range 3 {
+		waitCondition(t, a, admin, victims, fmt.Sprintf("victim-%d", i), "probed.io/ready", v1.ConditionTrue, "ProbeSucceeded", 30*time.Second)
+	}
+	for _, e := range podEvents(t, admin, victims, "victim-0") {
+		if e.Reason == "ProbeBudgetExceeded" {
+			t.Errorf("a victim was refused: %s", e.Note)
+		}
+	}
+	// Nothing was taken back, and the hungry namespace is still refused.
+	waitCondition(t, a, admin, hungry, "hungry-0", "probed.io/ready", v1.ConditionTrue, "ProbeSucceeded", time.Second)
+	waitCondition(t, a, admin, hungry, "hungry-3", "probed.io/ready", v1.ConditionFalse, "ProbeBudgetExceeded", time.Second)
 }
 
 // Issue 17 §2: the two hostile pods of the review (1,000 containers each,

@@ -11,11 +11,23 @@
 //     element does not run; the others do. The Room reads the view's
 //     refusals — container, type, field and reason, each as the element
 //     said it — and reports them;
-//   - a node-wide budget of annotation probe runs per second (MaxRate): a
-//     pod whose probes would take the node's runs past it runs none of them
-//     until the pods before it leave room (pods are admitted in the order
-//     they arrive, and a refused pod is admitted by a later AddPod, the
-//     periodic pod sync, once it fits).
+//   - a node-wide budget of annotation probe runs per second (MaxRate),
+//     divided among the namespaces by fair share (runtime/tenant.Shares,
+//     in thousandths of a run a second, charged to the pod's namespace):
+//     a pod's probes run when its namespace's admitted runs plus the pod's
+//     stay within the namespace's fair share among the namespaces that
+//     ask (those with pods admitted or waiting), at most NamespaceShare of
+//     the budget, and the node has the runs free; otherwise none of them
+//     run and the pod waits in line (a tenant.Ticket, no goroutine),
+//     admitted at a later AddPod (the periodic pod sync) once it was
+//     granted. A pod that asks more than one namespace may ever hold is
+//     refused until its probes change. Nothing is taken back: a namespace
+//     admitted beyond its fair share while it was alone keeps its running
+//     pods, its next pods are refused (the Event says the namespace is
+//     over its share) while it is over, and the runs its pods free go
+//     first to the pods waiting within their shares. A pod of another
+//     namespace is never refused for the namespace over its share: the
+//     cap leaves it room, or it is first in line.
 //
 // What the tenant sees: one Warning Event per pod and spec (reason
 // InvalidProbeAnnotation, naming every field, or ProbeBudgetExceeded), a log
@@ -41,6 +53,7 @@ import (
 	"github.com/probed/probed/manager/customprobe"
 	"github.com/probed/probed/manager/podprobes"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/tenant"
 )
 
 // The reasons of the Events and of the readiness-gate condition.
@@ -48,8 +61,9 @@ const (
 	// ReasonInvalidProbeAnnotation: elements of the annotation break its
 	// rules or the node's per-pod limits.
 	ReasonInvalidProbeAnnotation = "InvalidProbeAnnotation"
-	// ReasonProbeBudgetExceeded: the pod's probes would take the node past
-	// its budget of annotation probe runs per second.
+	// ReasonProbeBudgetExceeded: the pod's probes would take its namespace
+	// past its share of the node's budget of annotation probe runs per
+	// second, or the node past the budget (the message says which).
 	ReasonProbeBudgetExceeded = "ProbeBudgetExceeded"
 	// ReasonProbesAdmitted: a pod refused for the budget was admitted.
 	ReasonProbesAdmitted = "ProbesAdmitted"
@@ -67,6 +81,15 @@ type Options struct {
 	MaxRate float64
 	// MaxRateFlag names the setting in messages (e.g. "--max-probe-rate").
 	MaxRateFlag string
+	// NamespaceShare is the most of MaxRate one namespace may hold, a
+	// fraction in (0, 1]: a namespace alone on the node takes at most this
+	// much and leaves the rest to the namespaces that come later; beside
+	// others it holds at most its fair share. Zero or 1: no cap beyond
+	// the fair share.
+	NamespaceShare float64
+	// NamespaceShareFlag names it in messages (e.g.
+	// "--namespace-probe-rate-share").
+	NamespaceShareFlag string
 	// Recorder receives the Events (required).
 	Recorder runtime.Recorder
 	// Logger; nil: slog.Default().
@@ -80,12 +103,28 @@ type Options struct {
 type Room struct {
 	opts Options
 	log  *slog.Logger
+	// shares is the budget in thousandths of a run a second (nil: none).
+	shares *tenant.Shares[string]
 
-	mu       sync.Mutex
-	used     float64               // runs/s of the admitted pods
-	admitted map[types.UID]float64 // runs/s of each admitted pod
-	refused  map[types.UID]string  // pods refused for the budget: why
+	mu   sync.Mutex
+	used int64                 // thousandths of a run a second the admitted pods hold
+	pods map[types.UID]*charge // pods asked about, admitted or not
 }
+
+// charge is one pod's part of the budget.
+type charge struct {
+	namespace string
+	units     int64 // what its probes ask, thousandths of a run a second
+	admitted  bool  // units held
+	// ticket is the pod's place in line while it waits (nil when admitted
+	// or refused for good).
+	ticket *tenant.Ticket[string]
+	// refused says why while it is not admitted.
+	refused string
+}
+
+// unitsPerRun are the budget's units in one run a second.
+const unitsPerRun = 1000
 
 var _ pods.Listener = (*Room)(nil)
 
@@ -94,17 +133,29 @@ func New(opts Options) *Room {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Room{opts: opts, log: opts.Logger, admitted: map[types.UID]float64{}, refused: map[types.UID]string{}}
+	r := &Room{opts: opts, log: opts.Logger, pods: map[types.UID]*charge{}}
+	if opts.MaxRate > 0 {
+		units := max(int64(math.Round(opts.MaxRate*unitsPerRun)), 1)
+		var capUnits int64
+		if opts.NamespaceShare > 0 && opts.NamespaceShare < 1 {
+			capUnits = max(int64(math.Floor(opts.NamespaceShare*float64(units))), 1)
+		}
+		r.shares = tenant.NewShares[string](units, capUnits)
+	}
+	return r
 }
 
 // Admit decides whether the pod's annotation probes, whose periods are
 // given, may run (manager.Options.Admit): always without a budget or
-// probes; else when the node's admitted runs per second plus the pod's
-// stay within MaxRate. A pod admitted before keeps its place (its rate is
-// updated). The first refusal of a pod is a Warning Event and a log line;
-// its admission after a refusal a Normal Event.
+// probes; else when the pod's runs a second fit its namespace's fair share
+// and the node's free runs (see the package doc), now or — for a pod that
+// waited in line — since it was asked last. A pod admitted before keeps
+// its place (its rate is updated: an increase is taken if it fits, else
+// the pod waits in line again for the whole). The first refusal of a pod
+// (for a given rate) is a Warning Event and a log line; its admission
+// after a refusal a Normal Event.
 func (r *Room) Admit(pod *v1.Pod, periods []time.Duration) bool {
-	if r.opts.MaxRate <= 0 || len(periods) == 0 {
+	if r.shares == nil || len(periods) == 0 {
 		return true
 	}
 	var rate float64
@@ -113,37 +164,115 @@ func (r *Room) Admit(pod *v1.Pod, periods []time.Duration) bool {
 			rate += float64(time.Second) / float64(p)
 		}
 	}
+	units := max(int64(math.Ceil(rate*unitsPerRun-1e-6)), 1)
+	ns := pod.Namespace
 	r.mu.Lock()
-	old, was := r.admitted[pod.UID]
-	if r.used-old+rate <= r.opts.MaxRate+1e-9 {
-		r.used += rate - old
-		r.admitted[pod.UID] = rate
-		_, wasRefused := r.refused[pod.UID]
-		delete(r.refused, pod.UID)
+	c := r.pods[pod.UID]
+	if c != nil && c.units == units {
+		if c.admitted {
+			r.mu.Unlock()
+			return true
+		}
+		if c.ticket != nil && c.ticket.Granted() {
+			c.ticket, c.admitted, c.refused = nil, true, ""
+			r.used += units
+			r.mu.Unlock()
+			r.admittedEvent(pod, len(periods), rate)
+			return true
+		}
+		r.mu.Unlock()
+		return false
+	}
+	if c == nil {
+		c = &charge{namespace: ns}
+		r.pods[pod.UID] = c
+	}
+	wasRefused := c.refused != ""
+	if c.admitted && units < c.units {
+		r.shares.Put(ns, c.units-units)
+		r.used -= c.units - units
+		c.units = units
+		r.mu.Unlock()
+		return true
+	}
+	if c.admitted {
+		if ok, _ := r.shares.TryTake(ns, units-c.units); ok {
+			r.used += units - c.units
+			c.units = units
+			r.mu.Unlock()
+			return true
+		}
+		r.shares.Put(ns, c.units)
+		r.used -= c.units
+		c.admitted = false
+	}
+	if c.ticket != nil {
+		c.ticket.Cancel()
+		c.ticket = nil
+	}
+	c.units = units
+	t, err := r.shares.Queue(ns, units)
+	if err == nil && t.Granted() {
+		c.admitted, c.refused = true, ""
+		r.used += units
 		r.mu.Unlock()
 		if wasRefused {
-			r.opts.Recorder.Eventf(runtime.ContainerRef(pod, ""), v1.EventTypeNormal, ReasonProbesAdmitted,
-				"%s annotation: its %d probes (%s runs/s) fit the node's budget now and run", customprobe.Annotation, len(periods), perSecond(rate))
+			r.admittedEvent(pod, len(periods), rate)
 		}
 		return true
 	}
-	if was {
-		r.used -= old
-		delete(r.admitted, pod.UID)
-	}
-	left := max(r.opts.MaxRate-r.used, 0)
-	msg := fmt.Sprintf("%s annotation: its %d probes ask for %s runs/s, and this node's budget of annotation probe runs (%s %s/s) has %s/s left; none of them run until other pods leave room",
-		customprobe.Annotation, len(periods), perSecond(rate), r.opts.MaxRateFlag, perSecond(r.opts.MaxRate), perSecond(left))
-	_, known := r.refused[pod.UID]
-	r.refused[pod.UID] = msg
+	c.ticket = t // nil when it can never fit
+	c.refused = r.refusalLocked(ns, len(periods), units, rate, err != nil)
+	msg := c.refused
 	r.mu.Unlock()
-	if !known {
-		r.log.Warn("pod's probes refused: node probe budget exceeded", "pod", pod.Namespace+"/"+pod.Name,
-			"runsPerSecond", perSecond(rate), "budgetLeft", perSecond(left))
-		r.opts.Recorder.Eventf(runtime.ContainerRef(pod, ""), v1.EventTypeWarning, ReasonProbeBudgetExceeded, "%s", msg)
-	}
+	r.log.Warn("pod's probes refused: probe budget exceeded", "pod", pod.Namespace+"/"+pod.Name,
+		"runsPerSecond", perSecond(rate), "reason", msg)
+	r.opts.Recorder.Eventf(runtime.ContainerRef(pod, ""), v1.EventTypeWarning, ReasonProbeBudgetExceeded, "%s", msg)
 	return false
 }
+
+func (r *Room) admittedEvent(pod *v1.Pod, n int, rate float64) {
+	r.opts.Recorder.Eventf(runtime.ContainerRef(pod, ""), v1.EventTypeNormal, ReasonProbesAdmitted,
+		"%s annotation: its %d probes (%s runs/s) fit the node's budget now and run", customprobe.Annotation, n, perSecond(rate))
+}
+
+// refusalLocked says why a pod of namespace ns whose n probes ask for rate
+// runs a second (units) is refused: it can never fit (tooLarge), its
+// namespace would go over its fair share, or the node has too little left
+// (r.mu held; the pod's ask is in line already).
+func (r *Room) refusalLocked(ns string, n int, units int64, rate float64, tooLarge bool) string {
+	ask := fmt.Sprintf("%s annotation: its %d probes ask for %s runs/s", customprobe.Annotation, n, perSecond(rate))
+	budget := fmt.Sprintf("this node's budget of annotation probe runs (%s %s/s)", r.opts.MaxRateFlag, perSecond(r.opts.MaxRate))
+	if tooLarge {
+		if r.shares.Cap() < r.shares.Units() {
+			return fmt.Sprintf("%s, more than one namespace may hold of %s: %s of it, %s runs/s; none of them run",
+				ask, budget, r.shareText(), runs(r.shares.Cap()))
+		}
+		return fmt.Sprintf("%s, more than %s; none of them run", ask, budget)
+	}
+	// Over its share: the pod would take its namespace past what the
+	// others' asks (or the cap) leave it; else the node has too little
+	// free.
+	held, share := r.shares.Held(ns), r.shares.Share(ns)
+	if held+units > share && share < r.shares.Units() {
+		capped := ""
+		if r.shares.Cap() < r.shares.Units() {
+			capped = fmt.Sprintf(", at most %s (%s)", r.shareText(), runs(r.shares.Cap()))
+		}
+		return fmt.Sprintf("%s, and namespace %s holds %s runs/s of %s, over its fair share among the namespaces that ask, %s runs/s%s; none of them run until the namespace's pods leave room",
+			ask, ns, runs(held), budget, runs(share), capped)
+	}
+	return fmt.Sprintf("%s, and %s has %s/s left; none of them run until other pods leave room",
+		ask, budget, runs(r.shares.Free()))
+}
+
+// shareText names the namespace share: "--namespace-probe-rate-share 0.25".
+func (r *Room) shareText() string {
+	return r.opts.NamespaceShareFlag + " " + strconv.FormatFloat(r.opts.NamespaceShare, 'f', -1, 64)
+}
+
+// runs prints units as runs a second.
+func runs(units int64) string { return perSecond(float64(units) / unitsPerRun) }
 
 // Refusal says why the pod's readiness-gate condition must be False
 // whatever its probes' results: its probes were refused for the budget
@@ -151,10 +280,7 @@ func (r *Room) Admit(pod *v1.Pod, periods []time.Duration) bool {
 // be, a readiness or startup probe (InvalidProbeAnnotation, with the first
 // such error). The message is at most MaxMessage bytes.
 func (r *Room) Refusal(pod *v1.Pod, probes *podprobes.View) (reason, message string, refused bool) {
-	r.mu.Lock()
-	msg, overBudget := r.refused[pod.UID]
-	r.mu.Unlock()
-	if overBudget {
+	if msg, overBudget := r.BudgetRefusal(pod.UID); overBudget {
 		return ReasonProbeBudgetExceeded, cut(msg), true
 	}
 	var first *podprobes.Refusal
@@ -175,6 +301,7 @@ func (r *Room) Refusal(pod *v1.Pod, probes *podprobes.View) (reason, message str
 	if gating == 0 {
 		return "", "", false
 	}
+	var msg string
 	if first == nil {
 		msg = fmt.Sprintf("%s annotation: %d errors", customprobe.Annotation, gating)
 	} else {
@@ -191,8 +318,10 @@ func (r *Room) Refusal(pod *v1.Pod, probes *podprobes.View) (reason, message str
 func (r *Room) BudgetRefusal(uid types.UID) (string, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	msg, ok := r.refused[uid]
-	return msg, ok
+	if c := r.pods[uid]; c != nil && !c.admitted {
+		return c.refused, true
+	}
+	return "", false
 }
 
 // PodAdded reports the pod's refused probes (issue 10 §2.2): one Warning
@@ -216,23 +345,29 @@ func (r *Room) PodAdded(p *pods.Pod) {
 // PodStatusChanged does nothing: a status never changes what is admitted.
 func (r *Room) PodStatusChanged(*pods.Pod) {}
 
-// PodRemoved frees the pod's share of the budget.
+// PodRemoved frees the pod's share of the budget, or its place in line.
 func (r *Room) PodRemoved(p *pods.Pod) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.used -= r.admitted[p.Pod.UID]
-	if r.used < 1e-9 {
-		r.used = 0
+	c := r.pods[p.Pod.UID]
+	if c == nil {
+		return
 	}
-	delete(r.admitted, p.Pod.UID)
-	delete(r.refused, p.Pod.UID)
+	delete(r.pods, p.Pod.UID)
+	if c.admitted {
+		r.shares.Put(c.namespace, c.units)
+		r.used -= c.units
+	}
+	if c.ticket != nil {
+		c.ticket.Cancel()
+	}
 }
 
 // Used returns the admitted runs per second and the budget (0: none).
 func (r *Room) Used() (used, budget float64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.used, r.opts.MaxRate
+	return float64(r.used) / unitsPerRun, r.opts.MaxRate
 }
 
 // gatesReadiness reports whether a refused probe may be a readiness or

@@ -1,8 +1,10 @@
 package limits
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -33,9 +35,22 @@ func pod(uid, annotation string, containers ...string) *v1.Pod {
 }
 
 func newRoom(maxRate float64) (*Room, *record.FakeRecorder) {
+	return newSharedRoom(maxRate, 0)
+}
+
+// newSharedRoom is a Room whose namespaces may each hold at most share of
+// the budget.
+func newSharedRoom(maxRate, share float64) (*Room, *record.FakeRecorder) {
 	rec := record.NewFakeRecorder(100)
-	return New(Options{MaxRate: maxRate, MaxRateFlag: "--max-probe-rate",
+	return New(Options{MaxRate: maxRate, MaxRateFlag: "--max-probe-rate", NamespaceShare: share, NamespaceShareFlag: "--namespace-probe-rate-share",
 		Recorder: rec, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}), rec
+}
+
+// inNamespace is pod uid of namespace ns.
+func inNamespace(ns, uid string) *v1.Pod {
+	p := pod(uid, "")
+	p.Namespace = ns
+	return p
 }
 
 // view is the pod's probes as cluster mode works them out with the
@@ -133,6 +148,126 @@ func TestBudgetChargesAChangedPodItsNewRate(t *testing.T) {
 	}
 	if used, _ := r.Used(); used != 0 {
 		t.Fatalf("Used = %v after the refusal, want 0", used)
+	}
+}
+
+// The budget by fair share (the review's case, scaled: one tenant's pods
+// took 99 of 100 runs/s and a later pod of another namespace was refused
+// for good). A namespace alone takes at most its share (--namespace-probe-
+// rate-share) and its next pod is refused saying the namespace is over its
+// share; another namespace's pods are admitted from the room the cap left;
+// once both ask, each holds at most its fair share, and the runs a pod
+// frees go to the pod waiting within its share (a third namespace's), not
+// to the namespaces over theirs. Nothing running is taken back.
+func TestBudgetShareRefusesOnlyTheNamespaceOverItsShare(t *testing.T) {
+	r, rec := newSharedRoom(100, 0.5)
+	hungry := make([]*v1.Pod, 6)
+	for i := range hungry {
+		hungry[i] = inNamespace("hungry", fmt.Sprintf("hungry-%d", i))
+		want := i < 5 // 5 × 10 runs/s: the namespace's cap of 50
+		if got := r.Admit(hungry[i], periods(100*time.Millisecond, 1)); got != want {
+			t.Fatalf("hungry-%d (10 runs/s, the namespace holding %d): admitted %v, want %v", i, 10*i, got, want)
+		}
+	}
+	evs := events(rec)
+	if len(evs) != 1 || !strings.Contains(evs[0], "Warning ProbeBudgetExceeded") || !strings.Contains(evs[0], "namespace hungry holds 50 runs/s") ||
+		!strings.Contains(evs[0], "over its fair share") || !strings.Contains(evs[0], "--namespace-probe-rate-share 0.5") {
+		t.Fatalf("events %q, want one saying hungry is over its share", evs)
+	}
+	reason, msg, refused := r.Refusal(hungry[5], nil)
+	if !refused || reason != ReasonProbeBudgetExceeded || !strings.Contains(msg, "over its fair share") {
+		t.Fatalf("Refusal(hungry-5) = %q %q %v", reason, msg, refused)
+	}
+
+	// Another namespace: admitted up to its own share, from the room left.
+	victims := []*v1.Pod{inNamespace("victims", "v-0"), inNamespace("victims", "v-1"), inNamespace("victims", "v-2")}
+	if !r.Admit(victims[0], periods(time.Second, 30)) || !r.Admit(victims[1], periods(time.Second, 20)) {
+		t.Fatal("victims' pods refused within their namespace's share")
+	}
+	for _, p := range append(hungry[:5:5], victims[:2]...) {
+		if _, _, refused := r.Refusal(p, nil); refused {
+			t.Fatalf("%s admitted and refused", p.Name)
+		}
+	}
+	if r.Admit(victims[2], periods(time.Second, 10)) {
+		t.Fatal("victims took more than their share")
+	}
+	// A third namespace finds the node full: it waits in line within its
+	// share, and is told the node is full (not that it is over a share).
+	late := inNamespace("late", "late-0")
+	if r.Admit(late, periods(time.Second, 10)) {
+		t.Fatal("late admitted with nothing free")
+	}
+	evs = events(rec)
+	if len(evs) != 2 || !strings.Contains(evs[0], "namespace victims holds 50 runs/s") || !strings.Contains(evs[1], "has 0/s left") ||
+		strings.Contains(evs[1], "over its fair share") {
+		t.Fatalf("events %q, want victims over their share and late told the node is full", evs)
+	}
+	// hungry-0 leaves: its 10 runs go to late (within its share), not to
+	// hungry-5 or v-2, which wait longer but are over their shares (three
+	// namespaces ask: 45 each at most beside late's 10).
+	r.PodRemoved(&pods.Pod{Pod: hungry[0]})
+	if r.Admit(hungry[5], periods(100*time.Millisecond, 1)) || r.Admit(victims[2], periods(time.Second, 10)) {
+		t.Fatal("a namespace over its share was given the freed runs")
+	}
+	if !r.Admit(late, periods(time.Second, 10)) {
+		t.Fatal("late not admitted once runs freed within its share")
+	}
+	if evs := events(rec); len(evs) != 1 || !strings.Contains(evs[0], "Normal ProbesAdmitted") {
+		t.Fatalf("events %q, want late's ProbesAdmitted only", evs)
+	}
+	if used, _ := r.Used(); used != 100 {
+		t.Fatalf("Used = %v, want 100 (hungry 40, victims 50, late 10)", used)
+	}
+	// Nothing running was taken back: every admitted pod still is, asked
+	// again as the periodic pod sync does.
+	for _, p := range hungry[1:5] {
+		if !r.Admit(p, periods(100*time.Millisecond, 1)) {
+			t.Fatalf("%s no longer admitted", p.Name)
+		}
+	}
+	if !r.Admit(victims[0], periods(time.Second, 30)) || !r.Admit(victims[1], periods(time.Second, 20)) || !r.Admit(late, periods(time.Second, 10)) {
+		t.Fatal("an admitted pod was refused when asked again")
+	}
+	if evs := events(rec); len(evs) != 0 {
+		t.Fatalf("events %q asking admitted pods again", evs)
+	}
+}
+
+// A pod that asks more than one namespace may ever hold is refused for
+// good, saying so once; a removed pod waiting in line leaves it (its
+// namespace's demand no longer counts).
+func TestBudgetShareTooLargeAndLeavingTheLine(t *testing.T) {
+	r, rec := newSharedRoom(100, 0.25)
+	big := inNamespace("a", "big")
+	for range 3 {
+		if r.Admit(big, periods(time.Second, 30)) {
+			t.Fatal("30 runs/s admitted with a namespace share of 25")
+		}
+	}
+	evs := events(rec)
+	if len(evs) != 1 || !strings.Contains(evs[0], "more than one namespace may hold") || !strings.Contains(evs[0], "--namespace-probe-rate-share 0.25 of it, 25 runs/s") {
+		t.Fatalf("events %q", evs)
+	}
+	// Four namespaces fill the node; a fifth waits, then leaves the line.
+	for i := range 4 {
+		if !r.Admit(inNamespace(fmt.Sprintf("n%d", i), "p"+strconv.Itoa(i)), periods(time.Second, 25)) {
+			t.Fatalf("n%d refused within its share", i)
+		}
+	}
+	waiting := inNamespace("n4", "w")
+	if r.Admit(waiting, periods(time.Second, 5)) {
+		t.Fatal("admitted with nothing free")
+	}
+	if r.shares.Waiting("n4") != 5000 {
+		t.Fatalf("n4 waits for %d units, want 5000", r.shares.Waiting("n4"))
+	}
+	r.PodRemoved(&pods.Pod{Pod: waiting})
+	if r.shares.Waiting("n4") != 0 {
+		t.Fatal("a removed pod still waits in line")
+	}
+	if _, refused := r.BudgetRefusal(waiting.UID); refused {
+		t.Fatal("a removed pod still refused")
 	}
 }
 

@@ -1,8 +1,11 @@
 package podsource
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
+	"reflect"
+	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -14,8 +17,10 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/probed/probed/agent/health"
+	"github.com/probed/probed/agent/kube/evict"
 	"github.com/probed/probed/agent/pods"
 	"github.com/probed/probed/manager/customprobe"
+	"github.com/probed/probed/runtime/tenant"
 )
 
 // IgnoreCurrent: ants starts its package-level default pool at init.
@@ -201,42 +206,139 @@ func TestNewRequiresNodeName(t *testing.T) {
 	t.Log(err)
 }
 
-func TestTransformDropsWhatProbedNeverReads(t *testing.T) {
+// lastApplied is kubectl's copy of the applied object (`kubectl apply`).
+const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+
+// hostilePod is runningPod as a hostile tenant writes it (the review's
+// case): 1 MB of env, a 250 KB annotation, thousands of labels, ports and
+// readiness gates, a long image, command and volumes, spec probes with
+// large handlers.
+func hostilePod() *v1.Pod {
 	p := runningPod()
-	p.Annotations[LastAppliedAnnotation] = `{"apiVersion":"v1","kind":"Pod"}`
-	obj, err := Transform(p)
-	if err != nil || obj != p {
-		t.Fatalf("Transform = %v, %v; want the same pod", obj, err)
+	big := strings.Repeat("x", 250<<10)
+	p.Annotations["tenant.example.com/blob"] = big
+	p.Annotations[lastApplied] = `{"apiVersion":"v1","kind":"Pod"}`
+	p.Annotations[evict.ConfigSourceAnnotation] = "api"
+	for i := range 2000 {
+		p.Labels[fmt.Sprintf("l%d", i)] = "v"
+		p.Spec.ReadinessGates = append(p.Spec.ReadinessGates, v1.PodReadinessGate{ConditionType: v1.PodConditionType(fmt.Sprintf("example.com/g%d", i))})
 	}
-	if p.ManagedFields != nil {
-		t.Error("managedFields kept")
+	p.OwnerReferences = append(p.OwnerReferences, metav1.OwnerReference{Kind: "Other", Name: big[:1000]}, metav1.OwnerReference{Kind: "DaemonSet", Name: "ds"})
+	c := &p.Spec.Containers[0]
+	for i := range 1000 {
+		c.Env = append(c.Env, v1.EnvVar{Name: fmt.Sprintf("E%d", i), Value: strings.Repeat("v", 1000)})
+		c.Ports = append(c.Ports, v1.ContainerPort{ContainerPort: int32(1000 + i)})
 	}
-	if _, ok := p.Annotations[LastAppliedAnnotation]; ok {
-		t.Error("last-applied-configuration kept")
+	c.Env = append(c.Env, v1.EnvVar{Name: "TOKEN", Value: "s3cret-t0ken"}, v1.EnvVar{Name: "FROM", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.name"}}})
+	c.Ports = append(c.Ports, v1.ContainerPort{Name: "http", ContainerPort: 8080})
+	c.Image, c.Command, c.Args = big, []string{big}, []string{big}
+	c.ReadinessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{big}}}, PeriodSeconds: 7}
+	c.Lifecycle = &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"drain"}}},
+		PostStart: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{big}}}}
+	p.Spec.Volumes = []v1.Volume{{Name: big[:200]}}
+	p.Annotations[customprobe.Annotation] = `[{"container":"app","type":"readiness","exec":{"command":["check","$(TOKEN)","$(FROM)","$(E1)","$(NOPE)"]}}]`
+	return p
+}
+
+// The transform keeps only what probing reads (Trim's doc names each
+// field and its reader): a hostile pod of about 1.5 MB costs a few KB in
+// the cache, and everything probed reads is there.
+func TestTransformDropsWhatProbedNeverReads(t *testing.T) {
+	p := hostilePod()
+	before := p.Size()
+	obj, err := TransformFor("probed.io/ready")(p)
+	if err != nil {
+		t.Fatal(err)
 	}
-	cs := p.Status.ContainerStatuses[0]
+	k := obj.(*v1.Pod)
+	if after := k.Size(); after > 8<<10 {
+		t.Errorf("the cached pod is %d bytes (the server's %d), want a few KB", after, before)
+	}
+	t.Logf("the hostile pod: %d bytes on the server, %d in the cache", before, k.Size())
+	if p.Annotations[lastApplied] == "" || len(p.Spec.Containers[0].Env) < 1000 {
+		t.Error("Trim changed the pod it was given")
+	}
+	// Dropped.
+	if k.ManagedFields != nil || k.Labels != nil || len(k.Annotations) != 2 || k.Spec.Volumes != nil {
+		t.Errorf("metadata or volumes kept: %+v %v", k.Annotations, k.Spec.Volumes)
+	}
+	c := &k.Spec.Containers[0]
+	if c.Image != "" || c.Command != nil || c.Args != nil || c.Lifecycle.PostStart != nil || c.ReadinessProbe.Exec != nil {
+		t.Error("a container's image, command, args, postStart or a spec probe's handler kept")
+	}
+	cs := k.Status.ContainerStatuses[0]
 	if cs.VolumeMounts != nil || cs.Resources != nil || cs.AllocatedResources != nil || cs.User != nil {
 		t.Errorf("container status kept dropped fields: %+v", cs)
 	}
 	// Kept: what probed reads.
-	want := runningPod()
-	want.ManagedFields = nil
-	if p.Annotations[customprobe.Annotation] != want.Annotations[customprobe.Annotation] ||
-		len(p.OwnerReferences) != 1 || p.Labels["app"] != "web" || len(p.Spec.ReadinessGates) != 1 ||
-		cs.ContainerID != "containerd://aaa" || cs.State.Running == nil || !*cs.Started || p.Status.PodIP != "10.0.0.7" ||
-		p.UID != "uid-1" || p.ResourceVersion != "10" {
-		t.Errorf("Transform dropped a field probed reads: %+v", p)
+	if k.Annotations[customprobe.Annotation] != p.Annotations[customprobe.Annotation] || k.Annotations[evict.ConfigSourceAnnotation] != "api" {
+		t.Errorf("annotations %v", k.Annotations)
 	}
-	if SpecHash(p) != SpecHash(want) || StatusHash(p) != StatusHash(want) {
-		t.Error("Transform changed the hashes: it must drop only what probed never reads")
+	if len(k.OwnerReferences) != 2 || k.OwnerReferences[0].Kind != "ReplicaSet" || k.OwnerReferences[1].Kind != "DaemonSet" {
+		t.Errorf("owner references %+v, want the controller's and the DaemonSet's", k.OwnerReferences)
+	}
+	if len(k.Spec.ReadinessGates) != 1 || k.Spec.ReadinessGates[0].ConditionType != "probed.io/ready" {
+		t.Errorf("readiness gates %v, want the node's only", k.Spec.ReadinessGates)
+	}
+	if len(c.Ports) != 1 || c.Ports[0].Name != "http" {
+		t.Errorf("ports %v, want the named one", c.Ports)
+	}
+	wantEnv := []v1.EnvVar{{Name: "E1", Value: strings.Repeat("v", 1000)}, {Name: "TOKEN", Value: "s3cret-t0ken"}, {Name: "FROM"}}
+	if !reflect.DeepEqual(c.Env, wantEnv) {
+		t.Errorf("env %v, want the referenced variables (E1)", c.Env)
+	}
+	if c.ReadinessProbe == nil || c.ReadinessProbe.PeriodSeconds != 7 || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Exec.Command[0] != "drain" {
+		t.Error("the spec probe's existence and timing, or the preStop hook, lost")
+	}
+	if cs.ContainerID != "containerd://aaa" || cs.State.Running == nil || !*cs.Started || k.Status.PodIP != "10.0.0.7" ||
+		k.UID != "uid-1" || k.ResourceVersion != "10" || k.Name != "web" || k.Namespace != "ns" || k.Spec.NodeName != "node-a" {
+		t.Errorf("Trim dropped a field probed reads: %+v", k)
+	}
+	if StatusHash(k) != StatusHash(p) {
+		t.Error("Trim changed the status hash: it keeps every status field probed reads")
 	}
 	// Idempotent, and other objects pass.
-	again, _ := Transform(p)
-	if StatusHash(again.(*v1.Pod)) != StatusHash(want) {
-		t.Error("Transform not idempotent")
+	again := Trim(k, "probed.io/ready")
+	if !reflect.DeepEqual(again, k) {
+		t.Error("Trim not idempotent")
 	}
-	if obj, _ := Transform("x"); obj != "x" {
+	if obj, _ := TransformFor("")("x"); obj != "x" {
 		t.Error("non-pod changed")
+	}
+	// A changed value the cache does not keep changes nothing downstream.
+	q := hostilePod()
+	q.Spec.Containers[0].Env[5].Value = "changed"
+	q.Labels["l1"] = "changed"
+	if SpecHash(Trim(q, "probed.io/ready")) != SpecHash(k) {
+		t.Error("a change of what the cache drops changed the spec hash")
+	}
+}
+
+// The env the cache keeps for E1 is bounded whatever the annotation
+// references: tenant.ExpandedEnvBytes for the pod, in declaration order.
+func TestTransformBoundsTheReferencedEnv(t *testing.T) {
+	p := runningPod()
+	var refs []string
+	for i := range 200 {
+		name := fmt.Sprintf("V%d", i)
+		p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, v1.EnvVar{Name: name, Value: strings.Repeat("v", 1000)})
+		refs = append(refs, `"$(`+name+`)"`)
+	}
+	p.Annotations[customprobe.Annotation] = `[{"container":"app","type":"readiness","exec":{"command":[` + strings.Join(refs, ",") + `]}}]`
+	k := Trim(p, "")
+	size := 0
+	for _, e := range k.Spec.Containers[0].Env {
+		size += len(e.Name) + len(e.Value)
+	}
+	if size > tenant.ExpandedEnvBytes || len(k.Spec.Containers[0].Env) < 60 || k.Spec.Containers[0].Env[0].Name != "V0" {
+		t.Fatalf("kept %d variables, %d bytes (bound %d), first %s", len(k.Spec.Containers[0].Env), size, tenant.ExpandedEnvBytes, k.Spec.Containers[0].Env[0].Name)
+	}
+}
+
+// The kubelet's annotations the cache keeps are evict's (it reads them).
+func TestTransformKeepsWhatEvictReads(t *testing.T) {
+	if ConfigSourceAnnotation != evict.ConfigSourceAnnotation || ConfigMirrorAnnotation != evict.ConfigMirrorAnnotation {
+		t.Fatal("the kept kubelet annotations are not evict's")
 	}
 }
 

@@ -10,8 +10,8 @@
 // after the initial list the watch resumes from its last resourceVersion
 // through client-go's reflector (with its backoff), so an API server outage
 // costs no relist unless the server answers that the version is gone (410).
-// A transform (Transform) drops what probed never reads before an object
-// enters the cache.
+// A transform (Trim) keeps only what probing reads of a pod before it enters
+// the cache.
 package podsource
 
 import (
@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -34,14 +35,11 @@ import (
 
 	"github.com/probed/probed/agent/pods"
 	"github.com/probed/probed/manager/customprobe"
+	"github.com/probed/probed/runtime/tenant"
 )
 
 // Origin is the pods.Pod Origin of every pod this source delivers.
 const Origin = "apiserver"
-
-// LastAppliedAnnotation is kubectl's copy of the last applied object
-// (`kubectl apply`); the transform drops it.
-const LastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
 
 // Options configure a Source.
 type Options struct {
@@ -51,6 +49,9 @@ type Options struct {
 	// NodeName is the node whose pods are read: the field selector
 	// spec.nodeName=NodeName (required).
 	NodeName string
+	// ReadinessGate is the pod condition probed owns: of a pod's
+	// spec.readinessGates the cache keeps this one (Trim); "": all.
+	ReadinessGate string
 	// Logger; nil: slog.Default().
 	Logger *slog.Logger
 }
@@ -109,7 +110,7 @@ func (s *Source) Run(ctx context.Context, apply func(pods.Update)) error {
 	factory := informers.NewSharedInformerFactoryWithOptions(s.opts.Client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = selector }))
 	inf := factory.Core().V1().Pods().Informer()
-	if err := inf.SetTransform(Transform); err != nil {
+	if err := inf.SetTransform(TransformFor(v1.PodConditionType(s.opts.ReadinessGate))); err != nil {
 		return fmt.Errorf("podsource: pod informer transform: %w", err)
 	}
 	handle := func(u pods.Update, ok bool) {
@@ -279,45 +280,217 @@ func annotation(pod *v1.Pod, key string) *string {
 	return nil
 }
 
-// Transform is the informer's transform (cache.TransformFunc): it trims a
-// pod before it enters the cache, in place (the informer hands it an object
-// just decoded from the API server), and is idempotent. Dropped, because no
-// part of probed reads them:
-//   - metadata.managedFields: server-side apply's field ownership, one entry
-//     per writer (the kubelet's status writes among them), about a third of
-//     a pod's JSON;
-//   - the kubectl.kubernetes.io/last-applied-configuration annotation: a
-//     second copy of the whole object for pods created by `kubectl apply`;
-//   - in every container status: volumeMounts, resources,
-//     allocatedResources, allocatedResourcesStatus and user, which the
-//     kubelet reports for every container and probed never reads.
+// KeptAnnotationPrefix is the prefix of the annotations the cache keeps:
+// probed's own (probed.io/probes, the offload webhook's record); every other
+// annotation of a pod is a tenant's text probed never reads.
+const KeptAnnotationPrefix = "probed.io/"
+
+// The kubelet's annotations of static and mirror pods, which the cache keeps
+// too: the evict actuator never evicts those pods (agent/kube/evict).
+const (
+	ConfigSourceAnnotation = "kubernetes.io/config.source"
+	ConfigMirrorAnnotation = "kubernetes.io/config.mirror"
+)
+
+// TransformFor is the informer's transform (cache.TransformFunc) of a node
+// whose readiness gate is gate: Trim. Objects that are not pods pass
+// unchanged.
+func TransformFor(gate v1.PodConditionType) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		pod, ok := obj.(*v1.Pod)
+		if !ok {
+			return obj, nil
+		}
+		return Trim(pod, gate), nil
+	}
+}
+
+// Trim returns what the cache keeps of a pod, as the informer's transform
+// does before a pod enters the cache: only what probing needs, so that a
+// pod's memory in the agent is bounded by what its probes ask, not by what
+// its tenant wrote (a pod may be 1.5 MiB in the API server: 1 MB of env and
+// 250 KB of annotations took an agent past 239 MiB with 70 such pods). It
+// builds a new object from the fields named below, so a field a later API
+// version adds is not kept until someone says why it is read; pod is not
+// changed. Trim is idempotent. gate is the node's readiness gate ("": every
+// gate is kept).
 //
-// Kept: everything else, in particular name, namespace, UID,
-// resourceVersion, labels, annotations (probed.io/probes, the
-// kubernetes.io/config.source and config.mirror of static and mirror
-// pods), ownerReferences (DaemonSet pods are never evicted),
-// deletionTimestamp, the whole spec (containers, ports, probes,
-// readinessGates, restart policies) and the rest of the status (phase, pod
-// IPs, conditions, container IDs, states, started, ready, restart counts).
-// Objects that are not pods pass unchanged.
-func Transform(obj any) (any, error) {
-	pod, ok := obj.(*v1.Pod)
-	if !ok {
-		return obj, nil
-	}
-	pod.ManagedFields = nil
-	if _, ok := pod.Annotations[LastAppliedAnnotation]; ok {
-		delete(pod.Annotations, LastAppliedAnnotation)
-	}
-	for _, all := range [][]v1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses, pod.Status.EphemeralContainerStatuses} {
-		for i := range all {
-			cs := &all[i]
-			cs.VolumeMounts = nil
-			cs.Resources = nil
-			cs.AllocatedResources = nil
-			cs.AllocatedResourcesStatus = nil
-			cs.User = nil
+// Kept, and who reads it:
+//   - metadata: name, namespace, UID, resourceVersion, creation and deletion
+//     timestamps, the deletion grace period (the API, the page, Events, the
+//     gate's UID precondition, the deletion shortcut W5.7); the controller's
+//     owner reference and a DaemonSet's (evict never evicts DaemonSet pods);
+//     the annotations under KeptAnnotationPrefix (the probes' view) and the
+//     kubelet's ConfigSourceAnnotation and ConfigMirrorAnnotation;
+//   - spec: nodeName, restartPolicy, terminationGracePeriodSeconds (the
+//     restart's grace period, K3), priority and priorityClassName (evict
+//     never evicts critical pods), the readiness gate gate (the gate writer);
+//   - each container (regular and init; an ephemeral container's name
+//     only): name and restartPolicy (sidecars, M1), its named ports (a
+//     probe's or a hook's named port, spec 1.4; unnamed ports are never
+//     looked up), the preStop hook (the restart actuator runs it), the env
+//     variables that the text of a kept annotation references as $(NAME)
+//     — the $(VAR) expansion of an annotation exec probe's command (spec
+//     E1) — up to tenant.ExpandedEnvBytes of names and values for the pod,
+//     in declaration order (one past it is not kept: its reference stays
+//     as written, E1's rule for a name not declared), and of its own probes
+//     (the kubelet's in cluster mode, podprobes.LeaveSpecToKubelet) only
+//     that they exist and their timing fields, not their handlers;
+//   - the status, which the kubelet writes and bounds, without each
+//     container status's volumeMounts, resources, allocatedResources,
+//     allocatedResourcesStatus and user, which probed never reads.
+//
+// Dropped, among others: managedFields (a third of a pod's JSON), labels,
+// every other annotation (kubectl's last-applied-configuration), the
+// containers' images, commands, arguments, env values not referenced,
+// envFrom, resources, volume mounts and security contexts, the spec
+// probes' handlers, postStart hooks, volumes and every other field of the
+// spec.
+func Trim(pod *v1.Pod, gate v1.PodConditionType) *v1.Pod {
+	m := &pod.ObjectMeta
+	out := &v1.Pod{TypeMeta: pod.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
+		CreationTimestamp: m.CreationTimestamp, DeletionTimestamp: m.DeletionTimestamp,
+		DeletionGracePeriodSeconds: m.DeletionGracePeriodSeconds,
+	}}
+	for _, o := range m.OwnerReferences {
+		if (o.Controller != nil && *o.Controller) || o.Kind == "DaemonSet" {
+			out.OwnerReferences = append(out.OwnerReferences, o)
+			if len(out.OwnerReferences) == 2 {
+				break
+			}
 		}
 	}
-	return pod, nil
+	for k, v := range m.Annotations {
+		if strings.HasPrefix(k, KeptAnnotationPrefix) || k == ConfigSourceAnnotation || k == ConfigMirrorAnnotation {
+			if out.Annotations == nil {
+				out.Annotations = map[string]string{}
+			}
+			out.Annotations[k] = v
+		}
+	}
+
+	s := &pod.Spec
+	out.Spec = v1.PodSpec{NodeName: s.NodeName, RestartPolicy: s.RestartPolicy, TerminationGracePeriodSeconds: s.TerminationGracePeriodSeconds,
+		Priority: s.Priority, PriorityClassName: s.PriorityClassName}
+	for _, g := range s.ReadinessGates {
+		if gate == "" || g.ConditionType == gate {
+			out.Spec.ReadinessGates = append(out.Spec.ReadinessGates, g)
+		}
+	}
+	env := envBudget{refs: envReferences(out.Annotations), left: tenant.ExpandedEnvBytes}
+	out.Spec.Containers = trimContainers(s.Containers, &env)
+	out.Spec.InitContainers = trimContainers(s.InitContainers, &env)
+	if len(s.EphemeralContainers) > 0 {
+		out.Spec.EphemeralContainers = make([]v1.EphemeralContainer, len(s.EphemeralContainers))
+		for i := range s.EphemeralContainers {
+			out.Spec.EphemeralContainers[i].Name = s.EphemeralContainers[i].Name
+		}
+	}
+
+	out.Status = pod.Status
+	st := &out.Status
+	st.ContainerStatuses = trimStatuses(st.ContainerStatuses)
+	st.InitContainerStatuses = trimStatuses(st.InitContainerStatuses)
+	st.EphemeralContainerStatuses = trimStatuses(st.EphemeralContainerStatuses)
+	return out
+}
+
+// trimContainers keeps what probing reads of each container (see Trim).
+func trimContainers(all []v1.Container, env *envBudget) []v1.Container {
+	if all == nil {
+		return nil
+	}
+	out := make([]v1.Container, len(all))
+	for i := range all {
+		c, k := &all[i], &out[i]
+		k.Name, k.RestartPolicy = c.Name, c.RestartPolicy
+		for _, p := range c.Ports {
+			if p.Name != "" {
+				k.Ports = append(k.Ports, p)
+			}
+		}
+		k.Env = env.keep(c.Env)
+		if c.Lifecycle != nil && c.Lifecycle.PreStop != nil {
+			k.Lifecycle = &v1.Lifecycle{PreStop: c.Lifecycle.PreStop}
+		}
+		k.LivenessProbe, k.ReadinessProbe, k.StartupProbe = timingOnly(c.LivenessProbe), timingOnly(c.ReadinessProbe), timingOnly(c.StartupProbe)
+	}
+	return out
+}
+
+// timingOnly is a spec probe without its handler: that it exists (M9 reads
+// it) and its timing fields.
+func timingOnly(p *v1.Probe) *v1.Probe {
+	if p == nil {
+		return nil
+	}
+	return &v1.Probe{InitialDelaySeconds: p.InitialDelaySeconds, TimeoutSeconds: p.TimeoutSeconds, PeriodSeconds: p.PeriodSeconds,
+		SuccessThreshold: p.SuccessThreshold, FailureThreshold: p.FailureThreshold, TerminationGracePeriodSeconds: p.TerminationGracePeriodSeconds}
+}
+
+// trimStatuses drops what probed never reads of each container status.
+func trimStatuses(all []v1.ContainerStatus) []v1.ContainerStatus {
+	if all == nil {
+		return nil
+	}
+	out := make([]v1.ContainerStatus, len(all))
+	copy(out, all)
+	for i := range out {
+		cs := &out[i]
+		cs.VolumeMounts = nil
+		cs.Resources = nil
+		cs.AllocatedResources = nil
+		cs.AllocatedResourcesStatus = nil
+		cs.User = nil
+	}
+	return out
+}
+
+// envBudget keeps the env variables the kept annotations reference, within
+// tenant.ExpandedEnvBytes for the pod.
+type envBudget struct {
+	refs map[string]bool
+	left int
+}
+
+// keep returns the referenced variables of env with their values (a
+// variable from valueFrom expands to "", E1: its name is kept alone).
+func (b *envBudget) keep(env []v1.EnvVar) []v1.EnvVar {
+	var out []v1.EnvVar
+	for _, e := range env {
+		if !b.refs[e.Name] {
+			continue
+		}
+		size := len(e.Name) + len(e.Value)
+		if size > b.left {
+			continue
+		}
+		b.left -= size
+		out = append(out, v1.EnvVar{Name: e.Name, Value: e.Value})
+	}
+	return out
+}
+
+// envReferences are the names written as $(NAME) in the annotations' values:
+// every variable an exec command among them can expand (E1), and perhaps a
+// few more (the text is scanned, not parsed).
+func envReferences(annotations map[string]string) map[string]bool {
+	refs := map[string]bool{}
+	for _, v := range annotations {
+		for {
+			i := strings.Index(v, "$(")
+			if i < 0 {
+				break
+			}
+			v = v[i+2:]
+			j := strings.IndexByte(v, ')')
+			if j < 0 {
+				break
+			}
+			refs[v[:j]] = true
+			v = v[j+1:]
+		}
+	}
+	return refs
 }

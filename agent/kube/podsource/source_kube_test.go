@@ -207,15 +207,15 @@ func TestSourceDeliversAddUpdateDeleteInOrder(t *testing.T) {
 // TestTransformDropsManagedFieldsFromTheCache: the server's object has
 // managedFields (one entry per writer: the creator and the kubelet's status
 // write); the informer's cached object has none, nor the last-applied
-// annotation, but keeps what probed reads.
+// annotation or the labels, but keeps what probed reads.
 func TestTransformDropsManagedFieldsFromTheCache(t *testing.T) {
 	cfg := kubetest.Config(t)
 	c := kubetest.ClientFor(t, cfg)
 	ns, node := kubetest.Namespace(t), kubetest.NodeName(t)
 	pod := kubetest.NewPod(ns, "web", node, "app")
-	pod.Annotations = map[string]string{LastAppliedAnnotation: `{"kind":"Pod"}`, customprobe.Annotation: "[]"}
+	pod.Annotations = map[string]string{lastApplied: `{"kind":"Pod"}`, customprobe.Annotation: "[]"}
 	pod.Labels = map[string]string{"app": "web"}
-	pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", UID: "8e9f4a34-0000-0000-0000-000000000001"}}
+	pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", UID: "8e9f4a34-0000-0000-0000-000000000001", Controller: ptr(true)}}
 	pod.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: "probed.io/ready"}}
 	kubetest.CreatePod(t, c, pod)
 	onServer := kubetest.SetPodRunning(t, c, ns, "web", false)
@@ -240,10 +240,13 @@ func TestTransformDropsManagedFieldsFromTheCache(t *testing.T) {
 	if len(cached.ManagedFields) != 0 {
 		t.Errorf("cached pod keeps %d managedFields entries", len(cached.ManagedFields))
 	}
-	if _, ok := cached.Annotations[LastAppliedAnnotation]; ok {
+	if _, ok := cached.Annotations[lastApplied]; ok {
 		t.Error("cached pod keeps the last-applied annotation")
 	}
-	if cached.Annotations[customprobe.Annotation] != "[]" || cached.Labels["app"] != "web" || len(cached.OwnerReferences) != 1 ||
+	if cached.Labels != nil {
+		t.Error("cached pod keeps its labels")
+	}
+	if cached.Annotations[customprobe.Annotation] != "[]" || len(cached.OwnerReferences) != 1 ||
 		len(cached.Spec.ReadinessGates) != 1 || cached.Status.ContainerStatuses[0].ContainerID != onServer.Status.ContainerStatuses[0].ContainerID {
 		t.Errorf("cached pod lost what probed reads: %+v", cached)
 	}

@@ -135,8 +135,16 @@ func (s *Statuses) ContainerPod(statusID string) (*v1.Pod, string, bool) {
 	return nil, "", false
 }
 
+// PodNames returns the namespace and name of every pod, sorted (the agent
+// API's /pods walks them, copying one pod at a time: api.PodLister).
+func (s *Statuses) PodNames() []types.NamespacedName {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.pods.Names()
+}
+
 // Pods returns copies of all pods with their statuses, sorted by namespace
-// and name (the agent API's /pods, api.PodLister).
+// and name.
 func (s *Statuses) Pods() []*v1.Pod {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
