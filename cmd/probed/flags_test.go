@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -60,5 +61,32 @@ func TestClusterOptionsFromTheEnvironment(t *testing.T) {
 	t.Setenv(EnvLivenessAction, "")
 	if k := flags(); k.livenessAction != "event" {
 		t.Errorf("empty: %q, want the default", k.livenessAction)
+	}
+}
+
+// TestLivenessActionMaxGracePeriod: the cap of a restart's grace period is
+// a minute by default, at least the kubelet's minimum of 2 s, and cluster
+// mode's.
+func TestLivenessActionMaxGracePeriod(t *testing.T) {
+	parse := func(args ...string) (*kubeFlags, *cobra.Command) {
+		t.Helper()
+		cmd := &cobra.Command{Use: "run"}
+		k := &kubeFlags{}
+		k.add(cmd)
+		if err := cmd.Flags().Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		return k, cmd
+	}
+	if k, _ := parse(); k.livenessActionMaxGracePeriod != time.Minute {
+		t.Errorf("default %v, want 1m", k.livenessActionMaxGracePeriod)
+	}
+	k, cmd := parse("--kubeconfig=/nonexistent", "--liveness-action-max-grace-period=1s")
+	if _, err := k.cluster(cmd, "node-a"); err == nil || !strings.Contains(err.Error(), "at least 2s") {
+		t.Errorf("1s: %v", err)
+	}
+	k, cmd = parse("--liveness-action-max-grace-period=30s")
+	if _, err := k.cluster(cmd, "node-a"); err == nil || !strings.Contains(err.Error(), "needs cluster mode") {
+		t.Errorf("manifest mode: %v", err)
 	}
 }
