@@ -36,4 +36,3 @@ func TestNodeBucket(t *testing.T) {
 		t.Fatalf("then %v, want 10 s", got)
 	}
 }
-
