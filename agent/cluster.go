@@ -248,28 +248,6 @@ func (a *Agent) connectCluster() error {
 	return nil
 }
 
-// failureConsequence says, in the events of annotation probes, what a
-// liveness or startup Failure verdict leads to (runtime.Options.
-// FailureConsequence): in manifest mode the kubelet's restart (the
-// simulator's), in cluster mode --liveness-action's, whose own events then
-// say what was done.
-func (a *Agent) failureConsequence() string {
-	c := a.opts.Cluster
-	if c == nil {
-		return runtime.DefaultFailureConsequence
-	}
-	// The action is taken only in the namespaces --liveness-action-namespaces
-	// selects, which this node-wide text does not know: it says so, and the
-	// action's own Event says what was done (or why not) for this pod.
-	switch c.LivenessAction {
-	case LivenessActionEvict:
-		return "the pod is to be evicted if --liveness-action-namespaces selects its namespace (--liveness-action=evict)"
-	case LivenessActionRestart:
-		return "the container is to be restarted if --liveness-action-namespaces selects its namespace (--liveness-action=restart)"
-	}
-	return "probed does not restart containers (--liveness-action=event)"
-}
-
 // execRunner is the exec probes' runner in cluster mode: the resident
 // helpers', the container runtime's ExecSync, or none (the annotation
 // refuses exec then, ExecUnavailable).
@@ -346,6 +324,7 @@ func (a *Agent) clusterMode() (*mode, error) {
 	if parts.actuator, err = a.livenessActuator(); err != nil {
 		return nil, err
 	}
+	actuator := actuate.OnFailure(parts.statuses.Pod, parts.actuator)
 	return &mode{
 		source: parts.source,
 		status: parts.statuses,
@@ -359,8 +338,14 @@ func (a *Agent) clusterMode() (*mode, error) {
 		// The limits before the gate: a pod's refusal is known when the
 		// gate first decides its condition.
 		listeners: listeners{parts.statuses, parts.limits, parts.gate},
-		consumers: []verdicts.Consumer{parts.statuses, parts.gate, actuate.OnFailure(parts.statuses.Pod, parts.actuator)},
-		onSync:    parts.statuses.Resync,
+		consumers: []verdicts.Consumer{parts.statuses, parts.gate, actuator},
+		// The verdict's event says what the actuator decided, before it
+		// acts (a refused restart is announced refused).
+		consequence: func(rec manager.RunRecord) string {
+			what, _ := actuator.Consequence(rec.ProbeType, rec.PodUID, rec.ContainerID)
+			return what
+		},
+		onSync: parts.statuses.Resync,
 		services: []service{
 			// The condition writer and the evictions stop as shutdown
 			// begins: nothing is written while the probes drain (issue 10
