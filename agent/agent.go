@@ -185,9 +185,9 @@ type Options struct {
 	// GET /pods/{namespace}/{name}/probes; default 10.
 	History int
 	// Events selects the probe runs that record an event (--events):
-	// runtime.EventsAll, the kubelet's (the default), or
-	// runtime.EventsTransitions, one per verdict change.
-	Events runtime.EventMode
+	// manager.EventsAll, the kubelet's (the default), or
+	// manager.EventsTransitions, one per verdict change.
+	Events manager.EventMode
 	// TracerProvider receives one span per executed probe; nil: the
 	// global provider (a no-op unless one was set, see agent/telemetry).
 	TracerProvider trace.TracerProvider
@@ -234,7 +234,7 @@ func New(opts Options) (*Agent, error) {
 	}
 	a.events = events.New(1000, opts.Logger, nil)
 	a.recorder = a.events
-	// The runtime records one event per failed run (K4) into the ring
+	// The manager records one event per failed run (K4) into the ring
 	// without a log line each: a.runs logs the runs on transitions and in
 	// summaries (issue 17 §5).
 	runEvents := a.events.Unlogged()
@@ -262,8 +262,8 @@ func New(opts Options) (*Agent, error) {
 	}
 	undo = append(undo, a.plugins.Close)
 	if opts.Cluster != nil {
-		// The API server's event sink before the runtime, which records
-		// the K4 events through a.recorder.
+		// The API server's event sink first: the manager and the
+		// actuator record their events through it.
 		if err := a.connectCluster(); err != nil {
 			return fail(err)
 		}
@@ -275,8 +275,7 @@ func New(opts Options) (*Agent, error) {
 	}
 
 	if a.rt, err = runtime.New(runtime.Options{PoolSize: opts.PoolSize, SlowPoolSize: opts.SlowPoolSize, ExecPoolSize: opts.ExecPoolSize,
-		PodShare: opts.PodPoolShare, NamespaceShare: opts.NamespacePoolShare, Recorder: runEvents, Events: opts.Events,
-		FailureConsequence: a.failureConsequence(), Logger: opts.Logger, Egress: a.egress}); err != nil {
+		PodShare: opts.PodPoolShare, NamespaceShare: opts.NamespacePoolShare, Logger: opts.Logger, Egress: a.egress}); err != nil {
 		return fail(err)
 	}
 	undo = append(undo, a.rt.Close)
@@ -321,6 +320,9 @@ func New(opts Options) (*Agent, error) {
 		MetricsRegisterer:        a.probeReg,
 		RuntimeMetricsRegisterer: a.reg,
 		Logger:                   opts.Logger,
+		Recorder:                 runEvents,
+		Events:                   opts.Events,
+		Consequence:              m.consequence,
 		Observer:                 observers{a.hist, a.runs, a.transitions},
 		NoPerPodLabels:           opts.NoPerPodLabels,
 		TracerProvider:           opts.TracerProvider,
@@ -416,7 +418,11 @@ type mode struct {
 	managerOptions func(*manager.Options)
 	listeners      listeners
 	consumers      []verdicts.Consumer
-	onSync         func()
+	// consequence says what a liveness or startup Failure verdict leads
+	// to, in its event (manager.Options.Consequence): cluster mode's
+	// actuator's decision; nil: the kubelet's restart (the simulator's).
+	consequence func(manager.RunRecord) string
+	onSync      func()
 	// services run beside the probes (Run starts and stops them).
 	services []service
 }

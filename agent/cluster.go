@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -39,8 +38,8 @@ const (
 	// LivenessActionEvent, LivenessActionEvict and LivenessActionRestart
 	// are the values of --liveness-action; restart needs the container
 	// runtime (ClusterOptions.ContainerRuntimeEndpoint).
-	LivenessActionEvent   = string(evict.ActionEvent)
-	LivenessActionEvict   = string(evict.ActionEvict)
+	LivenessActionEvent   = "event"
+	LivenessActionEvict   = "evict"
 	LivenessActionRestart = "restart"
 	// DefaultStatusQPS and DefaultStatusBurst size the condition writer's
 	// bucket (patches per second, all pods together).
@@ -59,8 +58,12 @@ const (
 	// leave room for the others.
 	DefaultNamespaceProbeRateShare = 0.25
 	// DefaultLivenessActionNamespaces selects the namespaces where
-	// LivenessActionEvict evicts (--liveness-action-namespaces).
-	DefaultLivenessActionNamespaces = evict.DefaultNamespaceSelector
+	// LivenessActionEvict evicts and LivenessActionRestart restarts
+	// (--liveness-action-namespaces).
+	DefaultLivenessActionNamespaces = nsscope.DefaultSelector
+	// DefaultLivenessActionMaxGracePeriod caps the grace period of a
+	// restart (--liveness-action-max-grace-period).
+	DefaultLivenessActionMaxGracePeriod = restart.DefaultMaxGracePeriod
 	// ExecModeExecSync and ExecModeResident are the values of
 	// --exec-mode: each exec run through the runtime's ExecSync (the
 	// kubelet's way, the default), or through a resident helper per
@@ -130,6 +133,11 @@ type ClusterOptions struct {
 	// only in the namespaces it selects (agent/kube/nsscope); default
 	// DefaultLivenessActionNamespaces.
 	LivenessActionNamespaces string
+	// LivenessActionMaxGracePeriod caps the grace period (the preStop
+	// hook and the stop together) LivenessActionRestart gives a container,
+	// whatever its probe and pod ask; at least 2 s; default
+	// DefaultLivenessActionMaxGracePeriod (agent/kube/restart).
+	LivenessActionMaxGracePeriod time.Duration
 	// ContainerRuntimeEndpoint, when set, is the node's container runtime
 	// (the kubelet's --container-runtime-endpoint,
 	// unix:///run/containerd/containerd.sock): annotation exec probes run
@@ -150,16 +158,9 @@ type clusterParts struct {
 	statuses *podsource.Statuses
 	gate     *gate.Writer
 	limits   *limits.Room
-	actuator actuator
+	actuator *actuate.Queue
 	cri      *cri.Client      // with ContainerRuntimeEndpoint
 	resident *resident.Runner // with ExecModeResident
-}
-
-// actuator is the liveness actuator of cluster mode (evict's or
-// restart's), with the goroutines Run owns.
-type actuator interface {
-	actuate.Actuator
-	Run(ctx context.Context) error
 }
 
 // stop ends the goroutines the event sink and the actuator start in their
@@ -269,28 +270,6 @@ func (a *Agent) connectCluster() error {
 	return nil
 }
 
-// failureConsequence says, in the events of annotation probes, what a
-// liveness or startup Failure verdict leads to (runtime.Options.
-// FailureConsequence): in manifest mode the kubelet's restart (the
-// simulator's), in cluster mode --liveness-action's, whose own events then
-// say what was done.
-func (a *Agent) failureConsequence() string {
-	c := a.opts.Cluster
-	if c == nil {
-		return runtime.DefaultFailureConsequence
-	}
-	// The action is taken only in the namespaces --liveness-action-namespaces
-	// selects, which this node-wide text does not know: it says so, and the
-	// action's own Event says what was done (or why not) for this pod.
-	switch c.LivenessAction {
-	case LivenessActionEvict:
-		return "the pod is to be evicted if --liveness-action-namespaces selects its namespace (--liveness-action=evict)"
-	case LivenessActionRestart:
-		return "the container is to be restarted if --liveness-action-namespaces selects its namespace (--liveness-action=restart)"
-	}
-	return "probed does not restart containers (--liveness-action=event)"
-}
-
 // execRunner is the exec probes' runner in cluster mode: the resident
 // helpers', the container runtime's ExecSync, or none (the annotation
 // refuses exec then, ExecUnavailable).
@@ -364,6 +343,7 @@ func (a *Agent) clusterMode() (*mode, error) {
 	if parts.actuator, err = a.livenessActuator(); err != nil {
 		return nil, err
 	}
+	actuator := actuate.OnFailure(parts.statuses.Pod, parts.actuator)
 	return &mode{
 		source: parts.source,
 		status: parts.statuses,
@@ -377,8 +357,14 @@ func (a *Agent) clusterMode() (*mode, error) {
 		// The limits before the gate: a pod's refusal is known when the
 		// gate first decides its condition.
 		listeners: listeners{parts.statuses, parts.limits, parts.gate},
-		consumers: []verdicts.Consumer{parts.statuses, parts.gate, actuate.OnFailure(parts.statuses.Pod, parts.actuator)},
-		onSync:    parts.statuses.Resync,
+		consumers: []verdicts.Consumer{parts.statuses, parts.gate, actuator},
+		// The verdict's event says what the actuator decided, before it
+		// acts (a refused restart is announced refused).
+		consequence: func(rec manager.RunRecord) string {
+			what, _ := actuator.Consequence(rec.ProbeType, rec.PodUID, rec.ContainerID)
+			return what
+		},
+		onSync: parts.statuses.Resync,
 		services: []service{
 			// The condition writer and the evictions stop as shutdown
 			// begins: nothing is written while the probes drain (issue 10
@@ -391,72 +377,62 @@ func (a *Agent) clusterMode() (*mode, error) {
 	}, nil
 }
 
-// livenessActuator builds the actuator of --liveness-action: event or
-// evict (agent/kube/evict), or restart (agent/kube/restart, through the
-// container runtime).
-func (a *Agent) livenessActuator() (actuator, error) {
+// livenessActuator builds the actuator of --liveness-action: the queue of
+// agent/actuate around the action's step (event, evict or restart through
+// the container runtime), the namespace scope around evict and restart.
+func (a *Agent) livenessActuator() (*actuate.Queue, error) {
 	c, parts := a.opts.Cluster, a.cluster
-	if c.LivenessAction != LivenessActionRestart {
-		action, err := evict.ParseAction(c.LivenessAction)
-		if err != nil {
-			return nil, fmt.Errorf("--liveness-action %q: want event, evict or restart", c.LivenessAction)
+	opts := actuate.Options{Recorder: a.recorder, Log: a.log}
+	var step actuate.Step
+	var err error
+	switch c.LivenessAction {
+	case LivenessActionEvent:
+		opts.Step, opts.Texts = actuate.EventStep, actuate.EventTexts
+		return actuate.New(opts)
+	case LivenessActionEvict:
+		opts.Texts = evict.Texts
+		step, err = evict.New(evict.Options{Client: parts.client, Recorder: a.recorder, Log: a.log})
+	case LivenessActionRestart:
+		if parts.cri == nil {
+			return nil, fmt.Errorf("--liveness-action=restart needs the container runtime: --container-runtime-endpoint")
 		}
-		act, err := evict.New(evict.Options{Action: action, Client: parts.client, Recorder: a.recorder, Log: a.log,
-			NamespaceSelector: c.LivenessActionNamespaces})
-		if err != nil {
-			return nil, err // not a typed nil in the interface: stop would run it
-		}
-		return act, nil
+		opts.Texts, opts.Workers = restart.Texts, restart.DefaultWorkers
+		step, err = restart.New(restart.Options{
+			Runtime:        parts.cri,
+			Recorder:       a.recorder,
+			MaxGracePeriod: c.LivenessActionMaxGracePeriod,
+			// A preStop httpGet hook is the tenant's too: it connects
+			// under the pod's egress policy, as its probes do.
+			HookContext: func(ctx context.Context, pod *v1.Pod) context.Context {
+				if a.egress == nil {
+					return ctx
+				}
+				return egress.WithPolicy(ctx, a.egress.Policy(podAddrs(pod)...))
+			},
+			// The probe that failed, for its terminationGracePeriodSeconds
+			// (K3).
+			Probe: func(pod *v1.Pod, container string, t runtime.ProbeType) *v1.Probe {
+				probes, _ := a.podProbes(pod)
+				if p := probes.Find(container, t); p != nil {
+					return p.Probe
+				}
+				return nil
+			},
+			Log: a.log,
+		})
+	default:
+		return nil, fmt.Errorf("--liveness-action %q: want event, evict or restart", c.LivenessAction)
 	}
-	if parts.cri == nil {
-		return nil, fmt.Errorf("--liveness-action=restart needs the container runtime: --container-runtime-endpoint")
+	if err != nil {
+		return nil, err
 	}
 	scope, err := nsscope.New(parts.client, c.LivenessActionNamespaces)
 	if err != nil {
 		return nil, err
 	}
-	act, err := restart.New(restart.Options{
-		Runtime:    parts.cri,
-		Recorder:   a.recorder,
-		Namespaces: scope.Allows,
-		// A preStop httpGet hook is the tenant's too: it connects under
-		// the pod's egress policy, as its probes do.
-		HookContext: func(ctx context.Context, pod *v1.Pod) context.Context {
-			if a.egress == nil {
-				return ctx
-			}
-			return egress.WithPolicy(ctx, a.egress.Policy(podAddrs(pod)...))
-		},
-		// The probe that failed, for its terminationGracePeriodSeconds
-		// (K3).
-		Probe: func(pod *v1.Pod, container string, t runtime.ProbeType) *v1.Probe {
-			probes, _ := a.podProbes(pod)
-			if p := probes.Find(container, t); p != nil {
-				return p.Probe
-			}
-			return nil
-		},
-		Log: a.log,
-	})
-	if err != nil {
-		return nil, err
-	}
-	return scopedActuator{act, scope}, nil
-}
-
-// scopedActuator is the restart actuator with the namespace scope it reads,
-// both run by Run.
-type scopedActuator struct {
-	*restart.Actuator
-	scope *nsscope.Scope
-}
-
-func (s scopedActuator) Run(ctx context.Context) error {
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = s.scope.Run(ctx) })
-	err := s.Actuator.Run(ctx)
-	wg.Wait()
-	return err
+	opts.Step = nsscope.Guard(scope, step)
+	opts.Services = []func(context.Context) error{scope.Run}
+	return actuate.New(opts)
 }
 
 // podAddrs are the pod's IPs (status.podIP and status.podIPs) as addresses.

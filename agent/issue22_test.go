@@ -17,7 +17,7 @@ import (
 	"github.com/probed/probed/agent"
 	"github.com/probed/probed/agent/events"
 	"github.com/probed/probed/agent/statusview"
-	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/manager"
 )
 
 // Issue 22 through the agent (manifest mode, real sockets, the real
@@ -170,7 +170,7 @@ func TestAgent_Issue22_EventsTransitions(t *testing.T) {
 	tg := newStatusTarget(t, "starting")
 	dir := t.TempDir()
 	issue22Pod(t, dir, tg.port)
-	r := startAgent(t, dir, func(o *agent.Options) { o.Events = runtime.EventsTransitions })
+	r := startAgent(t, dir, func(o *agent.Options) { o.Events = manager.EventsTransitions })
 	r.eventually("five failed runs", func() bool { return tg.hitCount() >= 5 })
 	tg.set("up")
 	r.eventually("the pod Ready", func() bool { p, ok := r.pods()["shop/starting"]; return ok && podReady(p) })

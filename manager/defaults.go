@@ -27,8 +27,6 @@ func newDefaultRuntime(opts Options) (*runtime.Runtime, error) {
 		PoolSize:     opts.PoolSize,
 		SlowPoolSize: opts.SlowPoolSize,
 		ExecPoolSize: opts.ExecPoolSize,
-		Recorder:     opts.Recorder,
-		Events:       opts.Events,
 		Logger:       opts.Logger,
 		Clock:        opts.Clock,
 	})

@@ -72,11 +72,24 @@ type Observer interface {
 	ProbeRan(rec RunRecord)
 }
 
+// Observers calls each of its observers in turn.
+type Observers []Observer
+
+// ProbeRan implements Observer.
+func (o Observers) ProbeRan(rec RunRecord) {
+	for _, x := range o {
+		x.ProbeRan(rec)
+	}
+}
+
 // RunRecord describes one executed probe run.
 type RunRecord struct {
-	PodUID        types.UID
-	Namespace     string
-	PodName       string
+	PodUID    types.UID
+	Namespace string
+	PodName   string
+	// Pod is the pod snapshot the worker was created from (read-only):
+	// what an event about the run refers to (runtime.ContainerRef).
+	Pod           *v1.Pod
 	ContainerName string
 	ContainerID   string
 	ProbeType     runtime.ProbeType
@@ -93,9 +106,12 @@ type RunRecord struct {
 	Duration        time.Duration
 	// Result is the handler's verdict; Errored runs carry the error instead
 	// and were discarded (W5.10).
-	Result   runtime.Result
-	Err      error
-	Attempts int
+	Result runtime.Result
+	Err    error
+	// Discarded: the manager stopped the run before it ended (its pod was
+	// removed, the manager closed); its result was discarded.
+	Discarded bool
+	Attempts  int
 	// Message is safe to show and log: the failure or warning text, or the
 	// error, redacted by the runtime (runtime/redact); never a response
 	// body (BR-22). Empty on success.
@@ -117,6 +133,18 @@ type RunRecord struct {
 	// start (StartedAt) to the end of the run; zero otherwise, and for a
 	// container that started before the manager.
 	TimeToFirstSuccess time.Duration
+	// Count is the run's result's count toward its threshold (W10's
+	// resultRun), Threshold that threshold: failureThreshold after a
+	// Failure, successThreshold after a Success or Warning. Both are zero
+	// for an errored run and for one whose result was discarded (the
+	// manager stopping it).
+	Count, Threshold int32
+	// Failures counts the failed runs since the container instance's last
+	// Success verdict, this one included.
+	Failures int32
+	// ErroredBefore: the container instance's previous executed run was
+	// errored too.
+	ErroredBefore bool
 }
 
 // Options configure New.
@@ -148,12 +176,19 @@ type Options struct {
 	// ExecRunner runs exec probes for the default runtime; nil: the command
 	// runs on this host (plugins/exec LocalRunner).
 	ExecRunner ExecRunner
-	// Recorder receives the K4 events of the default runtime; nil: none.
+	// Recorder receives the events of the probe runs (ProbeEvents: the
+	// kubelet's K4, and an annotation probe's where its threshold stands);
+	// nil: none.
 	Recorder runtime.Recorder
-	// Events selects the runs of the default runtime that record an event
-	// (runtime.Options.Events): the kubelet's EventsAll, or
-	// EventsTransitions.
-	Events runtime.EventMode
+	// Events selects the runs that record an event: the kubelet's
+	// EventsAll, or EventsTransitions.
+	Events EventMode
+	// Consequence says, in the event of a liveness or startup Failure
+	// verdict of an annotation probe, what the verdict leads to (the end
+	// of a sentence: "the container is to be restarted (…)"), as the
+	// actuator decided it; nil, or "": DefaultFailureConsequence, the
+	// kubelet's.
+	Consequence func(rec RunRecord) string
 
 	// MetricsRegisterer receives prober_probe_total and
 	// prober_probe_duration_seconds (X1–X4); nil: they are kept but not
@@ -171,7 +206,8 @@ type Options struct {
 	NoPerPodLabels bool
 	// Logger receives the manager's logs; nil: slog.Default().
 	Logger *slog.Logger
-	// Observer, when set, sees every executed run.
+	// Observer, when set, sees every executed run (after the events of
+	// Recorder are recorded).
 	Observer Observer
 
 	// AnyRunningSurvives makes every container that is running when the
@@ -291,7 +327,7 @@ func New(opts Options) (Manager, error) {
 		start:         opts.Clock.Now(),
 		status:        opts.Status,
 		log:           opts.Logger,
-		observer:      opts.Observer,
+		observer:      observerOf(opts),
 		restartWindow: KubeletRestartWindow,
 		probes:        opts.Probes,
 		admit:         opts.Admit,

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/probed/probed/manager/customprobe"
 	"github.com/probed/probed/manager/results"
@@ -24,17 +25,26 @@ import (
 
 // execEnv is a test env with the fake exec handler and events recorded
 // into the returned log, in mode.
-func execEnv(t *testing.T, mode runtime.EventMode) (*testEnv, *eventLog) {
+func execEnv(t *testing.T, mode EventMode) (*testEnv, *eventLog) {
+	t.Helper()
+	return execEnvWith(t, mode, nil)
+}
+
+// execEnvWith is execEnv with the manager's options changed by mutate.
+func execEnvWith(t *testing.T, mode EventMode, mutate func(*Options)) (*testEnv, *eventLog) {
 	t.Helper()
 	log := &eventLog{}
 	var rt *runtime.Runtime
 	e := newTestEnv(t, func(o *Options) {
 		var err error
-		rt, err = runtime.New(runtime.Options{PoolSize: 4, ExecPoolSize: 4, Logger: quietLogger(), Clock: o.Clock, Recorder: log, Events: mode})
+		rt, err = runtime.New(runtime.Options{PoolSize: 4, ExecPoolSize: 4, Logger: quietLogger(), Clock: o.Clock})
 		if err != nil {
 			t.Fatal(err)
 		}
-		o.Runtime = rt
+		o.Runtime, o.Recorder, o.Events = rt, log, mode
+		if mutate != nil {
+			mutate(o)
+		}
 	})
 	if err := rt.Register(runtime.KindExec, e.exec); err != nil {
 		t.Fatal(err)
@@ -64,7 +74,7 @@ func wantLines(t *testing.T, got []string, want ...string) {
 // what the verdict changed; the recovery says how many failures came
 // before. The examples of the issue.
 func TestEvents_AnnotationThresholdTexts(t *testing.T) {
-	e, log := execEnv(t, runtime.EventsAll)
+	e, log := execEnv(t, EventsAll)
 	w := annotated(e, "ev", `"type":"readiness","failureThreshold":3,"periodSeconds":10,"exec":{"command":["true"]}`)
 	F, S := runtime.Failure, runtime.Success
 	sequence(e, w, S, F, F, F, F, S)
@@ -79,12 +89,12 @@ func TestEvents_AnnotationThresholdTexts(t *testing.T) {
 	)
 }
 
-// A liveness verdict leads to the runtime's FailureConsequence (the
-// kubelet's "container will be restarted" by default; the agent's cluster
-// mode names its --liveness-action); errored runs keep the kubelet's P5
-// text and never count.
+// A liveness verdict leads to Options.Consequence (the kubelet's
+// "container will be restarted" by default; the agent's cluster mode says
+// what its actuator decided); errored runs keep the kubelet's P5 text and
+// never count.
 func TestEvents_AnnotationLivenessAndErrored(t *testing.T) {
-	e, log := execEnv(t, runtime.EventsAll)
+	e, log := execEnv(t, EventsAll)
 	w := annotated(e, "live", `"type":"liveness","failureThreshold":2,"periodSeconds":10,"exec":{"command":["true"]}`)
 	e.exec.setErr(errFake)
 	e.runOnce(w)
@@ -98,11 +108,103 @@ func TestEvents_AnnotationLivenessAndErrored(t *testing.T) {
 	)
 }
 
+// The announcement of a liveness or startup verdict is what the actuator
+// decided (Options.Consequence, asked once, with the run's record: the
+// count and threshold of the verdict), not a text fixed for the node: a
+// refused restart is announced as refused, never "is to be restarted".
+func TestEvents_VerdictAnnouncesTheActuatorsDecision(t *testing.T) {
+	var asked []RunRecord
+	e, log := execEnvWith(t, EventsAll, func(o *Options) {
+		o.Consequence = func(r RunRecord) string {
+			asked = append(asked, r)
+			return "the container is not restarted: namespace ns1 is not selected by --liveness-action-namespaces"
+		}
+	})
+	w := annotated(e, "live", `"type":"liveness","failureThreshold":2,"periodSeconds":10,"exec":{"command":["true"]}`)
+	sequence(e, w, runtime.Failure, runtime.Failure)
+	wantLines(t, log.get(),
+		"Warning ProbeFailureBelowThreshold Liveness probe failed (1/2, threshold not reached): fake",
+		"Warning Unhealthy Liveness probe failed (2/2): the container is not restarted: namespace ns1 is not selected by --liveness-action-namespaces: fake",
+	)
+	if len(asked) != 1 || asked[0].Count != 2 || asked[0].Threshold != 2 || !asked[0].Transition || asked[0].ProbeType != runtime.Liveness {
+		t.Fatalf("asked %+v, want once, for the verdict (2/2)", asked)
+	}
+}
+
+// The run record carries where the run left the threshold (W10): the
+// count of its result toward the threshold of that result, the failures
+// since the last Success verdict, whether the previous run was errored;
+// an errored run has no count.
+func TestRunRecord_CountAndThreshold(t *testing.T) {
+	obs := &recordObserver{}
+	e, _ := execEnvWith(t, EventsAll, func(o *Options) { o.Observer = obs })
+	w := annotated(e, "count", `"type":"readiness","failureThreshold":3,"successThreshold":1,"periodSeconds":10,"exec":{"command":["true"]}`)
+	sequence(e, w, runtime.Failure, runtime.Failure)
+	e.exec.setErr(errFake)
+	e.runOnce(w)
+	e.exec.setErr(nil)
+	sequence(e, w, runtime.Failure, runtime.Success)
+	type facts struct {
+		count, threshold, failures int32
+		erroredBefore              bool
+	}
+	want := []facts{{1, 3, 1, false}, {2, 3, 2, false}, {0, 0, 0, false}, {3, 3, 3, true}, {1, 1, 3, false}}
+	recs := obs.get()
+	if len(recs) != len(want) {
+		t.Fatalf("%d records, want %d", len(recs), len(want))
+	}
+	for i, r := range recs {
+		if got := (facts{r.Count, r.Threshold, r.Failures, r.ErroredBefore}); got != want[i] {
+			t.Errorf("run %d: %+v, want %+v", i, got, want[i])
+		}
+	}
+}
+
+// P5, P6 with the kubelet's texts for a spec probe under EventsAll (the
+// prober's PR4 formats): a warning is a ProbeWarning, a failure an
+// Unhealthy, an errored run Unhealthy "errored and resulted in unknown
+// state", a success nothing; each on the container's object reference
+// (P8).
+func TestEvents_SpecProbeKubeletTexts(t *testing.T) {
+	rec := &refLog{}
+	e := newTestEnv(t, func(o *Options) {
+		rt, err := runtime.New(runtime.Options{PoolSize: 4, ExecPoolSize: 4, Logger: quietLogger(), Clock: o.Clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = rt.Close(context.Background()) })
+		o.Runtime, o.Recorder = rt, rec
+	})
+	if err := e.m.rt.Register(runtime.KindExec, e.exec); err != nil {
+		t.Fatal(err)
+	}
+	p := execProbe()
+	p.FailureThreshold = 5
+	e.status.set(testPodUID, runningStatus(fakeNow, true))
+	e.m.AddPod(context.Background(), testPod(probeOf(runtime.Liveness, p)))
+	w := e.worker(testPodUID, testContainerName, runtime.Liveness)
+	sequence(e, w, runtime.Success, runtime.Warning, runtime.Failure)
+	e.exec.setErr(errFake)
+	e.runOnce(w)
+	wantLines(t, rec.get(),
+		"Warning ProbeWarning Liveness probe warning: fake spec.containers{"+testContainerName+"}",
+		"Warning Unhealthy Liveness probe failed: fake spec.containers{"+testContainerName+"}",
+		"Warning Unhealthy Liveness probe errored and resulted in unknown state: fake handler error spec.containers{"+testContainerName+"}",
+	)
+}
+
+// refLog keeps each event with the field path of its object.
+type refLog struct{ eventLog }
+
+func (l *refLog) Eventf(obj k8sruntime.Object, eventtype, reason, format string, args ...any) {
+	l.eventLog.Eventf(obj, eventtype, reason, format+" "+obj.(*v1.ObjectReference).FieldPath, args...)
+}
+
 // Issue 22 §3, --events=transitions: one event per verdict change (the
 // first verdict of the container included) and one when a probe starts
 // erroring, whatever the runs in between.
 func TestEvents_TransitionsOnly(t *testing.T) {
-	e, log := execEnv(t, runtime.EventsTransitions)
+	e, log := execEnv(t, EventsTransitions)
 	w := annotated(e, "tr", `"type":"readiness","failureThreshold":3,"periodSeconds":10,"exec":{"command":["true"]}`)
 	F, S := runtime.Failure, runtime.Success
 	sequence(e, w, F, F, F, F, F, S, S, F, S)
@@ -127,15 +229,15 @@ func TestEvents_TransitionsOnly(t *testing.T) {
 // verdict.
 func TestEvents_SpecProbesKeepK4Texts(t *testing.T) {
 	for _, tc := range []struct {
-		mode runtime.EventMode
+		mode EventMode
 		want []string
 	}{
-		{runtime.EventsAll, []string{
+		{EventsAll, []string{
 			"Warning Unhealthy Readiness probe failed: fake",
 			"Warning Unhealthy Readiness probe failed: fake",
 			"Warning Unhealthy Readiness probe failed: fake",
 		}},
-		{runtime.EventsTransitions, []string{
+		{EventsTransitions, []string{
 			"Normal ProbeSucceeded Readiness probe succeeded: container marked ready",
 			"Warning Unhealthy Readiness probe failed: fake",
 			"Normal ProbeSucceeded Readiness probe succeeded after 2 failures: container marked ready",
@@ -149,7 +251,7 @@ func TestEvents_SpecProbesKeepK4Texts(t *testing.T) {
 		w := e.worker(testPodUID, testContainerName, runtime.Readiness)
 		sequence(e, w, runtime.Success, runtime.Failure, runtime.Failure, runtime.Success)
 		got := log.get()
-		if tc.mode == runtime.EventsAll {
+		if tc.mode == EventsAll {
 			// K4: one per failed run; no success event (the kubelet has none).
 			got = filter(got, "Unhealthy")
 			tc.want = tc.want[:2]
@@ -232,13 +334,13 @@ probed_probe_time_to_first_success_seconds_count{handler="exec",probe_type="read
 	}
 }
 
-// Options.Events reaches the default runtime (the built-in handlers): with
+// Options.Events holds with the default runtime (the built-in handlers): with
 // EventsTransitions, a real refused TCP probe failing three times records
 // one event, at its verdict.
 func TestEvents_DefaultRuntimeTakesTheMode(t *testing.T) {
 	_, refused := listenTCP(t)
 	log := &eventLog{}
-	e := newTestEnv(t, func(o *Options) { o.Runtime, o.Recorder, o.Events = nil, log, runtime.EventsTransitions })
+	e := newTestEnv(t, func(o *Options) { o.Runtime, o.Recorder, o.Events = nil, log, EventsTransitions })
 	w := annotated(e, "mode", fmt.Sprintf(`"type":"readiness","failureThreshold":2,"tcpSocket":{"port":%d}`, refused))
 	for i := 0; i < 3; i++ {
 		e.runOnce(w)

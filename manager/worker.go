@@ -410,9 +410,9 @@ func SurvivedRestart(c *v1.ContainerStatus, start time.Time, window time.Duratio
 }
 
 // probe runs the handler and applies the result (W5.10, W5.11, W10–W13),
-// then records the run's event where the runtime left it to the worker
-// (runtime.RecordVerdict), gives the scheduler the period of the probe's
-// new state (syncPeriod) and tells the observer.
+// gives the scheduler the period of the probe's new state (syncPeriod) and
+// tells the observer, whose record says where the run left the threshold
+// (the probe events are an observer's: events.go).
 func (w *worker) probe(ctx context.Context, start time.Time, status *v1.PodStatus, c *v1.ContainerStatus) {
 	m := w.m
 	runCtx := ctx
@@ -430,16 +430,13 @@ func (w *worker) probe(ctx context.Context, start time.Time, status *v1.PodStatu
 	if w.counters != nil {
 		w.counters.countProbe(rep)
 	}
-	run := runFacts{first: w.state&stateRan == 0, previous: w.verdict()}
-	erroredBefore := w.state&stateErrored != 0
+	run := runFacts{first: w.state&stateRan == 0, previous: w.verdict(), erroredBefore: w.state&stateErrored != 0}
 	w.state |= stateRan
 	if rep.Err != nil || ctx.Err() != nil {
 		w.state |= stateErrored
 		m.log.Debug("Probe errored", "pod", klogPod(w.rs.Pod), "containerName", w.rs.Container.Name, "probeType", w.rs.ProbeType.String(), "err", rep.Err)
-		if rep.Err != nil {
-			m.rt.RecordVerdict(&w.prepared, rep, runtime.Verdict{ErroredBefore: erroredBefore})
-		}
 		m.endSpan(runCtx, &span, w, rep, results.Unknown, false, false)
+		run.discarded = rep.Err == nil
 		w.observe(start, duration, rep, results.Unknown, run)
 		return
 	}
@@ -459,19 +456,19 @@ func (w *worker) probe(ctx context.Context, start time.Time, status *v1.PodStatu
 		w.lastResult = int8(result)
 		w.resultRun = 1
 	}
-	v := runtime.Verdict{Count: w.resultRun, Threshold: w.rs.Probe.SuccessThreshold}
+	run.count, run.threshold = w.resultRun, w.rs.Probe.SuccessThreshold
 	if result == results.Failure {
 		w.failures++
-		v.Threshold = w.rs.Probe.FailureThreshold
+		run.threshold = w.rs.Probe.FailureThreshold
 	}
-	v.Failures = w.failures
+	run.failures = w.failures
 	cached := w.cached()
 	changed := false // the cached result changed (the span's)
 	// W11
-	applied := w.resultRun >= v.Threshold
+	applied := w.resultRun >= run.threshold
 	if applied {
 		changed = int8(result) != w.written
-		v.Changed = result != run.previous
+		run.transition = result != run.previous
 		w.write(result)
 		cached = result
 		if result == results.Success {
@@ -489,19 +486,22 @@ func (w *worker) probe(ctx context.Context, start time.Time, status *v1.PodStatu
 			w.resultRun = 0
 		}
 	}
-	m.rt.RecordVerdict(&w.prepared, rep, v)
 	w.syncPeriod()
-	run.transition = v.Changed
 	m.endSpan(runCtx, &span, w, rep, cached, applied, changed)
 	w.observe(start, duration, rep, cached, run)
 }
 
 // runFacts are what the observer learns of a run beyond its report.
 type runFacts struct {
-	first        bool           // the container instance's first executed run
-	previous     results.Result // the verdict before the run (worker.verdict)
-	transition   bool           // the run applied another verdict
-	firstSuccess time.Duration  // RunRecord.TimeToFirstSuccess
+	first         bool           // the container instance's first executed run
+	previous      results.Result // the verdict before the run (worker.verdict)
+	transition    bool           // the run applied another verdict
+	firstSuccess  time.Duration  // RunRecord.TimeToFirstSuccess
+	erroredBefore bool           // the previous executed run was errored too
+	discarded     bool           // RunRecord.Discarded
+
+	// RunRecord.Count, Threshold and Failures (W10).
+	count, threshold, failures int32
 }
 
 // timeToFirstSuccess is the time from the container's start to end, the
@@ -541,6 +541,7 @@ func (w *worker) observe(start time.Time, d time.Duration, rep runtime.Report, c
 		PodUID:             w.rs.Pod.UID,
 		Namespace:          w.rs.Pod.Namespace,
 		PodName:            w.rs.Pod.Name,
+		Pod:                w.rs.Pod,
 		ContainerName:      w.rs.Container.Name,
 		ContainerID:        w.cid,
 		ProbeType:          w.rs.ProbeType,
@@ -556,6 +557,11 @@ func (w *worker) observe(start time.Time, d time.Duration, rep runtime.Report, c
 		Transition:         run.transition,
 		FirstCheck:         run.first,
 		TimeToFirstSuccess: run.firstSuccess,
+		Count:              run.count,
+		Threshold:          run.threshold,
+		Failures:           run.failures,
+		ErroredBefore:      run.erroredBefore,
+		Discarded:          run.discarded,
 	}
 	switch {
 	case rep.Err != nil:

@@ -24,44 +24,29 @@ import (
 	"github.com/probed/probed/runtime/tenant"
 )
 
-// Event reasons the runtime records (spec K4; the kubelet's
-// pkg/kubelet/events constants).
-const (
-	ReasonUnhealthy    = "Unhealthy"
-	ReasonProbeWarning = "ProbeWarning"
-)
-
 // MaxAttempts is the number of tries per run when a handler errors (spec P2,
 // the kubelet's maxProbeRetries).
 const MaxAttempts = 3
 
-// Recorder receives the probe events of spec K4. It is the subset of
-// client-go's record.EventRecorder the runtime uses, so a kubelet-style
-// recorder (or record.FakeRecorder) plugs in unchanged. The object is a
-// *v1.ObjectReference to the container.
+// Recorder receives events: the probe events of spec K4 (recorded by the
+// manager's ProbeEvents from the runs' records, not by the runtime, which
+// knows nothing of thresholds) and the actuators'. It is the subset of
+// client-go's record.EventRecorder they use, so a kubelet-style recorder
+// (or record.FakeRecorder) plugs in unchanged. The object is a
+// *v1.ObjectReference to the container (ContainerRef).
 type Recorder interface {
 	Eventf(object k8sruntime.Object, eventtype, reason, messageFmt string, args ...interface{})
 }
 
 // ProbeRecorder is a Recorder that also keeps where the probe of an event
-// is declared (Spec.Origin): the runtime records a probe run's events
-// through ProbeEventf when its Recorder has it, so the agent's event ring,
+// is declared (Spec.Origin): a probe run's events are recorded through
+// ProbeEventf when the Recorder has it, so the agent's event ring,
 // its API and the API server's Events can say whether the probe is the
 // spec's or the probed.io/probes annotation's. The message is the same as
 // Eventf's.
 type ProbeRecorder interface {
 	Recorder
 	ProbeEventf(origin Origin, object k8sruntime.Object, eventtype, reason, messageFmt string, args ...interface{})
-}
-
-// eventf records one event of a probe run, with the probe's origin when
-// the recorder keeps it.
-func (r *Runtime) eventf(spec *Spec, object k8sruntime.Object, eventtype, reason, messageFmt string, args ...interface{}) {
-	if pr, ok := r.recorder.(ProbeRecorder); ok && spec.Origin != 0 {
-		pr.ProbeEventf(spec.Origin, object, eventtype, reason, messageFmt, args...)
-		return
-	}
-	r.recorder.Eventf(object, eventtype, reason, messageFmt, args...)
 }
 
 // Lanes: each lane has its own bounded pool, so slow exec probes never
@@ -101,16 +86,6 @@ type Options struct {
 	// and starts when a run of its own pod or namespace ends (see Owned).
 	// Only Owned tasks are bounded.
 	PodShare, NamespaceShare float64
-	// Recorder receives probe events; nil drops them.
-	Recorder Recorder
-	// Events selects the runs that record an event: EventsAll (the
-	// default, the kubelet's) or EventsTransitions (RecordVerdict).
-	Events EventMode
-	// FailureConsequence says, in the events of annotation probes, what a
-	// liveness or startup Failure verdict leads to; default
-	// DefaultFailureConsequence, the kubelet's ("container will be
-	// restarted"). The agent's cluster mode names its --liveness-action.
-	FailureConsequence string
 	// Logger receives the runtime's logs; nil uses slog.Default().
 	Logger *slog.Logger
 	// Clock bounds every attempt: its deadline, the probe's timeoutSeconds
@@ -131,14 +106,9 @@ type Options struct {
 // Runtime owns the handler registry and the pools. It is safe for
 // concurrent use.
 type Runtime struct {
-	log      *slog.Logger
-	recorder Recorder
-	clock    clock.Clock
-	egress   *egress.Rule
-	// events and failureConsequence: Options.Events and
-	// Options.FailureConsequence (RecordVerdict).
-	events             EventMode
-	failureConsequence string
+	log    *slog.Logger
+	clock  clock.Clock
+	egress *egress.Rule
 
 	mu       sync.RWMutex
 	handlers map[string]Handler
@@ -173,11 +143,7 @@ func New(opts Options) (*Runtime, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	if opts.FailureConsequence == "" {
-		opts.FailureConsequence = DefaultFailureConsequence
-	}
-	r := &Runtime{log: opts.Logger, recorder: opts.Recorder, clock: opts.Clock, egress: opts.Egress, handlers: map[string]Handler{},
-		events: opts.Events, failureConsequence: opts.FailureConsequence}
+	r := &Runtime{log: opts.Logger, clock: opts.Clock, egress: opts.Egress, handlers: map[string]Handler{}}
 	sizes := [NumLanes]int{LaneNetwork: opts.PoolSize, LaneExec: opts.ExecPoolSize, LaneSlow: opts.SlowPoolSize}
 	for lane, size := range sizes {
 		lane := lane
@@ -498,10 +464,10 @@ type Report struct {
 // Run probes once (spec P1–P6): up to MaxAttempts attempts while the handler
 // errors, each with a deadline of the probe's timeout (P3) on the runtime's
 // clock, derived from ctx (WithTimeout: with an injected clock the attempt
-// ends when that clock passes the deadline, never on real time); then, for
-// a spec probe under EventsAll, it records the event of the verdict (P5,
-// P6, K4; the others' are RecordVerdict's, once the worker applied the
-// threshold). t.Attempt is set per attempt. An attempt the prober could not make for lack of its own
+// ends when that clock passes the deadline, never on real time). It records
+// no event: the worker applies the threshold, and the manager's
+// ProbeEvents records the run's event from its record (P5, P6, K4).
+// t.Attempt is set per attempt. An attempt the prober could not make for lack of its own
 // resources (EMFILE, ENOBUFS ...: ClassifyAttempt) counts as an error, not
 // as a Failure of the target (a deliberate deviation from the kubelet,
 // docs/probes.md). An annotation probe's answer must also meet its
@@ -540,11 +506,7 @@ func (r *Runtime) Run(ctx context.Context, p *Prepared, t Target) Report {
 			}
 		}
 	}
-	rep = cleanReport(p.Spec, rep)
-	if r.recordsPerRun(p.Spec) {
-		r.recordEvent(p, rep)
-	}
-	return rep
+	return cleanReport(p.Spec, rep)
 }
 
 // checkAnswer applies an annotation probe's expectations that hold for any
@@ -589,26 +551,6 @@ func cleanReport(spec *Spec, rep Report) Report {
 	return rep
 }
 
-// recordEvent emits the kubelet's probe events (P5, P6, K4).
-func (r *Runtime) recordEvent(p *Prepared, rep Report) {
-	if r.recorder == nil || p.Spec.Pod == nil {
-		return
-	}
-	if rep.Err == nil && rep.Outcome.Result != Warning && rep.Outcome.Result != Failure {
-		return
-	}
-	ref := containerRef(p.Spec) // built per event: events are rare, probes many
-	typ := p.Spec.ProbeType.String()
-	switch {
-	case rep.Err != nil:
-		r.eventf(p.Spec, ref, v1.EventTypeWarning, ReasonUnhealthy, "%s probe errored and resulted in %s state: %s", typ, rep.Outcome.Result, rep.Err)
-	case rep.Outcome.Result == Warning:
-		r.eventf(p.Spec, ref, v1.EventTypeWarning, ReasonProbeWarning, "%s probe warning: %s", typ, rep.Outcome.Output)
-	case rep.Outcome.Result == Failure:
-		r.eventf(p.Spec, ref, v1.EventTypeWarning, ReasonUnhealthy, "%s probe failed: %s", typ, rep.Outcome.Output)
-	}
-}
-
 // Close stops accepting tasks and waits, bounded by ctx, for running tasks
 // and the pools' goroutines to end. Callers cancel the contexts of
 // in-flight probes first so that they return promptly.
@@ -641,19 +583,6 @@ func (r *Runtime) release(ctx context.Context) error {
 		}
 	}
 	return err
-}
-
-// containerRef builds the object reference events are attached to: the
-// container inside its pod (spec P8).
-func containerRef(spec *Spec) *v1.ObjectReference {
-	if spec.Pod == nil {
-		return nil
-	}
-	name := ""
-	if spec.Container != nil {
-		name = spec.Container.Name
-	}
-	return ContainerRef(spec.Pod, name)
 }
 
 // ContainerRef is the object reference of a container inside its pod, as

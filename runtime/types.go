@@ -5,12 +5,13 @@
 // its own resources is errored, not a Failure (ClassifyAttempt), the
 // redaction of each run's report (runtime/redact), an annotation probe's
 // latency and certificate checks (runtime/expect), and the mapping of
-// handler verdicts to events (P5, P6, K4; RecordVerdict: the events that
-// say where an annotation probe's threshold stands, and --events).
+// handler results to a run's report (P5, P6).
 //
 // Handlers (built-in or plugin clients) implement Handler. The runtime knows
-// nothing about workers, thresholds or pods beyond the identity it passes to
-// handlers and events.
+// nothing about workers, thresholds, events or pods beyond the identity it
+// passes to handlers: the worker applies the thresholds (package manager),
+// and the events of a run are recorded from its record by an observer
+// (manager.ProbeEvents).
 package runtime
 
 import (
@@ -302,9 +303,7 @@ func (s *Spec) Timing() Timing {
 // Extension is what an annotation probe (probed.io/probes) has beyond
 // v1.Probe and its millisecond offsets (issue 22): periods by state and
 // checks on the target's answer. Every annotation probe has one, spec
-// probes none: the runtime records an annotation probe's events with where
-// its threshold stands (RecordVerdict) and a spec probe's with the
-// kubelet's K4 texts.
+// probes none.
 type Extension struct {
 	// Periods are the periods by state (zero: the probe's period always).
 	Periods StatePeriods

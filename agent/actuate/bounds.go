@@ -5,47 +5,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/lru"
 )
-
-// Instances remembers the container instances an actuator already acted on,
-// so that each is acted on once (another result change of the same failing
-// instance does nothing; a restarted container is a new instance). It keeps
-// at most a fixed number, least recently seen first out, so memory does not
-// grow with the node's history. Safe for concurrent use.
-type Instances struct {
-	mu   sync.Mutex
-	seen *lru.Cache // instance key -> struct{}
-}
-
-// NewInstances remembers up to n instances.
-func NewInstances(n int) *Instances { return &Instances{seen: lru.New(n)} }
-
-// First reports whether f's instance is seen for the first time, and
-// remembers it. The instance is the container ID; without one (a running
-// container has one), the pod UID and container name.
-func (s *Instances) First(f Failure) bool {
-	key := f.ContainerID
-	if key == "" {
-		key = string(f.Pod.UID) + "/" + f.Container
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, done := s.seen.Get(key); done {
-		return false
-	}
-	s.seen.Add(key, struct{}{})
-	return true
-}
-
-// Len is how many instances are remembered (at most n of NewInstances).
-func (s *Instances) Len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.seen.Len()
-}
 
 // Pacing bounds the work of a cluster actuator (evictions, restarts; docs/
 // cluster.md "Liveness actions"): the node's token bucket (Burst actions at
@@ -95,41 +56,24 @@ func (p Pacing) WithDefaults() Pacing {
 	return p
 }
 
-// Limiters returns the work queue's rate limiter of a cluster actuator
-// paced by p (defaulted): an item waits for the later of its own backoff
-// and the node's bucket, which it also returns.
-func Limiters[T comparable](p Pacing, clk clock.PassiveClock) (workqueue.TypedRateLimiter[T], *NodeBucket[T]) {
-	p = p.WithDefaults()
-	node := NewNodeBucket[T](p.Interval, p.Burst, clk)
-	return workqueue.NewTypedMaxOfRateLimiter[T](workqueue.NewTypedItemExponentialFailureRateLimiter[T](p.RetryBase, p.RetryMax), node), node
-}
-
-// NodeBucket is a node's token bucket for an actuator's requests, as a
-// client-go workqueue rate limiter on an injected clock (workqueue's own
-// BucketRateLimiter reads the wall clock): When reserves a token and
-// returns how long to wait for it. It holds burst tokens and gains one
-// every interval.
-type NodeBucket[T comparable] struct {
+// NodeBucket is a node's token bucket for an actuator's attempts, on an
+// injected clock: Reserve takes a token and returns how long to wait for
+// it. It holds burst tokens and gains one every interval.
+type NodeBucket struct {
 	clock   clock.PassiveClock
 	mu      sync.Mutex
 	limiter *rate.Limiter
 }
 
 // NewNodeBucket returns a full bucket.
-func NewNodeBucket[T comparable](interval time.Duration, burst int, clk clock.PassiveClock) *NodeBucket[T] {
-	return &NodeBucket[T]{clock: clk, limiter: rate.NewLimiter(rate.Every(interval), burst)}
+func NewNodeBucket(interval time.Duration, burst int, clk clock.PassiveClock) *NodeBucket {
+	return &NodeBucket{clock: clk, limiter: rate.NewLimiter(rate.Every(interval), burst)}
 }
 
-// When reserves one token and returns the wait until it is available.
-func (n *NodeBucket[T]) When(T) time.Duration {
+// Reserve takes one token and returns the wait until it is available.
+func (n *NodeBucket) Reserve() time.Duration {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	now := n.clock.Now()
 	return n.limiter.ReserveN(now, 1).DelayFrom(now)
 }
-
-// Forget does nothing: the bucket is the node's, not an item's.
-func (n *NodeBucket[T]) Forget(T) {}
-
-// NumRequeues is 0: the bucket counts no item's retries.
-func (n *NodeBucket[T]) NumRequeues(T) int { return 0 }

@@ -294,7 +294,7 @@ func (s statuses) GetPodStatus(uid types.UID) (v1.PodStatus, bool) { st, ok := s
 // lane and runner.
 func probed(b *testing.B, c *cri.Client, runner exec.Runner, ids []string, rec *recorder) func() {
 	logger := slog.New(slog.DiscardHandler)
-	rt, err := runtime.New(runtime.Options{Logger: logger, Recorder: &record.FakeRecorder{}})
+	rt, err := runtime.New(runtime.Options{Logger: logger})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func probed(b *testing.B, c *cri.Client, runner exec.Runner, ids []string, rec *
 		}
 	}()
 	st := statuses{}
-	mgr, err := manager.New(manager.Options{Status: st, Readiness: ready, Runtime: rt, Logger: logger})
+	mgr, err := manager.New(manager.Options{Status: st, Readiness: ready, Runtime: rt, Logger: logger, Recorder: &record.FakeRecorder{}})
 	if err != nil {
 		b.Fatal(err)
 	}

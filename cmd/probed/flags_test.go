@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -85,5 +86,32 @@ func TestWebhookFlagsRefuseWhatTheAgentsCannotDo(t *testing.T) {
 		if code := execute(tc.args, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), tc.want) {
 			t.Errorf("%q: exit %d, stderr %q; want 2 and %q", tc.args, code, errOut.String(), tc.want)
 		}
+	}
+}
+
+// TestLivenessActionMaxGracePeriod: the cap of a restart's grace period is
+// a minute by default, at least the kubelet's minimum of 2 s, and cluster
+// mode's.
+func TestLivenessActionMaxGracePeriod(t *testing.T) {
+	parse := func(args ...string) (*kubeFlags, *cobra.Command) {
+		t.Helper()
+		cmd := &cobra.Command{Use: "run"}
+		k := &kubeFlags{}
+		k.add(cmd)
+		if err := cmd.Flags().Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		return k, cmd
+	}
+	if k, _ := parse(); k.livenessActionMaxGracePeriod != time.Minute {
+		t.Errorf("default %v, want 1m", k.livenessActionMaxGracePeriod)
+	}
+	k, cmd := parse("--kubeconfig=/nonexistent", "--liveness-action-max-grace-period=1s")
+	if _, err := k.cluster(cmd, "node-a"); err == nil || !strings.Contains(err.Error(), "at least 2s") {
+		t.Errorf("1s: %v", err)
+	}
+	k, cmd = parse("--liveness-action-max-grace-period=30s")
+	if _, err := k.cluster(cmd, "node-a"); err == nil || !strings.Contains(err.Error(), "needs cluster mode") {
+		t.Errorf("manifest mode: %v", err)
 	}
 }

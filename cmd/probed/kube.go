@@ -38,6 +38,8 @@ type kubeFlags struct {
 	namespaceProbeRateShare float64
 
 	livenessActionNamespaces string
+	// The cap of a restart's grace period (agent/kube/restart).
+	livenessActionMaxGracePeriod time.Duration
 
 	// The container runtime (issue 19).
 	criEndpoint string
@@ -63,6 +65,8 @@ func (k *kubeFlags) add(cmd *cobra.Command) {
 
 	f.StringVar(&k.livenessActionNamespaces, "liveness-action-namespaces", agent.DefaultLivenessActionNamespaces,
 		"cluster mode, --liveness-action=evict or restart: a label selector on namespaces; the action is taken only in the namespaces it selects (kubernetes.io/metadata.name selects all), elsewhere a failure is an Event saying why")
+	f.DurationVar(&k.livenessActionMaxGracePeriod, "liveness-action-max-grace-period", agent.DefaultLivenessActionMaxGracePeriod,
+		"cluster mode, --liveness-action=restart: the longest grace period (preStop hook and stop together) a restart gives a container, whatever its probe and pod ask; then the container is killed, as the kubelet's stop does after its grace period; at least 2s")
 
 	f.StringVar(&k.execMode, "exec-mode", envDefault(EnvExecMode, agent.ExecModeExecSync), "cluster mode with --container-runtime-endpoint: how exec probes run in their container: execsync (the runtime's ExecSync per run, as the kubelet does) or resident (through one resident helper process per container, started once through the runtime's streaming exec; about a tenth of the CPU per run; docs/cluster.md); default $"+EnvExecMode+", else execsync")
 	f.StringVar(&k.criEndpoint, "container-runtime-endpoint", os.Getenv(EnvContainerRuntimeEndpoint), "cluster mode: the node's container runtime (CRI), as the kubelet's flag: unix:///run/containerd/containerd.sock; annotation exec probes then run in their container, and --liveness-action=restart is possible. Default $"+EnvContainerRuntimeEndpoint+", else off: the socket is root on the node (docs/cluster.md)")
@@ -92,7 +96,7 @@ func envDefault(name, def string) string {
 // --in-cluster (manifest mode). Manifest-mode flags are refused with them.
 func (k *kubeFlags) cluster(cmd *cobra.Command, node string) (*agent.ClusterOptions, error) {
 	if k.kubeconfig == "" && !k.inCluster {
-		for _, name := range []string{"readiness-gate", "liveness-action", "status-qps", "status-burst", "allow-probe-host", "max-probes-per-pod", "min-probe-period", "max-probe-rate", "namespace-probe-rate-share", "liveness-action-namespaces", "container-runtime-endpoint", "exec-mode"} {
+		for _, name := range []string{"readiness-gate", "liveness-action", "status-qps", "status-burst", "allow-probe-host", "max-probes-per-pod", "min-probe-period", "max-probe-rate", "namespace-probe-rate-share", "liveness-action-namespaces", "liveness-action-max-grace-period", "container-runtime-endpoint", "exec-mode"} {
 			if cmd.Flags().Changed(name) {
 				return nil, fmt.Errorf("--%s needs cluster mode (--kubeconfig or --in-cluster)", name)
 			}
@@ -112,6 +116,9 @@ func (k *kubeFlags) cluster(cmd *cobra.Command, node string) (*agent.ClusterOpti
 	}
 	if k.namespaceProbeRateShare < 0 || k.namespaceProbeRateShare > 1 {
 		return nil, fmt.Errorf("--namespace-probe-rate-share %v: want a fraction from 0 to 1 (0: no cap)", k.namespaceProbeRateShare)
+	}
+	if k.livenessActionMaxGracePeriod < 2*time.Second {
+		return nil, fmt.Errorf("--liveness-action-max-grace-period %v: must be at least 2s, the least grace period a container is stopped with (the kubelet's)", k.livenessActionMaxGracePeriod)
 	}
 	if k.minProbePeriod != 0 && k.minProbePeriod < customprobe.MinPeriod {
 		return nil, fmt.Errorf("--min-probe-period %v: must be at least %v, the shortest period probed runs", k.minProbePeriod, customprobe.MinPeriod)
@@ -157,7 +164,8 @@ func (k *kubeFlags) cluster(cmd *cobra.Command, node string) (*agent.ClusterOpti
 
 		NamespaceProbeRateShare: k.namespaceProbeRateShare,
 
-		LivenessActionNamespaces: k.livenessActionNamespaces,
+		LivenessActionNamespaces:     k.livenessActionNamespaces,
+		LivenessActionMaxGracePeriod: k.livenessActionMaxGracePeriod,
 
 		ContainerRuntimeEndpoint: k.criEndpoint,
 		ExecMode:                 k.execMode,

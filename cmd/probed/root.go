@@ -25,8 +25,8 @@ import (
 	"github.com/probed/probed/agent/telemetry"
 	"github.com/probed/probed/examples"
 	"github.com/probed/probed/internal/version"
+	"github.com/probed/probed/manager"
 	probeexec "github.com/probed/probed/plugins/exec"
-	"github.com/probed/probed/runtime"
 	"github.com/probed/probed/runtime/redact"
 )
 
@@ -161,7 +161,7 @@ that gate, and as Events (docs/cluster.md).`,
 				return err
 			}
 			opts.Logger = log
-			if opts.Events, err = runtime.ParseEventMode(eventMode); err != nil {
+			if opts.Events, err = manager.ParseEventMode(eventMode); err != nil {
 				return err
 			}
 			// client-go logs through klog: its lines go through the same

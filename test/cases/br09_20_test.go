@@ -44,7 +44,7 @@ func expectErroredLiveness(t *testing.T, e *env, pod *v1.Pod, wantRuns int, errT
 	}
 	var n int
 	for _, ev := range e.eventsMatching("Liveness probe errored and resulted in ") {
-		if ev.Type != v1.EventTypeWarning || ev.Reason != runtime.ReasonUnhealthy || !strings.Contains(ev.Message, errText) {
+		if ev.Type != v1.EventTypeWarning || ev.Reason != manager.ReasonUnhealthy || !strings.Contains(ev.Message, errText) {
 			t.Errorf("event %+v, want a Warning Unhealthy naming %q", ev, errText)
 		}
 		if ev.FieldPath != "spec.containers{app}" || ev.Pod != pod.Name {

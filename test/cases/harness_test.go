@@ -176,7 +176,7 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	logger := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: o.logLevel}))
 	e.events = events.New(10000, logger, e.clk)
 
-	rt, err := runtime.New(runtime.Options{PoolSize: 256, ExecPoolSize: o.execPool, Recorder: e.events, Logger: logger})
+	rt, err := runtime.New(runtime.Options{PoolSize: 256, ExecPoolSize: o.execPool, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,6 +204,7 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 		Runtime:           rt,
 		MetricsRegisterer: e.reg,
 		Logger:            logger,
+		Recorder:          e.events,
 		Observer:          e,
 	})
 	if err != nil {

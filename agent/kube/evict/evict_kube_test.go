@@ -22,6 +22,7 @@ import (
 	"github.com/probed/probed/agent/actuate"
 	"github.com/probed/probed/agent/events"
 	"github.com/probed/probed/agent/kube/evict"
+	"github.com/probed/probed/agent/kube/nsscope"
 	"github.com/probed/probed/internal/kubetest"
 	"github.com/probed/probed/runtime"
 )
@@ -35,7 +36,7 @@ type evictEnv struct {
 	requests *kubetest.Requests
 	log      *syncBuffer
 	events   *events.Recorder
-	act      *evict.Actuator
+	act      *actuate.Queue
 }
 
 func newEvictEnv(t *testing.T) *evictEnv {
@@ -46,7 +47,7 @@ func newEvictEnv(t *testing.T) *evictEnv {
 // test's namespace, which is labelled for evictions (the default
 // --liveness-action-namespaces).
 func newEvictEnvAs(t *testing.T, identity func(admin *rest.Config, ns string) *rest.Config) *evictEnv {
-	return newEvictEnvWith(t, identity, "", map[string]string{evict.LivenessActionsLabel: "enabled"})
+	return newEvictEnvWith(t, identity, "", map[string]string{nsscope.LivenessActionsLabel: "enabled"})
 }
 
 // newEvictEnvWith is newEvictEnvAs with a namespace selector and the
@@ -61,14 +62,20 @@ func newEvictEnvWith(t *testing.T, identity func(admin *rest.Config, ns string) 
 		kubetest.LabelNamespace(t, e.ns, nsLabels)
 	}
 	e.events = events.New(1000, slog.New(slog.DiscardHandler), nil)
-	act, err := evict.New(evict.Options{
-		Action:            evict.ActionEvict,
-		Client:            kubetest.ClientFor(t, e.requests.Wrap(identity(cfg, e.ns))),
-		Recorder:          e.events,
-		Clock:             e.clock,
-		NamespaceSelector: selector,
-		Log:               slog.New(slog.NewTextHandler(e.log, nil)),
-	})
+	// The agent's actuator of --liveness-action=evict: the queue around
+	// the eviction step in the namespace scope.
+	client := kubetest.ClientFor(t, e.requests.Wrap(identity(cfg, e.ns)))
+	log := slog.New(slog.NewTextHandler(e.log, nil))
+	step, err := evict.New(evict.Options{Client: client, Recorder: e.events, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scope, err := nsscope.New(client, selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	act, err := actuate.New(actuate.Options{Step: nsscope.Guard(scope, step), Texts: evict.Texts, Recorder: e.events, Clock: e.clock,
+		Services: []func(context.Context) error{scope.Run}, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +177,7 @@ func TestPDBBlocksEvictionUntilAllowed(t *testing.T) {
 	if n := e.evictions("db"); n != 1 {
 		t.Fatalf("%d eviction requests before the backoff passed, want 1", n)
 	}
-	e.clock.Step(evict.DefaultRetryMax) // past any backoff and Retry-After
+	e.clock.Step(actuate.DefaultRetryMax) // past any backoff and Retry-After
 	kubetest.Eventually(t, "a second 429 logged", func() bool { return e.log.count(refused) == 2 })
 	if e.terminating(t, "db") {
 		t.Fatal("evicted through a budget that allows no disruption")
@@ -178,7 +185,7 @@ func TestPDBBlocksEvictionUntilAllowed(t *testing.T) {
 	if err := e.admin.PolicyV1().PodDisruptionBudgets(e.ns).Delete(kubetest.Context(t), "db", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	e.clock.Step(evict.DefaultRetryMax)
+	e.clock.Step(actuate.DefaultRetryMax)
 	kubetest.Eventually(t, "the pod terminating", func() bool { return e.terminating(t, "db") })
 	if n := e.evictions("db"); n != 3 {
 		t.Fatalf("%d eviction requests, want 3 (429, 429, evicted)", n)
@@ -257,7 +264,7 @@ func TestEvictionRateBoundPerNode(t *testing.T) {
 		t.Fatalf("%d eviction requests with the clock still, want 3 (the burst)", n)
 	}
 	for want := 4; want <= 5; want++ {
-		e.clock.Step(evict.DefaultEvictionInterval)
+		e.clock.Step(actuate.DefaultInterval)
 		kubetest.Eventually(t, fmt.Sprintf("%d evictions", want), func() bool { return evicted() == want })
 		if n := e.requests.Count("/eviction"); n != want {
 			t.Fatalf("%d eviction requests after %d intervals, want %d", n, want-3, want)
@@ -287,9 +294,9 @@ func TestEvictionWithTheAgentsRBAC(t *testing.T) {
 		})
 		p := e.pod(t, "web", nil)
 		e.fail(p, "containerd://app-1")
-		for attempt := 1; attempt < evict.DefaultMaxAttempts; attempt++ {
+		for attempt := 1; attempt < actuate.DefaultMaxAttempts; attempt++ {
 			kubetest.Eventually(t, fmt.Sprintf("failure %d logged", attempt), func() bool { return e.log.count("eviction failed, will retry") == attempt })
-			e.clock.Step(evict.DefaultRetryMax)
+			e.clock.Step(actuate.DefaultRetryMax)
 		}
 		kubetest.Eventually(t, "the EvictionFailed event", func() bool {
 			for _, ev := range e.events.List() {
@@ -299,8 +306,8 @@ func TestEvictionWithTheAgentsRBAC(t *testing.T) {
 			}
 			return false
 		})
-		if n := e.evictions("web"); n != evict.DefaultMaxAttempts {
-			t.Errorf("%d eviction requests, want %d", n, evict.DefaultMaxAttempts)
+		if n := e.evictions("web"); n != actuate.DefaultMaxAttempts {
+			t.Errorf("%d eviction requests, want %d", n, actuate.DefaultMaxAttempts)
 		}
 		if e.terminating(t, "web") {
 			t.Error("evicted without the permission")
@@ -331,7 +338,7 @@ func TestEvictOnlyInSelectedNamespaces(t *testing.T) {
 		t.Fatalf("%d eviction requests in a namespace not selected", n)
 	}
 
-	kubetest.LabelNamespace(t, e.ns, map[string]string{evict.LivenessActionsLabel: "enabled"})
+	kubetest.LabelNamespace(t, e.ns, map[string]string{nsscope.LivenessActionsLabel: "enabled"})
 	// The informer sees the label a moment later: fail a new instance
 	// until one is evicted, giving each time to be (a refused instance is
 	// refused at once, with its Event, and never requested later).
@@ -382,7 +389,7 @@ func TestEvictNamespaceSelectorAndLabelRemoved(t *testing.T) {
 		}
 		return false
 	})
-	e.clock.Step(evict.DefaultEvictionInterval)
+	e.clock.Step(actuate.DefaultInterval)
 	kubetest.Eventually(t, "the queued eviction dropped with an Event", func() bool {
 		for _, ev := range e.events.List() {
 			if ev.Pod == "db-2" && strings.Contains(ev.Message, "the pod is not evicted: namespace "+e.ns+" is not selected by --liveness-action-namespaces=team=a") {

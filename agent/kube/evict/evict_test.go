@@ -2,7 +2,6 @@ package evict_test
 
 import (
 	"bytes"
-	"context"
 	"log/slog"
 	"strings"
 	"sync"
@@ -11,37 +10,27 @@ import (
 	"go.uber.org/goleak"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
-	"github.com/probed/probed/agent/actuate"
 	"github.com/probed/probed/agent/events"
 	"github.com/probed/probed/agent/kube/evict"
-	"github.com/probed/probed/runtime"
 )
 
 // IgnoreCurrent: ants starts its package-level default pool at init.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreCurrent()) }
 
-func TestParseAction(t *testing.T) {
-	for in, want := range map[string]evict.Action{"": evict.ActionEvent, "event": evict.ActionEvent, "evict": evict.ActionEvict} {
-		if got, err := evict.ParseAction(in); err != nil || got != want {
-			t.Errorf("ParseAction(%q) = %q, %v", in, got, err)
-		}
-	}
-	if _, err := evict.ParseAction("delete"); err == nil || !strings.Contains(err.Error(), "--liveness-action") {
-		t.Errorf("ParseAction(delete) error = %v", err)
-	}
-}
-
 func TestNewErrors(t *testing.T) {
 	rec := events.New(10, slog.New(slog.DiscardHandler), nil)
-	if _, err := evict.New(evict.Options{}); err == nil {
+	c, err := kubernetes.NewForConfig(&rest.Config{Host: "https://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := evict.New(evict.Options{Client: c}); err == nil {
 		t.Error("no recorder: no error")
 	}
-	if _, err := evict.New(evict.Options{Recorder: rec, Action: evict.ActionEvict}); err == nil {
-		t.Error("evict without a client: no error")
-	}
-	if _, err := evict.New(evict.Options{Recorder: rec, Action: "restart"}); err == nil {
-		t.Error("unknown action: no error")
+	if _, err := evict.New(evict.Options{Recorder: rec}); err == nil {
+		t.Error("no client: no error")
 	}
 }
 
@@ -70,58 +59,6 @@ func TestExemption(t *testing.T) {
 		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
 			t.Errorf("%s: Exemption = %q, want %q", c.name, got, c.want)
 		}
-	}
-}
-
-func testPod(container string) *v1.Pod {
-	always := v1.ContainerRestartPolicyAlways
-	return &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns1", Name: "web", UID: "uid-1"},
-		Spec: v1.PodSpec{
-			InitContainers: []v1.Container{{Name: "sidecar", RestartPolicy: &always}},
-			Containers:     []v1.Container{{Name: container}},
-		},
-	}
-}
-
-// Issue 10 §2.5, --liveness-action=event: one Warning Event on the container
-// per container instance (K2's failure of a running container), however
-// often the failure is reported; a new container ID is a new instance; a
-// sidecar's Event is about spec.initContainers{sidecar}.
-func TestEventOncePerContainerInstance(t *testing.T) {
-	rec := events.New(100, slog.New(slog.DiscardHandler), nil)
-	a, err := evict.New(evict.Options{Recorder: rec, Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pod := testPod("app")
-	for range 5 {
-		a.ContainerFailed(actuate.Failure{Pod: pod, Container: "app", ContainerID: "containerd://a1", Probe: runtime.Liveness})
-	}
-	a.ContainerFailed(actuate.Failure{Pod: pod, Container: "app", ContainerID: "containerd://a2", Probe: runtime.Liveness})
-	a.ContainerFailed(actuate.Failure{Pod: pod, Container: "sidecar", ContainerID: "containerd://s1", Probe: runtime.Startup})
-	// The local ring folds the two app instances' identical events into
-	// one with count 2.
-	got := rec.List()
-	if len(got) != 2 {
-		t.Fatalf("events = %+v, want 2", got)
-	}
-	for i, want := range []struct {
-		reason, field, msg string
-		count              int
-	}{
-		{evict.ReasonLivenessProbeFailed, "spec.containers{app}", "Container app failed liveness probe; probed does not restart containers (--liveness-action=event)", 2},
-		{evict.ReasonStartupProbeFailed, "spec.initContainers{sidecar}", "Container sidecar failed startup probe; probed does not restart containers (--liveness-action=event)", 1},
-	} {
-		if e := got[i]; e.Type != v1.EventTypeWarning || e.Reason != want.reason || e.FieldPath != want.field || e.Message != want.msg || e.Count != want.count {
-			t.Errorf("event %d = %+v, want %+v", i, e, want)
-		}
-	}
-	// Run in event mode owns nothing and returns when its context ends.
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := a.Run(ctx); err != nil {
-		t.Fatal(err)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/probed/probed/agent/kube/kevents"
 	"github.com/probed/probed/internal/kubetest"
+	"github.com/probed/probed/manager"
 	"github.com/probed/probed/runtime"
 	"github.com/probed/probed/runtime/bound"
 )
@@ -80,9 +81,9 @@ func TestK4_EventsOnThePodAndContainer(t *testing.T) {
 	}
 	r := startRecorder(t, kevents.Options{Client: c, NodeName: node})
 
-	r.Eventf(runtime.ContainerRef(pod, "app"), v1.EventTypeWarning, runtime.ReasonUnhealthy, "%s probe failed: %s", "Liveness", "HTTP probe failed with statuscode: 500")
-	r.Eventf(runtime.ContainerRef(pod, "sidecar"), v1.EventTypeWarning, runtime.ReasonProbeWarning, "%s probe warning: %s", "Readiness", "Probe terminated redirects, 100% done")
-	r.Eventf(runtime.ContainerRef(pod, "app"), v1.EventTypeWarning, runtime.ReasonUnhealthy, "%s probe failed: %s", "Startup", strings.Repeat("x", 3000))
+	r.Eventf(runtime.ContainerRef(pod, "app"), v1.EventTypeWarning, manager.ReasonUnhealthy, "%s probe failed: %s", "Liveness", "HTTP probe failed with statuscode: 500")
+	r.Eventf(runtime.ContainerRef(pod, "sidecar"), v1.EventTypeWarning, manager.ReasonProbeWarning, "%s probe warning: %s", "Readiness", "Probe terminated redirects, 100% done")
+	r.Eventf(runtime.ContainerRef(pod, "app"), v1.EventTypeWarning, manager.ReasonUnhealthy, "%s probe failed: %s", "Startup", strings.Repeat("x", 3000))
 	r.Eventf(pod, v1.EventTypeWarning, "FailedProbeAnnotation", "annotation probed.io/probes: container %q: no such container", "db")
 
 	evs := c.EventsV1().Events(ns)
@@ -144,7 +145,7 @@ func TestIdenticalEventsAreOneSeries(t *testing.T) {
 	for i := range 1000 {
 		ref := runtime.ContainerRef(pod, "app")
 		ref.ResourceVersion = fmt.Sprint(1000 + i)
-		r.Eventf(ref, v1.EventTypeWarning, runtime.ReasonUnhealthy, "%s probe failed: %s", "Readiness", "dial tcp 127.0.0.1:8080: connect: connection refused")
+		r.Eventf(ref, v1.EventTypeWarning, manager.ReasonUnhealthy, "%s probe failed: %s", "Readiness", "dial tcp 127.0.0.1:8080: connect: connection refused")
 	}
 	evs := admin.EventsV1().Events(ns)
 	var got []eventsv1.Event
@@ -186,7 +187,7 @@ func TestDistinctEventsBoundedPerObject(t *testing.T) {
 	for i := range 100 {
 		r.Eventf(runtime.ContainerRef(pod, "app"), v1.EventTypeWarning, fmt.Sprintf("Reason%d", i), "Readiness probe failed: attempt %d", i)
 	}
-	r.Eventf(runtime.ContainerRef(other, "app"), v1.EventTypeWarning, runtime.ReasonUnhealthy, "Readiness probe failed: %s", "boom")
+	r.Eventf(runtime.ContainerRef(other, "app"), v1.EventTypeWarning, manager.ReasonUnhealthy, "Readiness probe failed: %s", "boom")
 	evs := admin.EventsV1().Events(ns)
 	kubetest.Eventually(t, "26 events", func() bool { return len(listEvents(t, evs)) == 26 })
 	perPod := map[string]int{}
@@ -223,7 +224,7 @@ func TestEventsWithTheAgentsRBAC(t *testing.T) {
 	}
 	r := startRecorder(t, kevents.Options{Client: saClient, NodeName: node})
 	for range 3 {
-		r.Eventf(runtime.ContainerRef(pod, "app"), v1.EventTypeWarning, runtime.ReasonUnhealthy, "%s probe failed: %s", "Liveness", "timeout")
+		r.Eventf(runtime.ContainerRef(pod, "app"), v1.EventTypeWarning, manager.ReasonUnhealthy, "%s probe failed: %s", "Liveness", "timeout")
 	}
 	kubetest.Eventually(t, "an event with a series, written as the ServiceAccount", func() bool {
 		got := listEvents(t, admin.EventsV1().Events(ns))

@@ -17,17 +17,18 @@ import (
 // seconds it took (truncated, as the kubelet counts them). A hook that
 // fails is a Warning FailedPreStopHook Event without its output, and a log
 // line with its error; one cut at the grace period only a log line.
-func (a *Actuator) runPreStop(ctx context.Context, it *item, hook *v1.LifecycleHandler) int64 {
+func (it *item) runPreStop(ctx context.Context, hook *v1.LifecycleHandler) int64 {
+	a := it.step
 	start := a.opts.Clock.Now()
 	if a.opts.HookContext != nil {
 		ctx = a.opts.HookContext(ctx, it.pod)
 	}
 	hctx, cancel := runtime.WithTimeout(ctx, a.opts.Clock, time.Duration(it.grace)*time.Second)
-	err := a.hook(hctx, it, hook)
+	err := it.hook(hctx, hook)
 	cut := hctx.Err() == context.DeadlineExceeded
 	cancel()
 	took := a.opts.Clock.Since(start)
-	log := a.log(it)
+	log := it.log
 	switch {
 	case ctx.Err() != nil: // the agent stopping
 	case cut:
@@ -43,7 +44,8 @@ func (a *Actuator) runPreStop(ctx context.Context, it *item, hook *v1.LifecycleH
 }
 
 // hook runs one lifecycle handler (the kubelet's handlerRunner.Run).
-func (a *Actuator) hook(ctx context.Context, it *item, h *v1.LifecycleHandler) error {
+func (it *item) hook(ctx context.Context, h *v1.LifecycleHandler) error {
+	a := it.step
 	switch {
 	case h.Exec != nil:
 		// In the container, without a timeout of its own (the kubelet
@@ -51,7 +53,7 @@ func (a *Actuator) hook(ctx context.Context, it *item, h *v1.LifecycleHandler) e
 		_, _, err := a.opts.Runtime.ExecSync(ctx, it.ctr, h.Exec.Command, 0)
 		return err
 	case h.HTTPGet != nil:
-		return a.httpHook(ctx, it, h.HTTPGet)
+		return it.httpHook(ctx, h.HTTPGet)
 	case h.Sleep != nil:
 		t := a.opts.Clock.NewTimer(time.Duration(h.Sleep.Seconds) * time.Second)
 		defer t.Stop()
@@ -70,7 +72,8 @@ func (a *Actuator) hook(ctx context.Context, it *item, h *v1.LifecycleHandler) e
 // the kubelet's lifecycle User-Agent unless the hook sets one. Any HTTP
 // response is a hook that ran, whatever its status (the kubelet's
 // runHTTPHandler): only a request that got no response fails.
-func (a *Actuator) httpHook(ctx context.Context, it *item, get *v1.HTTPGetAction) error {
+func (it *item) httpHook(ctx context.Context, get *v1.HTTPGetAction) error {
+	a := it.step
 	action := *get
 	if !hasHeader(action.HTTPHeaders, "User-Agent") {
 		action.HTTPHeaders = append(append([]v1.HTTPHeader(nil), action.HTTPHeaders...), v1.HTTPHeader{Name: "User-Agent", Value: LifecycleUserAgent})

@@ -30,7 +30,7 @@ import (
 // criEnv is the actuator on a real containerd (test/cri/env.sh): the
 // container is created through the CRI as the kubelet would.
 type criEnv struct {
-	act    *restart.Actuator
+	act    *actuate.Queue
 	client *cri.Client
 	reg    *prometheus.Registry
 	events *events.Recorder
@@ -47,12 +47,12 @@ func newCRIEnv(t *testing.T) *criEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.client.Close() })
-	e.act, err = restart.New(restart.Options{
-		Runtime:    e.client,
-		Recorder:   e.events,
-		Namespaces: func(context.Context, string) (string, error) { return "", nil },
-		Log:        slog.New(slog.DiscardHandler),
-	})
+	step, err := restart.New(restart.Options{Runtime: e.client, Recorder: e.events, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.act, err = actuate.New(actuate.Options{Step: step, Texts: restart.Texts, Recorder: e.events, Workers: restart.DefaultWorkers,
+		Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package restart_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -21,6 +20,7 @@ import (
 	"github.com/probed/probed/agent/actuate"
 	"github.com/probed/probed/agent/events"
 	"github.com/probed/probed/agent/kube/cri"
+	"github.com/probed/probed/agent/kube/nsscope"
 	"github.com/probed/probed/agent/kube/restart"
 	probeexec "github.com/probed/probed/plugins/exec"
 	"github.com/probed/probed/runtime"
@@ -90,7 +90,7 @@ func (f *fakeRuntime) Calls() []string {
 }
 
 type env struct {
-	act     *restart.Actuator
+	act     *actuate.Queue
 	rt      *fakeRuntime
 	events  *events.Recorder
 	clock   *testingclock.FakeClock
@@ -99,22 +99,33 @@ type env struct {
 
 func newEnv(t *testing.T, probe *v1.Probe) *env {
 	t.Helper()
+	return newEnvWith(t, probe, nil)
+}
+
+// newEnvWith is newEnv with the step's options changed by mutate.
+func newEnvWith(t *testing.T, probe *v1.Probe, mutate func(*restart.Options)) *env {
+	t.Helper()
 	e := &env{rt: &fakeRuntime{state: runtimeapi.ContainerState_CONTAINER_RUNNING},
 		events: events.New(100, slog.New(slog.DiscardHandler), nil),
 		clock:  testingclock.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)), allowed: map[string]string{}}
-	act, err := restart.New(restart.Options{
+	opts := restart.Options{
 		Runtime:  e.rt,
 		Recorder: e.events,
-		Namespaces: func(_ context.Context, ns string) (string, error) {
-			if why, ok := e.allowed[ns]; ok {
-				return why, nil
-			}
-			return "", nil
-		},
-		Probe: func(*v1.Pod, string, runtime.ProbeType) *v1.Probe { return probe },
-		Clock: e.clock,
-		Log:   slog.New(slog.DiscardHandler),
-	})
+		Probe:    func(*v1.Pod, string, runtime.ProbeType) *v1.Probe { return probe },
+		Clock:    e.clock,
+		Log:      slog.New(slog.DiscardHandler),
+	}
+	if mutate != nil {
+		mutate(&opts)
+	}
+	step, err := restart.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The agent's actuator of --liveness-action=restart: the queue
+	// around the step in a namespace scope (e.allowed's).
+	act, err := actuate.New(actuate.Options{Step: nsscope.Guard(namespaces(e.allowed), step), Texts: restart.Texts, Recorder: e.events,
+		Clock: e.clock, Workers: restart.DefaultWorkers, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,6 +136,13 @@ func newEnv(t *testing.T, probe *v1.Probe) *env {
 	t.Cleanup(func() { cancel(); <-done })
 	return e
 }
+
+// namespaces is a namespace scope: why not, by namespace (none: allowed).
+type namespaces map[string]string
+
+func (n namespaces) Known(ns string) (string, bool)                      { return n[ns], true }
+func (n namespaces) Allows(_ context.Context, ns string) (string, error) { return n[ns], nil }
+func (n namespaces) String() string                                      { return "test" }
 
 func pod(grace int64, lifecycle *v1.Lifecycle) *v1.Pod {
 	return &v1.Pod{
@@ -286,7 +304,8 @@ func TestNotRunningIsLeftAlone(t *testing.T) {
 	}
 }
 
-// The node's rate: 3 restarts at once, then one per 10 s.
+// The node's rate: 3 restarts at once, then one per 10 s (the failures are
+// of one namespace, which holds 2 of the 8 workers at once).
 func TestRateBoundPerNode(t *testing.T) {
 	e := newEnv(t, nil)
 	for i := range 4 {
@@ -297,7 +316,7 @@ func TestRateBoundPerNode(t *testing.T) {
 	if calls := e.rt.Calls(); len(calls) != 6 {
 		t.Fatalf("%d calls before the bucket refills: %q", len(calls), calls)
 	}
-	e.clock.Step(restart.DefaultRestartInterval)
+	e.clock.Step(actuate.DefaultInterval)
 	if calls := e.waitCalls(t, 8); calls[7] != "StopContainer c3 30" {
 		t.Fatalf("calls %q", calls)
 	}
@@ -346,6 +365,48 @@ func TestPreStopTakesFromTheGracePeriod(t *testing.T) {
 	})
 }
 
+// A tenant's hour-long grace period and preStop hook are cut at the cap
+// (--liveness-action-max-grace-period), as the kubelet cuts a hook at the
+// grace period: the hook gets the cap, the stop the kubelet's minimum of
+// 2 s after it; without a hook the stop gets the cap. A grace period under
+// the cap is the pod's own.
+func TestGracePeriodIsCapped(t *testing.T) {
+	hour := int64(3600)
+	t.Run("preStop hook", func(t *testing.T) {
+		e := newEnvWith(t, &v1.Probe{TerminationGracePeriodSeconds: &hour}, func(o *restart.Options) { o.MaxGracePeriod = 10 * time.Second })
+		hook := &v1.LifecycleHandler{Sleep: &v1.SleepAction{Seconds: 3600}}
+		e.fail(pod(3600, &v1.Lifecycle{PreStop: hook}), "containerd://c1", runtime.Liveness)
+		e.waitCalls(t, 1)
+		deadline := time.Now().Add(5 * time.Second)
+		for e.clock.Waiters() < 2 && time.Now().Before(deadline) { // the delays' heartbeat and the hook's sleep
+			time.Sleep(time.Millisecond)
+		}
+		e.clock.Step(9 * time.Second)
+		e.settle()
+		if calls := e.rt.Calls(); len(calls) != 1 {
+			t.Fatalf("calls %q before the cap passed", calls)
+		}
+		e.clock.Step(time.Second)
+		if calls := e.waitCalls(t, 2); calls[1] != "StopContainer c1 2" {
+			t.Fatalf("calls %q, want the stop with the kubelet's minimum after the cap", calls)
+		}
+	})
+	t.Run("no hook", func(t *testing.T) {
+		e := newEnvWith(t, nil, func(o *restart.Options) { o.MaxGracePeriod = 10 * time.Second })
+		e.fail(pod(3600, nil), "containerd://c1", runtime.Liveness)
+		if calls := e.waitCalls(t, 2); calls[1] != "StopContainer c1 10" {
+			t.Fatalf("calls %q", calls)
+		}
+	})
+	t.Run("under the cap", func(t *testing.T) {
+		e := newEnv(t, nil)
+		e.fail(pod(45, nil), "containerd://c1", runtime.Liveness)
+		if calls := e.waitCalls(t, 2); calls[1] != "StopContainer c1 45" {
+			t.Fatalf("calls %q, want the pod's own 45 s under the default cap of %v", calls, restart.DefaultMaxGracePeriod)
+		}
+	})
+}
+
 // A stop the runtime refuses is retried after the backoff (5 s), without
 // running the preStop hook again; after MaxAttempts a Warning
 // RestartFailed Event.
@@ -357,7 +418,7 @@ func TestStopRetried(t *testing.T) {
 	e.fail(pod(30, &v1.Lifecycle{PreStop: hook}), "containerd://c1", runtime.Liveness)
 	e.waitCalls(t, 3)
 	e.settle()
-	e.clock.Step(restart.DefaultRetryBase)
+	e.clock.Step(actuate.DefaultRetryBase)
 	calls := e.waitCalls(t, 5)
 	want := []string{"ContainerStatus c1", `ExecSync c1 ["true"] 0s`, "StopContainer c1 30", "ContainerStatus c1", "StopContainer c1 30"}
 	if fmt.Sprint(calls) != fmt.Sprint(want) {
@@ -368,39 +429,38 @@ func TestStopRetried(t *testing.T) {
 	}
 
 	e2 := newEnv(t, nil)
-	for range restart.DefaultMaxAttempts {
+	for range actuate.DefaultMaxAttempts {
 		e2.rt.stopErr = append(e2.rt.stopErr, down)
 	}
 	e2.fail(pod(30, nil), "containerd://c1", runtime.Liveness)
-	for i := 1; i <= restart.DefaultMaxAttempts; i++ {
+	for i := 1; i <= actuate.DefaultMaxAttempts; i++ {
 		e2.waitCalls(t, 2*i)
 		e2.settle()
-		e2.clock.Step(restart.DefaultRetryMax)
+		e2.clock.Step(actuate.DefaultRetryMax)
 	}
 	ev := e2.eventsOf(restart.ReasonRestartFailed)
 	if len(ev) != 1 || !strings.Contains(ev[0].Message, "after 5 attempts") || !strings.Contains(ev[0].Message, "connection refused") {
 		t.Fatalf("events %+v", e2.events.List())
 	}
 	e2.settle()
-	if n := len(e2.rt.Calls()); n != 2*restart.DefaultMaxAttempts {
+	if n := len(e2.rt.Calls()); n != 2*actuate.DefaultMaxAttempts {
 		t.Fatalf("%d calls after giving up", n)
 	}
 }
 
 func TestNewErrors(t *testing.T) {
 	rec := events.New(10, slog.New(slog.DiscardHandler), nil)
-	allow := func(context.Context, string) (string, error) { return "", nil }
 	for name, o := range map[string]restart.Options{
-		"no runtime":  {Recorder: rec, Namespaces: allow},
-		"no recorder": {Runtime: &fakeRuntime{}, Namespaces: allow},
-		"no policy":   {Runtime: &fakeRuntime{}, Recorder: rec},
+		"no runtime":                        {Recorder: rec},
+		"no recorder":                       {Runtime: &fakeRuntime{}},
+		"a cap under the kubelet's minimum": {Runtime: &fakeRuntime{}, Recorder: rec, MaxGracePeriod: time.Second},
 	} {
 		if _, err := restart.New(o); err == nil {
 			t.Errorf("%s: no error", name)
 		}
 	}
-	_, err := restart.New(restart.Options{Recorder: rec, Namespaces: allow})
-	if err == nil || !errors.Is(err, err) || !strings.Contains(err.Error(), "--container-runtime-endpoint") {
+	_, err := restart.New(restart.Options{Recorder: rec})
+	if err == nil || !strings.Contains(err.Error(), "--container-runtime-endpoint") {
 		t.Errorf("no runtime: %v", err)
 	}
 }

@@ -67,7 +67,7 @@ type probedImpl struct {
 
 func newProbed(sc *scenario, runner exec.Runner, o implOptions) (*probedImpl, error) {
 	logger := slog.New(slog.DiscardHandler)
-	rt, err := runtime.New(runtime.Options{PoolSize: o.pool, ExecPoolSize: o.execPool, Logger: logger, Recorder: &record.FakeRecorder{}})
+	rt, err := runtime.New(runtime.Options{PoolSize: o.pool, ExecPoolSize: o.execPool, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
@@ -93,6 +93,7 @@ func newProbed(sc *scenario, runner exec.Runner, o implOptions) (*probedImpl, er
 		Runtime:           rt,
 		MetricsRegisterer: p.reg,
 		Logger:            logger,
+		Recorder:          &record.FakeRecorder{},
 		Shards:            o.shards,
 		Tick:              o.tick,
 		Coalesce:          o.coalesce,
