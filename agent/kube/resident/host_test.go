@@ -439,6 +439,35 @@ func (h *hostRuntime) helperProcs(t *testing.T) []int {
 	return out
 }
 
+// helperRoot is the helper's own shell among its processes procs: the one
+// whose parent is not one of them (not the lowest PID: PIDs wrap around on
+// a busy machine).
+func helperRoot(t *testing.T, procs []int) int {
+	t.Helper()
+	root := 0
+	for _, p := range procs {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		ppid, err := strconv.Atoi(fields[1])
+		if err != nil {
+			t.Fatalf("stat of %d: %q", p, stat)
+		}
+		if !slices.Contains(procs, ppid) {
+			if root != 0 {
+				t.Fatalf("two roots among the helper's processes %v: %d and %d", procs, root, p)
+			}
+			root = p
+		}
+	}
+	if root == 0 {
+		t.Fatalf("no root among the helper's processes %v", procs)
+	}
+	return root
+}
+
 // A helper that stops answering (every process of it SIGSTOPped, its
 // command too) is, at its run's timeout plus KillGrace, killed through
 // ExecSync with all it started, and replaced; that run is errored, never a
@@ -542,10 +571,9 @@ func TestHostProtocolErrorBetweenRuns(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			e := newHostEnv(t, shell, resident.Options{BackoffBase: 100 * time.Millisecond})
 			e.warm(t, "host://a")
-			h := e.rt.helperProcs(t)
-			slices.Sort(h)
+			root := helperRoot(t, e.rt.helperProcs(t))
 			r := toResult(e.runner.RunInContainer(context.Background(), "host://a",
-				[]string{"sh", "-c", fmt.Sprintf("(sleep 0.3; echo junk >/proc/%d/fd/1) </dev/null >/dev/null 2>&1 &", h[0])}, time.Second))
+				[]string{"sh", "-c", fmt.Sprintf("(sleep 0.3; echo junk >/proc/%d/fd/1) </dev/null >/dev/null 2>&1 &", root)}, time.Second))
 			if r.code != 0 {
 				t.Fatalf("%+v", r)
 			}
