@@ -59,14 +59,21 @@ func TestClusterLargePodsStayBounded(t *testing.T) {
 		kubetest.SetPodRunning(t, admin, ns, p.Name, true)
 	}
 	const limit = 256 << 20
+	// The bound: the review measured 239 MiB for 70 such pods cached
+	// whole (about 2.7 MiB a pod above the agent's own), which is over
+	// 150 MiB for 40; trimmed, the agent measured 108 MiB settled and 116
+	// MiB under the stalled readers on a loaded CI machine (the informer's
+	// first list of 50 MB is decoded whole before the transform trims it,
+	// and the Go runtime keeps what it freed below its memory limit).
+	const maxRSS = 140 << 20
 	a := startClusterAgentWith(t, checkBin, []string{"PROBED_MEMORY_LIMIT=" + strconv.Itoa(limit)}, node, nil)
 	for i := range pods {
 		waitCondition(t, a, admin, ns, fmt.Sprintf("large-%02d", i), "probed.io/ready", v1.ConditionTrue, "ProbeSucceeded", 60*time.Second)
 	}
 	settled := processRSS(t, a.cmd.Process.Pid)
 	t.Logf("agent with %d pods of 1.25 MB: RSS %d MiB", pods, settled>>20)
-	if settled > 100<<20 {
-		t.Errorf("agent RSS %d MiB with %d large pods, want under 100 MiB (the cache keeps what probing needs)", settled>>20, pods)
+	if settled > maxRSS {
+		t.Errorf("agent RSS %d MiB with %d large pods, want under %d MiB (the cache keeps what probing needs)", settled>>20, pods, maxRSS>>20)
 	}
 
 	// 20 clients ask for /pods and never read.
@@ -98,8 +105,8 @@ func TestClusterLargePodsStayBounded(t *testing.T) {
 		peak = max(peak, processRSS(t, a.cmd.Process.Pid))
 	}
 	t.Logf("with 20 readers of /pods that never read: /healthz within %v, peak RSS %d MiB", slowest.Round(time.Millisecond), peak>>20)
-	if peak > 100<<20 {
-		t.Errorf("agent RSS peaked at %d MiB with 20 stalled readers of /pods, want under 100 MiB", peak>>20)
+	if peak > maxRSS {
+		t.Errorf("agent RSS peaked at %d MiB with 20 stalled readers of /pods, want under %d MiB", peak>>20, maxRSS>>20)
 	}
 
 	// One pod's lookup answers meanwhile; /pods answers whole once a turn
@@ -122,6 +129,12 @@ func TestClusterLargePodsStayBounded(t *testing.T) {
 		if err := json.NewDecoder(bufio.NewReader(resp.Body)).Decode(&list); err != nil {
 			return false, err.Error()
 		}
-		return len(list.Items) == pods, fmt.Sprintf("%d items", len(list.Items))
+		n := 0 // the node's other pods (the agent's own) are listed too
+		for _, p := range list.Items {
+			if p.Namespace == ns {
+				n++
+			}
+		}
+		return n == pods, fmt.Sprintf("%d items, %d of namespace %s", len(list.Items), n, ns)
 	})
 }
