@@ -137,7 +137,8 @@ func TestClusterProbeBudgetRefusesThenAdmits(t *testing.T) {
 // --max-probe-rate=100 one tenant's pods took 99 runs/s and a later pod of
 // another namespace was refused for good. Now a namespace holds at most its
 // share (--namespace-probe-rate-share, 0.25 by default): the hungry
-// namespace's first pod (25 probes at 1 s) is admitted, its next ones are
+// namespace's first pod (25 probes at 1 s; the first the informer hands
+// over) is admitted, its next ones are
 // refused with an Event and a condition saying the namespace is over its
 // share, and the pods of another namespace that come later are admitted
 // and turn True. The hungry pod already admitted stays True: nothing
@@ -152,17 +153,39 @@ func TestClusterProbeBudgetShareRefusesOnlyTheNamespaceOverIt(t *testing.T) {
 		kubetest.SetPodRunning(t, admin, hungry, p.Name, true)
 	}
 	a := startClusterAgent(t, node, nil, "--max-probe-rate", "100", "--sync-frequency", "2s")
-	waitCondition(t, a, admin, hungry, "hungry-0", "probed.io/ready", v1.ConditionTrue, "ProbeSucceeded", 60*time.Second)
-	for i := 1; i < 4; i++ {
-		name := fmt.Sprintf("hungry-%d", i)
-		c := waitCondition(t, a, admin, hungry, name, "probed.io/ready", v1.ConditionFalse, "ProbeBudgetExceeded", 30*time.Second)
-		for _, want := range []string{"ask for 25 runs/s", "namespace " + hungry + " holds 25 runs/s", "over its fair share", "--namespace-probe-rate-share 0.25"} {
-			if !strings.Contains(c.Message, want) {
-				t.Errorf("condition of %s: %q lacks %q", name, c.Message, want)
+	// The informer hands the pods over in no set order: whichever comes
+	// first is admitted, the three others refused.
+	var admitted string
+	var refused []string
+	eventually(t, a.proc, 60*time.Second, "one hungry pod True, three False with ProbeBudgetExceeded", func() (bool, string) {
+		admitted, refused = "", nil
+		var states []string
+		for i := range 4 {
+			name := fmt.Sprintf("hungry-%d", i)
+			pod, err := admin.CoreV1().Pods(hungry).Get(kubetest.Context(t), name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			c := gateCondition(pod, "probed.io/ready")
+			switch {
+			case c == nil:
+				states = append(states, name+": no condition")
+			case c.Status == v1.ConditionTrue && c.Reason == "ProbeSucceeded":
+				admitted = name
+			case c.Status == v1.ConditionFalse && c.Reason == "ProbeBudgetExceeded":
+				refused = append(refused, name)
+				for _, want := range []string{"ask for 25 runs/s", "namespace " + hungry + " holds 25 runs/s", "over its fair share", "--namespace-probe-rate-share 0.25"} {
+					if !strings.Contains(c.Message, want) {
+						t.Errorf("condition of %s: %q lacks %q", name, c.Message, want)
+					}
+				}
+			default:
+				states = append(states, fmt.Sprintf("%s: %s %s", name, c.Status, c.Reason))
 			}
 		}
-	}
-	waitEvent(t, a, admin, hungry, "hungry-1", "ProbeBudgetExceeded", "over its fair share", "--namespace-probe-rate-share 0.25")
+		return admitted != "" && len(refused) == 3, fmt.Sprintf("admitted %q, refused %q, %q", admitted, refused, states)
+	})
+	waitEvent(t, a, admin, hungry, refused[0], "ProbeBudgetExceeded", "over its fair share", "--namespace-probe-rate-share 0.25")
 
 	for i := range 3 {
 		p := limitsPod(victims, fmt.Sprintf("victim-%d", i), node, 2, port, `"periodSeconds":1`)
@@ -178,8 +201,10 @@ func TestClusterProbeBudgetShareRefusesOnlyTheNamespaceOverIt(t *testing.T) {
 		}
 	}
 	// Nothing was taken back, and the hungry namespace is still refused.
-	waitCondition(t, a, admin, hungry, "hungry-0", "probed.io/ready", v1.ConditionTrue, "ProbeSucceeded", time.Second)
-	waitCondition(t, a, admin, hungry, "hungry-3", "probed.io/ready", v1.ConditionFalse, "ProbeBudgetExceeded", time.Second)
+	waitCondition(t, a, admin, hungry, admitted, "probed.io/ready", v1.ConditionTrue, "ProbeSucceeded", time.Second)
+	for _, name := range refused {
+		waitCondition(t, a, admin, hungry, name, "probed.io/ready", v1.ConditionFalse, "ProbeBudgetExceeded", time.Second)
+	}
 }
 
 // Issue 17 §2: the two hostile pods of the review (1,000 containers each,
