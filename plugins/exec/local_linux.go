@@ -94,6 +94,9 @@ type LocalRunner struct {
 	ProcessGroupOnly bool
 }
 
+// Mode is "host": exec probes run on this host.
+func (*LocalRunner) Mode(string) string { return "host" }
+
 // TreeKill reports how this runner kills a command's tree: HostTreeKill,
 // or the process-group mode when ProcessGroupOnly is set.
 func (r *LocalRunner) TreeKill() TreeKill {
