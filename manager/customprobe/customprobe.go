@@ -73,6 +73,7 @@ import (
 
 	"github.com/probed/probed/internal/suggest"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/bound"
 	"github.com/probed/probed/runtime/egress"
 	"github.com/probed/probed/runtime/expect"
 )
@@ -834,11 +835,9 @@ func jsonMessage(err error) string {
 	return strings.TrimPrefix(err.Error(), "json: ")
 }
 
-// shorten bounds a raw value quoted in an error message.
-func shorten(s string) string {
-	const max = 64
-	if len(s) <= max {
-		return s
-	}
-	return s[:max] + "..."
-}
+// shorten bounds a raw value quoted in an error message (bound.Cut: both
+// ends, at character boundaries).
+func shorten(s string) string { return bound.Cut(s, quotedBytes) }
+
+// quotedBytes bounds a raw value quoted in an error message.
+const quotedBytes = 64

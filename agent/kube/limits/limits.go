@@ -53,6 +53,7 @@ import (
 	"github.com/probed/probed/manager/customprobe"
 	"github.com/probed/probed/manager/podprobes"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/bound"
 	"github.com/probed/probed/runtime/tenant"
 )
 
@@ -380,16 +381,5 @@ func gatesReadiness(r *podprobes.Refusal) bool {
 // perSecond prints a rate with at most two decimals.
 func perSecond(v float64) string { return strconv.FormatFloat(math.Round(v*100)/100, 'f', -1, 64) }
 
-// cut bounds a message to MaxMessage bytes, on a rune boundary.
-func cut(s string) string {
-	if len(s) <= MaxMessage {
-		return s
-	}
-	i := MaxMessage - len("…")
-	for i > 0 && !isRuneStart(s[i]) {
-		i--
-	}
-	return s[:i] + "…"
-}
-
-func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
+// cut bounds a message to MaxMessage bytes (bound.Cut).
+func cut(s string) string { return bound.Cut(s, MaxMessage) }
