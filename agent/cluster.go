@@ -49,8 +49,8 @@ const (
 	// bucket (patches per second, all pods together).
 	DefaultStatusQPS   = gate.DefaultQPS
 	DefaultStatusBurst = gate.DefaultBurst
-	// The CLI's limits on what one pod may ask of the node (issue 17 §2,
-	// docs/cluster.md "Security model"): at most 32 annotation probes a
+	// The CLI's limits on what one pod may ask of the node
+	// (docs/cluster.md "Security model"): at most 32 annotation probes a
 	// pod, no period under 1 s, and 1,000 annotation probe runs a second
 	// for the whole node.
 	DefaultMaxProbesPerPod = 32

@@ -29,7 +29,7 @@ import (
 	"github.com/probed/probed/manager/customprobe"
 )
 
-// benchPods is the pod count of BenchmarkNode (issue 10 §5: one node, 500
+// benchPods is the pod count of BenchmarkNode (one node, 500
 // pods × 2 annotation probes).
 const benchPods = 500
 
@@ -44,7 +44,7 @@ func envDuration(name string, def time.Duration) time.Duration {
 	return def
 }
 
-// BenchmarkNode is issue 10 §5: one node with 500 pods, each with two
+// BenchmarkNode: one node with 500 pods, each with two
 // probed.io/probes annotation probes (tcpSocket readiness and tcpSocket
 // liveness, period 1 s, against two shared loopback targets), in manifest
 // mode and in cluster mode against the real API server (cluster runs skip

@@ -147,7 +147,7 @@ func waitGate(t *testing.T, c kubernetes.Interface, ns, name string, want v1.Con
 	}
 }
 
-// Issue 10 §2.1–§2.4 and §8 through the real agent and a real API server, as
+// Cluster mode (the gate, Events, the liveness action, RBAC) through the real agent and a real API server, as
 // the agent's RBAC identity (deploy/kubernetes ClusterRole): the gate
 // follows the annotation probe True → False → True; a pod of another node
 // with the same gate is never seen (never patched); a pod without the gate
@@ -175,7 +175,7 @@ func TestClusterGateFollowsProbe(t *testing.T) {
 	tg.open()
 	waitGate(t, admin, ns, "web", v1.ConditionTrue)
 
-	// The status page in cluster mode (issue 12 §1): the API server
+	// The status page in cluster mode: the API server
 	// connection and the pending condition writes in the header; the
 	// annotation's readiness probe of web, and not the other node's pod.
 	page := r.getPage("/")
@@ -220,7 +220,7 @@ func TestClusterGateFollowsProbe(t *testing.T) {
 	}
 }
 
-// Issue 10 §2.6: stopping probed (SIGTERM: its context) writes no False
+// Stopping probed (SIGTERM: its context) writes no False
 // anywhere, and a new probed keeps the existing condition until its own
 // first verdict: a rollout never flips a healthy pod to not-ready. The
 // container started just now (SetPodRunning): inside the kubelet's 10 s
@@ -269,7 +269,7 @@ func TestClusterRestartCausesNoFlip(t *testing.T) {
 	second.stop()
 }
 
-// Issue 10 §4: two agents for two nodes against one API server never read
+// Two agents for two nodes against one API server never read
 // or write each other's pods.
 func TestClusterTwoNodes(t *testing.T) {
 	admin := kubetest.Client(t)
@@ -299,7 +299,7 @@ func TestClusterTwoNodes(t *testing.T) {
 	}
 }
 
-// Issue 10 §2.7: /healthz says unhealthy while the informer has never
+// /healthz says unhealthy while the informer has never
 // synced (here: an API server that is not there).
 func TestClusterHealthzBeforeSync(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -322,7 +322,7 @@ func TestClusterHealthzBeforeSync(t *testing.T) {
 	}
 }
 
-// Issue 10 §2.2: in cluster mode an exec probe of the annotation and a
+// In cluster mode an exec probe of the annotation and a
 // misspelled field are rejected with an Event on that pod
 // (InvalidProbeAnnotation, naming the fields) and a log line naming pod,
 // container and field; the annotation's valid element still runs, and the

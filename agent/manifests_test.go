@@ -32,7 +32,7 @@ func (r *running) text(path string) string {
 	return string(b)
 }
 
-// TestAgent_BrokenManifestKeepsProbingStale (issue 12 §2): through the real
+// TestAgent_BrokenManifestKeepsProbingStale: through the real
 // agent and a real HTTP target, a probed pod whose file gets a typo keeps
 // being probed at its last valid version (same UID, the target keeps
 // getting requests, still Ready), GET /manifests shows the error with

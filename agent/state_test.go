@@ -100,7 +100,7 @@ status:
 	}
 }
 
-// M9 ends with the first readiness result (issue 9 §3): a pod of two
+// M9 ends with the first readiness result: a pod of two
 // containers, both started an hour before probed, restored from --state-dir
 // with Ready=False, becomes Ready once its readiness probes succeed. Before
 // the fix the restored Ready=False kept both containers not ready, which

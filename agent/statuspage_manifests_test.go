@@ -9,7 +9,7 @@ import (
 	"github.com/probed/probed/agent/source"
 )
 
-// TestAgent_PageListsRejectedManifests (issue 12 §1 and §2): the status
+// TestAgent_PageListsRejectedManifests: the status
 // page lists GET /manifests' rejected documents (file, document, pod, the
 // error, stale while the last valid version is probed), and no longer once
 // the file is fixed.

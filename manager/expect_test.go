@@ -22,7 +22,7 @@ import (
 	"github.com/probed/probed/runtime"
 )
 
-// Checks on the response (issue 22 §2), end to end through the manager's
+// Checks on the response, end to end through the manager's
 // default runtime and the built-in handlers: real sockets, real TLS
 // certificates made here, the fake clock for the latency and the days
 // left.
@@ -106,7 +106,7 @@ func lastRecord(t *testing.T, obs *recordObserver) RunRecord {
 	return recs[len(recs)-1]
 }
 
-// Issue 22 §2: certificateExpiresAfterDays on an HTTPS target, with the
+// CertificateExpiresAfterDays on an HTTPS target, with the
 // certificate the test made: 10 days left on the manager's clock fail a
 // 30-day expectation, naming the days left; a 5-day one holds.
 func TestExpect_HTTPSCertificateDaysLeft(t *testing.T) {
@@ -132,7 +132,7 @@ func TestExpect_HTTPSCertificateDaysLeft(t *testing.T) {
 	}
 }
 
-// Issue 22 §2: tcpSocket.expect.certificateExpiresAfterDays makes a TLS
+// TcpSocket.expect.certificateExpiresAfterDays makes a TLS
 // handshake with a TLS port (a real tls listener) and checks the
 // certificate it presents; a plain TCP port fails the handshake.
 func TestExpect_TCPTLSCertificate(t *testing.T) {
@@ -171,7 +171,7 @@ func TestExpect_TCPTLSCertificate(t *testing.T) {
 	}
 }
 
-// Issue 22 §2: maxLatencyMilliseconds is measured on the runtime's clock
+// MaxLatencyMilliseconds is measured on the runtime's clock
 // (the manager's): a real server that answers after the fake clock moved
 // 300 ms fails a 100 ms bound with the measured latency, and holds a
 // 500 ms one.
@@ -209,7 +209,7 @@ func TestExpect_LatencyOnTheManagersClock(t *testing.T) {
 	}
 }
 
-// Issue 22 §2: status codes and ranges, the body's regular expression and
+// Status codes and ranges, the body's regular expression and
 // JSONPath value, on a real server; a failed check names the check and the
 // status, and the body — here holding a secret — reaches neither the run
 // record (history, logs) nor an event (BR-22).

@@ -25,7 +25,7 @@ func linesWith(logs *lockedBuffer, substr string) []string {
 	return out
 }
 
-// TestStatusLackingLoggedOncePerPod (issue 18 §5; W5.1, W5.3, W5.6): a
+// TestStatusLackingLoggedOncePerPod (W5.1, W5.3, W5.6): a
 // probe the manager cannot run because the status lacks what it needs (W5.9
 // too) — no status at all, the container missing from a running pod's status, a
 // container without a container ID, a container with no state — is logged
@@ -119,7 +119,7 @@ func TestStatusLackingLoggedOncePerPod(t *testing.T) {
 	}
 }
 
-// TestDefaultResultsManagersAreDrained (issue 18 §5): a results manager the
+// TestDefaultResultsManagersAreDrained: a results manager the
 // manager made itself (a nil Options.Liveness) is one nobody can read; its
 // updates are discarded, so a liveness result that changes more often than
 // the channel holds (R4: 20) never blocks the worker, and Close ends the

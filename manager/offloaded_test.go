@@ -26,11 +26,11 @@ func offloadedPod() *v1.Pod {
 // An offloaded probe is a spec probe in meaning: under cluster mode's
 // policy it gets a worker of origin offloaded with the kubelet's
 // thresholds and the kubelet's K4 Event texts (one Unhealthy per failed
-// run, no threshold counts: the runtime keys them on Spec.Extension, which
-// an offloaded probe has not), while the node's budget (Options.Admit)
+// run, no threshold counts: ProbeEvents gives those to the annotation's
+// probes only), while the node's budget (Options.Admit)
 // counts it as it counts the annotation's probes.
 func TestOffloadedProbeIsASpecProbeInMeaning(t *testing.T) {
-	e, log := execEnv(t, runtime.EventsAll)
+	e, log := execEnv(t, EventsAll)
 	e.status.set(testPodUID, runningStatus(fakeNow, true))
 	pod := offloadedPod()
 	AddPodProbes(context.Background(), e.m, pod, podprobes.Of(pod, podprobes.Cluster(customprobe.Options{}, "")))

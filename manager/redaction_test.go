@@ -47,7 +47,7 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
-// Issue 9 §6: secrets in probe paths and in what a command prints reach
+// Secrets in probe paths and in what a command prints reach
 // neither the span (url.full, status, exception event), nor the run record
 // the history is built from, nor the manager's logs. Real built-in
 // handlers: an HTTP probe whose URL cannot be built (errored, the error

@@ -17,8 +17,8 @@ import (
 	"github.com/probed/probed/runtime"
 )
 
-// Events that say where the threshold stands (issue 22 §3,
-// kubernetes/kubernetes#115823): an annotation probe's events carry the
+// Events that say where the threshold stands
+// (kubernetes/kubernetes#115823): an annotation probe's events carry the
 // count against the threshold and what the verdict changed; spec probes
 // keep the kubelet's K4 texts; --events=transitions records one event per
 // verdict change. The fake exec handler's output is "fake".
@@ -69,7 +69,7 @@ func wantLines(t *testing.T, got []string, want ...string) {
 	}
 }
 
-// Issue 22 §3 with the kubelet's event mode: every failed run of an
+// Threshold events with the kubelet's event mode: every failed run of an
 // annotation probe says where the threshold stands and, at the threshold,
 // what the verdict changed; the recovery says how many failures came
 // before. The examples of the issue.
@@ -200,7 +200,7 @@ func (l *refLog) Eventf(obj k8sruntime.Object, eventtype, reason, format string,
 	l.eventLog.Eventf(obj, eventtype, reason, format+" "+obj.(*v1.ObjectReference).FieldPath, args...)
 }
 
-// Issue 22 §3, --events=transitions: one event per verdict change (the
+// --events=transitions: one event per verdict change (the
 // first verdict of the container included) and one when a probe starts
 // erroring, whatever the runs in between.
 func TestEvents_TransitionsOnly(t *testing.T) {
@@ -270,7 +270,7 @@ func filter(lines []string, sub string) []string {
 	return out
 }
 
-// The health-event log's facts in the run record (issue 22 §3): the
+// The health-event log's facts in the run record: the
 // verdict before the run (UNKNOWN until the first), whether the run
 // changed it, whether it was the container's first check; and the time
 // from the container's start to its first Success verdict, in the record

@@ -112,7 +112,7 @@ func healthzWithin(t *testing.T, addr string, d time.Duration) bool {
 	return err == nil && resp.StatusCode == http.StatusOK
 }
 
-// TestServerCapsConnections (issue 9 §1): with MaxConnections 4 and four
+// TestServerCapsConnections: with MaxConnections 4 and four
 // requests in flight (a handler that blocks), further clients are not
 // served (the cap holds: they wait in the accept queue, holding no
 // descriptor of probed's) until requests end; then they are.
@@ -170,7 +170,7 @@ func TestServerCapsConnections(t *testing.T) {
 	}
 }
 
-// TestServerIdleConnectionsYieldToHealthz (issue 17 §6): keep-alive
+// TestServerIdleConnectionsYieldToHealthz: keep-alive
 // connections left idle at the cap do not lock the API: a new client's GET
 // /healthz is answered within a second, the connection idle the longest is
 // the one closed for it, and the others stay open.
@@ -198,7 +198,7 @@ func TestServerIdleConnectionsYieldToHealthz(t *testing.T) {
 	}
 }
 
-// TestServerSilentConnectionsYieldAfterGrace (issue 17 §6): connections
+// TestServerSilentConnectionsYieldAfterGrace: connections
 // that never send a request hold the cap only for NewConnGrace: a GET
 // /healthz is then answered within a second.
 func TestServerSilentConnectionsYieldAfterGrace(t *testing.T) {

@@ -70,7 +70,7 @@ func count(lines []string, substr string) int {
 	return n
 }
 
-// Issue 17 §5: a probe failing every 100 ms for 3 minutes writes one
+// A probe failing every 100 ms for 3 minutes writes one
 // "probe failed" line, then one summary per minute with the runs since
 // (at 1 and 2 minutes), not 1,800 lines; its recovery at 3 minutes is one
 // INFO line with the failed runs since the last summary and how long the

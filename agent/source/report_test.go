@@ -37,7 +37,7 @@ func reportSource(t *testing.T, path string, logs *logBuffer, clk *clocktesting.
 	return s
 }
 
-// TestScan_InvalidatedPodStaysStaleUntilFixedOrDeleted (issue 12 §2): a pod
+// TestScan_InvalidatedPodStaysStaleUntilFixedOrDeleted: a pod
 // whose file turns invalid is delivered again at its last valid version
 // (same UID and spec, so its probes go on), marked stale with the error;
 // the report says stale, since when; fixing the file clears it and the new
@@ -169,7 +169,7 @@ func TestReport_JSONShape(t *testing.T) {
 	if r.Rejected[0].File != filepath.Join(dir, "b.yaml") || !r.Rejected[0].Since.Equal(t0) || r.Rejected[0].Pod != "default/b" || r.Rejected[0].Stale {
 		t.Errorf("first rejected %+v", r.Rejected[0])
 	}
-	// The field and what is wrong with it, apart (issue 18 §4: what
+	// The field and what is wrong with it, apart (what
 	// `probed status` shows), and together in the message.
 	if b := r.Rejected[0]; b.Field != "spec.containers[0].readinessProbe.tcpSocket.port" || !strings.HasPrefix(b.Detail, "Invalid value: 0") ||
 		!strings.HasSuffix(b.Error, ": "+b.Field+": "+b.Detail) {

@@ -367,7 +367,7 @@ func watchSnapshots(t *testing.T, s *source.Source) (wait func(what string, ok f
 	}
 }
 
-// TestScan_NoPodSaysItWaits (issue 18 §7): a scan that finds no pod logs
+// TestScan_NoPodSaysItWaits: a scan that finds no pod logs
 // once that the agent waits for manifests, and where; not again while it
 // stays empty; again when the pods are gone after some were there.
 func TestScan_NoPodSaysItWaits(t *testing.T) {

@@ -48,7 +48,7 @@ func specialManifests(t *testing.T, dir string) map[string]string {
 }
 
 // scanReturns runs s.Scan, failing the test when it does not return: the
-// defect under test (issue 9 §2) is a scan that blocks on a FIFO.
+// defect under test is a scan that blocks on a FIFO.
 func scanReturns(t *testing.T, s *source.Source) source.Snapshot {
 	t.Helper()
 	done := make(chan source.Snapshot, 1)
@@ -63,7 +63,7 @@ func scanReturns(t *testing.T, s *source.Source) source.Snapshot {
 }
 
 // TestScan_SpecialFilesRefusedOthersLoad: symlinks to a FIFO, /dev/zero, a
-// socket and a directory do not hang or exhaust the scan (issue 9 §2); each
+// socket and a directory do not hang or exhaust the scan; each
 // is one error naming the file and what it is, logged once, and the valid
 // pod beside them loads.
 func TestScan_SpecialFilesRefusedOthersLoad(t *testing.T) {
@@ -122,7 +122,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 
 // TestWatch_SpecialFileAddedWhileRunning: a FIFO or /dev/zero symlink added
 // to a watched directory is reported, files written after it are still
-// picked up, and Watch returns when its context ends (issue 9 §2: the watch
+// picked up, and Watch returns when its context ends (the watch
 // used to block on the FIFO, and with it SIGTERM).
 func TestWatch_SpecialFileAddedWhileRunning(t *testing.T) {
 	dir := t.TempDir()

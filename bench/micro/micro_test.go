@@ -155,7 +155,7 @@ func countingScheduler(b *testing.B, clk clock.WithTicker, n int) *atomic.Int64 
 	return runs
 }
 
-// BenchmarkSchedulerSetPeriod (issue 22 §1): one period change of an
+// BenchmarkSchedulerSetPeriod: one period change of an
 // armed entry in a scheduler holding 100k — what a worker pays on a run
 // that changes its state's period (fast until ready, then slow; a
 // transition), never on a run that does not: the grid re-anchored at the
@@ -450,7 +450,7 @@ func BenchmarkManagerRun(b *testing.B) {
 	b.ReportMetric(float64(processCPU()-cpu0)/float64(f.obs.n.Load()-start), "cpu-ns/run")
 }
 
-// BenchmarkManagerRunStatePeriods (issue 22 §1): one executed run end to
+// BenchmarkManagerRunStatePeriods: one executed run end to
 // end, as BenchmarkManagerRun, for 20k probes at 1 s that all succeed:
 // "spec" the containers' own probes (today's path), "annotation" the same
 // probes in the probed.io/probes annotation, "state-periods" those with

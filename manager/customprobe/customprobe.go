@@ -38,9 +38,9 @@
 // validation of v1.Probe (spec 1.2, 1.3). The millisecond fields, which
 // v1.Probe lacks, are offsets added to the defaulted seconds fields as in
 // upstream's sub-second probe proposal (kubernetes/kubernetes#107958,
-// KEP-3066; ValidateMilliseconds). The periods by state (issue 22 §1,
-// ValidateStatePeriods) and httpGet.expect/tcpSocket.expect (issue 22 §2,
-// runtime/expect) are what an annotation probe has beyond v1.Probe
+// KEP-3066; ValidateMilliseconds). The periods by state
+// (ValidateStatePeriods) and httpGet.expect/tcpSocket.expect
+// (runtime/expect) are what an annotation probe has beyond v1.Probe
 // (Probe.Extension): expect is taken out of the handler's object before
 // the rest is decoded into the v1 type, so a spec probe can never carry
 // it. The built-in handlers are decoded strictly (an unknown or
@@ -156,7 +156,7 @@ type Options struct {
 	Egress *egress.Rule
 
 	// Limits an operator sets on what one pod may ask of the node (cluster
-	// mode, issue 17 §2); each names the flag that sets it in its errors.
+	// mode); each names the flag that sets it in its errors.
 	// A pod over MaxProbes has none of its annotation probes run; a probe
 	// under MinPeriod is refused like any invalid element.
 	Limits Limits
@@ -541,7 +541,7 @@ func validateExpect(p *Probe, path *field.Path) field.ErrorList {
 }
 
 // decodeWithExpect decodes a built-in handler strictly into v, as
-// decodeStrict, except for its "expect" key (issue 22 §2) and, when
+// decodeStrict, except for its "expect" key and, when
 // keepAlive is not nil (httpGet), its "keepAlive" key (a boolean: the
 // probe keeps its connection between runs, plugins/http), which
 // v1's handlers lack: expect is decoded, strictly too, into an

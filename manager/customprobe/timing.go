@@ -124,7 +124,7 @@ func ValidateMilliseconds(p *v1.Probe, ms runtime.Milliseconds, fldPath *field.P
 
 // ValidateStatePeriods checks an annotation probe's periods by state
 // (unhealthyPeriodSeconds/Milliseconds, transitionPeriodSeconds/
-// Milliseconds; issue 22 §1) as ValidateMilliseconds checks its period: a
+// Milliseconds) as ValidateMilliseconds checks its period: a
 // period is set when either of its fields is; then its seconds must be
 // >= 0, its offset in [-999, 999] and the sum at least MinPeriod (100 ms).
 // A transition period needs a threshold above 1: with successThreshold and

@@ -1,5 +1,5 @@
 // Package expect holds what an annotation probe (probed.io/probes) may
-// expect of a target's answer beyond the kubelet's verdict (issue 22 §2):
+// expect of a target's answer beyond the kubelet's verdict:
 // the status codes, a regular expression or a JSONPath value of the body,
 // a latency bound and a certificate that stays valid long enough. Spec
 // probes never carry it: v1.Probe has no such field, and the annotation's

@@ -29,7 +29,7 @@ func sha256Of(t *testing.T, path string) string {
 }
 
 // newReturns runs pluginhost.New, failing the test when it does not
-// return: the defects under test (issue 9 §2) are reads that block.
+// return: the defects under test are reads that block.
 func newReturns(t *testing.T, opts pluginhost.Options) (*pluginhost.Host, error) {
 	t.Helper()
 	type result struct {
@@ -56,8 +56,7 @@ func newReturns(t *testing.T, opts pluginhost.Options) (*pluginhost.Host, error)
 // TestRequirePin: with RequirePin, a plugin without a sha256 pin stops
 // New with an error naming it and giving its binary's SHA-256, and no
 // plugin process is left; pinned plugins start. Without RequirePin the
-// unpinned plugin starts and one WARN line names every unpinned plugin
-// (issue 9 §6).
+// unpinned plugin starts and one WARN line names every unpinned plugin.
 func TestRequirePin(t *testing.T) {
 	t.Parallel()
 	path := privatePlugin(t)
@@ -100,7 +99,7 @@ func TestRequirePin(t *testing.T) {
 
 // TestPinnedBinaryNotRegular: a pinned plugin path that is a FIFO without
 // a writer or a symlink to /dev/zero is refused at once, naming the file
-// and what it is, instead of blocking or hashing without end (issue 9 §2).
+// and what it is, instead of blocking or hashing without end.
 func TestPinnedBinaryNotRegular(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -163,7 +162,7 @@ func TestConfigFileNotRegular(t *testing.T) {
 
 // TestKillLeavesNoStaleSocket: the unix socket of a plugin killed with
 // SIGKILL is removed when the plugin restarts, the restarted plugin serves,
-// and Close removes the host's socket directory (issue 9 §6: every kill -9
+// and Close removes the host's socket directory (every kill -9
 // used to leave a socket in /tmp).
 func TestKillLeavesNoStaleSocket(t *testing.T) {
 	t.Parallel()

@@ -549,7 +549,7 @@ func TestRegister(t *testing.T) {
 
 // TestLastErrorIsRedacted: a restart that fails with an error echoing the
 // plugin's configuration shows in Status (and so in /debug/scheduler)
-// and in the log without the secret values (issue 9 §6: one redaction rule everywhere).
+// and in the log without the secret values (one redaction rule everywhere).
 func TestLastErrorIsRedacted(t *testing.T) {
 	t.Parallel()
 	trigger := filepath.Join(t.TempDir(), "fail-now")

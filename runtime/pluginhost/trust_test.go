@@ -48,7 +48,7 @@ func mkdir(t *testing.T, dir string, mode os.FileMode) string {
 	return dir
 }
 
-// TestStrictModesRefuseReplaceablePlugins (issue 17 §6): a plugin
+// TestStrictModesRefuseReplaceablePlugins: a plugin
 // directory or binary that someone other than root or probed's user could
 // replace is refused, as sshd's StrictModes refuses such files: writable by
 // others or by the group (the file, the directory or a directory above

@@ -24,7 +24,7 @@ import (
 	"github.com/probed/probed/internal/kubetest"
 )
 
-// Issue 19: the agent with --container-runtime-endpoint against a real
+// The agent with --container-runtime-endpoint against a real
 // containerd (test/cri/env.sh) and the real API server. Each container is
 // created through the CRI, and its ID written into the pod's status as the
 // kubelet would ("containerd://<id>").

@@ -121,7 +121,7 @@ func (e *evictEnv) terminating(t *testing.T, name string) bool {
 	return p.DeletionTimestamp != nil
 }
 
-// Issue 10 §2.5: one Eviction per container instance. There is no kubelet,
+// One Eviction per container instance. There is no kubelet,
 // so the evicted pod stays with a deletionTimestamp (graceful deletion
 // waits for a kubelet to confirm). Repeated reports of the same instance
 // send nothing more; a report about the now terminating pod neither.
@@ -157,7 +157,7 @@ func TestEvictOncePerContainerInstance(t *testing.T) {
 	}
 }
 
-// Issue 10 §2.5: a PodDisruptionBudget that allows no disruption makes the
+// A PodDisruptionBudget that allows no disruption makes the
 // server answer 429; the actuator logs it and retries with backoff (at least
 // the server's Retry-After), and evicts once the budget is gone.
 func TestPDBBlocksEvictionUntilAllowed(t *testing.T) {
@@ -199,7 +199,7 @@ func TestPDBBlocksEvictionUntilAllowed(t *testing.T) {
 	}
 }
 
-// Issue 10 §2.5: DaemonSet, static and mirror pods are never evicted: no
+// DaemonSet, static and mirror pods are never evicted: no
 // eviction request is sent (counted), and the Event says why. A plain pod
 // failing after them is evicted (the worker is serial, so the exempt pods'
 // requests would have come first).
@@ -238,7 +238,7 @@ func TestExemptPodsAreNeverEvicted(t *testing.T) {
 	}
 }
 
-// Issue 10 §2.5, the rate bound per node against the real server: 5 pods
+// The rate bound per node against the real server: 5 pods
 // failing at once get 3 evictions (the burst); the 4th and 5th wait for
 // tokens, one per 10 s of the (fake) clock.
 func TestEvictionRateBoundPerNode(t *testing.T) {
@@ -272,8 +272,8 @@ func TestEvictionRateBoundPerNode(t *testing.T) {
 	}
 }
 
-// Issue 10 §2.8: eviction needs pods/eviction create and, since issue 17
-// §6, reading the namespaces' labels: as the agent's identity with the RBAC
+// Eviction needs pods/eviction create and, since the
+// namespace scope, reading the namespaces' labels: as the agent's identity with the RBAC
 // of deploy/kubernetes (options/clusterrole-eviction.yaml included), the pod is
 // evicted. Without pods/eviction the server refuses (403): retried
 // MaxAttempts (5) times, then an EvictionFailed Event.
@@ -315,7 +315,7 @@ func TestEvictionWithTheAgentsRBAC(t *testing.T) {
 	})
 }
 
-// Issue 17 §6: --liveness-action=evict acts only in the namespaces the
+// --liveness-action=evict acts only in the namespaces the
 // selector picks (default: labelled probed.io/liveness-actions=enabled).
 // A failure in another namespace sends no eviction request and records one
 // Event that says why nothing was done; labelling the namespace later
@@ -357,7 +357,7 @@ func TestEvictOnlyInSelectedNamespaces(t *testing.T) {
 	}
 }
 
-// Issue 17 §6: another selector (--liveness-action-namespaces=team=a) picks
+// Another selector (--liveness-action-namespaces=team=a) picks
 // other namespaces; a namespace whose label was removed after the failure
 // was queued is not evicted (the worker checks again).
 func TestEvictNamespaceSelectorAndLabelRemoved(t *testing.T) {

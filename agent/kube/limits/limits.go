@@ -1,6 +1,6 @@
 // Package limits decides what one pod may ask of the node in cluster mode,
-// where every probed.io/probes annotation is written by a tenant (issue 17
-// §2). It is the one place that says which of a pod's annotation probes run
+// where every probed.io/probes annotation is written by a tenant.
+// It is the one place that says which of a pod's annotation probes run
 // and, when some do not, why:
 //
 //   - the annotation's own rules and the operator's per-pod limits
@@ -325,7 +325,7 @@ func (r *Room) BudgetRefusal(uid types.UID) (string, bool) {
 	return "", false
 }
 
-// PodAdded reports the pod's refused probes (issue 10 §2.2): one Warning
+// PodAdded reports the pod's refused probes: one Warning
 // Event on the pod naming every field, and one log line per refusal naming
 // pod, container and field. The annotation's valid elements run; the
 // node's other pods are not affected. The reconciler calls it when the pod

@@ -1,5 +1,5 @@
 // Package resident runs cluster mode's exec probes through a resident
-// helper per container (--exec-mode resident, issue 21; docs/cluster.md
+// helper per container (--exec-mode resident; docs/cluster.md
 // "The resident exec helper"): one more exec.Runner beside the container
 // runtime's ExecSync runner (agent/kube/cri), which it falls back to.
 //
