@@ -1,7 +1,6 @@
 package agent_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -23,27 +22,11 @@ import (
 
 	"github.com/probed/probed/agent"
 	"github.com/probed/probed/agent/events"
+	"github.com/probed/probed/internal/testlog"
 )
 
 // IgnoreCurrent: ants starts its package-level default pool at init.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreCurrent()) }
-
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // target is a real HTTP server on loopback whose paths answer with a
 // settable status code (default 200) and count their requests.
@@ -112,7 +95,7 @@ type running struct {
 	t      *testing.T
 	a      *agent.Agent
 	dir    string
-	logs   *logBuffer
+	logs   *testlog.Buffer
 	client *http.Client
 	base   string
 	cancel context.CancelFunc
@@ -121,7 +104,7 @@ type running struct {
 
 func startAgent(t *testing.T, dir string, mutate func(*agent.Options)) *running {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	opts := agent.Options{
 		ManifestDir:   dir,
 		Listen:        "127.0.0.1:0",

@@ -17,6 +17,7 @@ import (
 
 	"github.com/probed/probed/agent"
 	"github.com/probed/probed/internal/kubetest"
+	"github.com/probed/probed/internal/testlog"
 	"github.com/probed/probed/manager/customprobe"
 )
 
@@ -27,7 +28,7 @@ const gateType = v1.PodConditionType(agent.DefaultReadinessGate)
 // identity, until the test ends (or stop is called).
 func startClusterAgent(t *testing.T, cfg *rest.Config, node string, mutate func(*agent.ClusterOptions)) *running {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	c := &agent.ClusterOptions{Config: cfg, NodeName: node, StatusQPS: 50, StatusBurst: 100}
 	if mutate != nil {
 		mutate(c)

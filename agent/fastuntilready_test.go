@@ -17,6 +17,7 @@ import (
 	"github.com/probed/probed/agent"
 	"github.com/probed/probed/agent/events"
 	"github.com/probed/probed/agent/statusview"
+	"github.com/probed/probed/internal/testlog"
 	"github.com/probed/probed/manager"
 )
 
@@ -203,7 +204,7 @@ func TestAgent_WatchTransitions(t *testing.T) {
 	fastUntilReadyPod(t, dir, tg.port)
 	r := startAgent(t, dir, nil)
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &logBuffer{}
+	out := &testlog.Buffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- statusview.Transitions(ctx, statusview.WatchOptions{Server: r.base, Watch: true, Interval: 50 * time.Millisecond}, out)

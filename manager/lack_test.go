@@ -11,11 +11,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/probed/probed/internal/testlog"
 	"github.com/probed/probed/runtime"
 )
 
 // linesWith are the lines of logs that hold substr.
-func linesWith(logs *lockedBuffer, substr string) []string {
+func linesWith(logs *testlog.Buffer, substr string) []string {
 	var out []string
 	for _, l := range strings.Split(logs.String(), "\n") {
 		if strings.Contains(l, substr) {
@@ -37,7 +38,7 @@ func linesWith(logs *lockedBuffer, substr string) []string {
 // healthy ones log nothing. The memory of a pod goes with its workers: the
 // same UID added again is logged again.
 func TestStatusLackingLoggedOncePerPod(t *testing.T) {
-	var logs lockedBuffer
+	var logs testlog.Buffer
 	env := newTestEnv(t, func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
 	started := metav1.NewTime(fakeNow.Add(-time.Minute))
 	running := v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: started}}

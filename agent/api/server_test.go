@@ -14,25 +14,8 @@ import (
 	"time"
 
 	"github.com/probed/probed/agent/api"
+	"github.com/probed/probed/internal/testlog"
 )
-
-// logBuffer collects a logger's records.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // serve runs the API server (api.NewServer on api.Listen, served with
 // Listener.Serve) with cfg and handler h (nil: one that answers "ok") on
@@ -293,7 +276,7 @@ func TestNewServerDefaults(t *testing.T) {
 // has no authentication; one on loopback does not.
 func TestListenWarnsBeyondLoopback(t *testing.T) {
 	for addr, warn := range map[string]bool{"127.0.0.1:0": false, "localhost:0": false, "0.0.0.0:0": true} {
-		var logs logBuffer
+		var logs testlog.Buffer
 		log := slog.New(slog.NewTextHandler(&logs, nil))
 		ln, err := api.Listen(addr, api.ServerConfig{}, log)
 		if err != nil {

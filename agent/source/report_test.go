@@ -16,14 +16,15 @@ import (
 
 	"github.com/probed/probed/agent/manifest"
 	"github.com/probed/probed/agent/source"
+	"github.com/probed/probed/internal/testlog"
 )
 
 var t0 = time.Date(2026, 12, 1, 23, 50, 0, 0, time.UTC)
 
-func reportSource(t *testing.T, path string, logs *logBuffer, clk *clocktesting.FakePassiveClock, reg prometheus.Registerer) *source.Source {
+func reportSource(t *testing.T, path string, logs *testlog.Buffer, clk *clocktesting.FakePassiveClock, reg prometheus.Registerer) *source.Source {
 	t.Helper()
 	if logs == nil {
-		logs = &logBuffer{}
+		logs = &testlog.Buffer{}
 	}
 	var c clock.PassiveClock = clock.RealClock{}
 	if clk != nil {
@@ -46,7 +47,7 @@ func reportSource(t *testing.T, path string, logs *logBuffer, clk *clocktesting.
 func TestScan_InvalidatedPodStaysStaleUntilFixedOrDeleted(t *testing.T) {
 	dir := t.TempDir()
 	clk := clocktesting.NewFakePassiveClock(t0)
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	s := reportSource(t, dir, logs, clk, nil)
 	path := write(t, dir, "web.yaml", podYAML("web", "8080")+"---\n"+podYAML("other", "8081"))
 	snap := s.Scan()
@@ -81,7 +82,7 @@ func TestScan_InvalidatedPodStaysStaleUntilFixedOrDeleted(t *testing.T) {
 			t.Errorf("scan %d: stale field %q, detail %q", i, st.Field, st.Detail)
 		}
 	}
-	if n := logs.count("still probing the pod's last valid version"); n != 1 {
+	if n := logs.Count("still probing the pod's last valid version"); n != 1 {
 		t.Errorf("stale logged %d times, want once", n)
 	}
 
@@ -122,7 +123,7 @@ func TestScan_InvalidatedPodStaysStaleUntilFixedOrDeleted(t *testing.T) {
 func TestScan_UnreadableFileKeepsPodsStale(t *testing.T) {
 	dir := t.TempDir()
 	content := podYAML("web", "8080")
-	s, err := source.New(source.Options{Path: dir, Logger: slog.New(slog.NewTextHandler(&logBuffer{}, nil)),
+	s, err := source.New(source.Options{Path: dir, Logger: slog.New(slog.NewTextHandler(&testlog.Buffer{}, nil)),
 		Manifest: manifest.Options{MaxFileBytes: int64(len(content) + 10)}})
 	if err != nil {
 		t.Fatal(err)
@@ -199,7 +200,7 @@ func TestReport_JSONShape(t *testing.T) {
 // in the report's skipped list with why, and logged once per file version.
 func TestScan_FilesWithoutPodsAreReported(t *testing.T) {
 	dir := t.TempDir()
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	s := reportSource(t, dir, logs, nil, nil)
 	write(t, dir, "a-empty.yaml", "")
 	write(t, dir, "b-comments.yaml", "# just a comment\n\n# and another\n")
@@ -226,12 +227,12 @@ func TestScan_FilesWithoutPodsAreReported(t *testing.T) {
 		t.Errorf("skipped\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
 	}
 	s.Scan()
-	if n, m := logs.count("manifest holds no pod"), logs.count("manifest document skipped"); n != 3 || m != 2 {
+	if n, m := logs.Count("manifest holds no pod"), logs.Count("manifest document skipped"); n != 3 || m != 2 {
 		t.Errorf("after two scans: %d 'holds no pod' and %d 'document skipped' lines, want 3 and 2 (once per file version)", n, m)
 	}
 	write(t, dir, "d-secret.yaml", "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\ndata: {k: dg==}\n")
 	s.Scan()
-	if m := logs.count("manifest document skipped"); m != 3 {
+	if m := logs.Count("manifest document skipped"); m != 3 {
 		t.Errorf("a new version of the Secret's file: %d lines, want 3", m)
 	}
 }

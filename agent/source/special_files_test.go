@@ -13,6 +13,7 @@ import (
 
 	"github.com/probed/probed/agent/manifest"
 	"github.com/probed/probed/agent/source"
+	"github.com/probed/probed/internal/testlog"
 )
 
 // specialManifests adds to dir manifest-named symlinks to a FIFO without a
@@ -70,7 +71,7 @@ func TestScan_SpecialFilesRefusedOthersLoad(t *testing.T) {
 	dir := t.TempDir()
 	write(t, dir, "good.yaml", podYAML("good", "8080"))
 	special := specialManifests(t, dir)
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	s := newSource(t, dir, logs)
 	snap := scanReturns(t, s)
 	if pods := byName(snap); len(pods) != 1 || pods["default/good"] == nil {
@@ -85,13 +86,13 @@ func TestScan_SpecialFilesRefusedOthersLoad(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("no error %q in:\n%s", want, text)
 		}
-		if n := logs.count(path + ":"); n != 1 {
+		if n := logs.Count(path + ":"); n != 1 {
 			t.Errorf("%s logged %d times, want once", path, n)
 		}
 	}
 	scanReturns(t, s)
 	for path := range special {
-		if n := logs.count(path + ":"); n != 1 {
+		if n := logs.Count(path + ":"); n != 1 {
 			t.Errorf("after a second scan %s logged %d times, want once", path, n)
 		}
 	}
@@ -126,7 +127,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // used to block on the FIFO, and with it SIGTERM).
 func TestWatch_SpecialFileAddedWhileRunning(t *testing.T) {
 	dir := t.TempDir()
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	s := newSource(t, dir, logs)
 	snaps := make(chan source.Snapshot, 100)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -165,7 +166,7 @@ func TestWatch_SpecialFileAddedWhileRunning(t *testing.T) {
 		t.Fatal("Watch did not return after cancel")
 	}
 	for path := range special {
-		if logs.count(path+":") == 0 {
+		if logs.Count(path+":") == 0 {
 			t.Errorf("%s not logged", path)
 		}
 	}

@@ -1,16 +1,13 @@
 package store_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,6 +24,7 @@ import (
 	"github.com/probed/probed/agent/simulator"
 	"github.com/probed/probed/agent/store"
 	"github.com/probed/probed/agent/verdicts"
+	"github.com/probed/probed/internal/testlog"
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/manager/results"
 )
@@ -35,38 +33,6 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreCurrent()) }
 
 var fakeNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-
-// logBuffer is a goroutine-safe sink for a JSON slog handler.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// records returns the decoded log records whose msg is msg.
-func (b *logBuffer) records(msg string) []map[string]any {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	for _, line := range strings.Split(b.buf.String(), "\n") {
-		if line == "" {
-			continue
-		}
-		var rec map[string]any
-		if err := json.Unmarshal([]byte(line), &rec); err != nil {
-			continue
-		}
-		if rec["msg"] == msg {
-			out = append(out, rec)
-		}
-	}
-	return out
-}
 
 // target is a real HTTP server on loopback whose paths answer with a
 // settable status code (default 200).
@@ -128,7 +94,7 @@ type env struct {
 	live     results.Manager
 	ready    results.Manager
 	start    results.Manager
-	logs     *logBuffer
+	logs     *testlog.Buffer
 	restarts chan simulator.Restart
 	sim      *simulator.Simulator
 	events   *events.Recorder
@@ -142,7 +108,7 @@ func newEnv(t *testing.T) *env {
 		live:     results.NewManager(),
 		ready:    results.NewManager(),
 		start:    results.NewManager(),
-		logs:     &logBuffer{},
+		logs:     &testlog.Buffer{},
 		restarts: make(chan simulator.Restart, 100),
 	}
 	logger := slog.New(slog.NewJSONHandler(e.logs, nil))

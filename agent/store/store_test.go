@@ -461,7 +461,7 @@ func TestLog_StartedAndReadyChangesOneLineEach(t *testing.T) {
 	})
 	values := func(msg, key string) []any {
 		var out []any
-		for _, rec := range e.logs.records(msg) {
+		for _, rec := range e.logs.Records(msg) {
 			if rec["podUID"] != string(pod.UID) || rec["container"] != "app" || rec["pod"] != "ns1/logs" {
 				continue
 			}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/probed/probed/internal/testlog"
 	"github.com/probed/probed/runtime"
 	"github.com/probed/probed/runtime/pluginhost"
 	"github.com/probed/probed/runtime/pluginhost/pluginhosttest"
@@ -64,7 +65,7 @@ func TestRequirePin(t *testing.T) {
 	pinned := pluginhost.PluginConfig{Name: "pinned", Path: path, SHA256: good, Env: map[string]string{"TESTPLUGIN_KINDS": "pinned-kind"}}
 	unpinned := pluginhost.PluginConfig{Name: "loose", Path: path}
 
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	_, err := newReturns(t, pluginhost.Options{Plugins: []pluginhost.PluginConfig{pinned, unpinned}, RequirePin: true, Logger: newLogger(logs)})
 	want := `plugin "loose" (` + path + `) has no sha256 pin and pins are required (RequirePin, --require-plugin-pin); its sha256 is ` + good
 	if err == nil || err.Error() != want {
@@ -114,7 +115,7 @@ func TestPinnedBinaryNotRegular(t *testing.T) {
 	for what, path := range map[string]string{"a FIFO (named pipe)": fifo, "a character device": zero} {
 		_, err := newReturns(t, pluginhost.Options{
 			Plugins: []pluginhost.PluginConfig{{Name: "p", Path: path, SHA256: strings.Repeat("ab", 32)}},
-			Logger:  newLogger(&logBuffer{}),
+			Logger:  newLogger(&testlog.Buffer{}),
 		})
 		want := `plugin "p": refusing to start ` + path + ": cannot verify its sha256: " + path + ": is " + what + ", not a regular file"
 		if err == nil || err.Error() != want {
@@ -123,7 +124,7 @@ func TestPinnedBinaryNotRegular(t *testing.T) {
 		// RequirePin computes the sum to suggest: also without blocking.
 		_, err = newReturns(t, pluginhost.Options{
 			Plugins: []pluginhost.PluginConfig{{Name: "p", Path: path}}, RequirePin: true,
-			Logger: newLogger(&logBuffer{}),
+			Logger: newLogger(&testlog.Buffer{}),
 		})
 		if err == nil || !strings.Contains(err.Error(), "its sha256 cannot be computed: "+path+": is "+what) {
 			t.Errorf("%s, RequirePin: %v", what, err)
@@ -153,7 +154,7 @@ func TestConfigFileNotRegular(t *testing.T) {
 		zero: zero + ": is a character device, not a regular file",
 		big:  big + ": file is 2097164 bytes, more than the limit of 1048576 bytes",
 	} {
-		_, err := newReturns(t, pluginhost.Options{ConfigFile: path, Logger: newLogger(&logBuffer{})})
+		_, err := newReturns(t, pluginhost.Options{ConfigFile: path, Logger: newLogger(&testlog.Buffer{})})
 		if err == nil || err.Error() != "plugin config: "+want {
 			t.Errorf("%v\nwant %q", err, "plugin config: "+want)
 		}
@@ -166,7 +167,7 @@ func TestConfigFileNotRegular(t *testing.T) {
 // used to leave a socket in /tmp).
 func TestKillLeavesNoStaleSocket(t *testing.T) {
 	t.Parallel()
-	h, err := pluginhost.New(context.Background(), pluginhost.Options{Plugins: []pluginhost.PluginConfig{testConfig("t")}, Logger: newLogger(&logBuffer{})})
+	h, err := pluginhost.New(context.Background(), pluginhost.Options{Plugins: []pluginhost.PluginConfig{testConfig("t")}, Logger: newLogger(&testlog.Buffer{})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +244,7 @@ func TestStaleSocketDirsRemoved(t *testing.T) {
 	if err := syscall.Flock(int(liveLock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		t.Fatal(err)
 	}
-	h, err := pluginhost.New(context.Background(), pluginhost.Options{Plugins: []pluginhost.PluginConfig{testConfig("t")}, SocketDir: base, Logger: newLogger(&logBuffer{})})
+	h, err := pluginhost.New(context.Background(), pluginhost.Options{Plugins: []pluginhost.PluginConfig{testConfig("t")}, SocketDir: base, Logger: newLogger(&testlog.Buffer{})})
 	if err != nil {
 		t.Fatal(err)
 	}

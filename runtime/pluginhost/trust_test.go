@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/probed/probed/internal/testlog"
 	"github.com/probed/probed/runtime/pluginhost"
 	"github.com/probed/probed/runtime/pluginhost/pluginhosttest"
 )
@@ -125,7 +126,7 @@ func TestStrictModesRefuseReplaceablePlugins(t *testing.T) {
 			t.Parallel()
 			root := t.TempDir()
 			s := mk(t, root)
-			logs := &logBuffer{}
+			logs := &testlog.Buffer{}
 			s.opts.Logger = newLogger(logs)
 			h, err := newReturns(t, s.opts)
 			if len(s.want) == 0 {

@@ -15,11 +15,11 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/probed/probed/agent"
+	"github.com/probed/probed/internal/testlog"
 )
 
 // prometheusSeries are series Prometheus itself makes for every target
@@ -36,24 +36,6 @@ var (
 	exposedSample = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s`)
 	exposedLabel  = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="(?:[^"\\]|\\.)*"`)
 )
-
-// lockedBuffer collects the agent's log for a failing test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // scrape returns the metric names of the samples served at url, each with
 // the label names of its samples.
@@ -164,7 +146,7 @@ spec:
 	if err := os.WriteFile(filepath.Join(dir, "web.yaml"), []byte(manifest), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	logs := &lockedBuffer{}
+	logs := &testlog.Buffer{}
 	a, err := agent.New(agent.Options{
 		ManifestDir: dir, Listen: "127.0.0.1:0", PodIP: "127.0.0.1", PluginDir: pluginDir,
 		Rescan: time.Second, SyncFrequency: time.Second, PoolSize: 8, ExecPoolSize: 2,

@@ -5,7 +5,6 @@
 package telemetry_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/probed/probed/agent"
 	"github.com/probed/probed/agent/history"
+	"github.com/probed/probed/internal/testlog"
 	"github.com/probed/probed/runtime/pluginhost/pluginhosttest"
 )
 
@@ -114,29 +114,12 @@ func (tg *target) count(path string) int {
 // ---------------------------------------------------------------------------
 // The agent.
 
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // runningAgent is an agent.Agent running in process.
 type runningAgent struct {
 	t      *testing.T
 	a      *agent.Agent
 	base   string
-	logs   *logBuffer
+	logs   *testlog.Buffer
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -150,7 +133,7 @@ var httpClient = &http.Client{
 // adjusts the options. t.Cleanup stops it if the test has not.
 func startAgent(t *testing.T, dir string, mutate func(*agent.Options)) *runningAgent {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	opts := agent.Options{
 		ManifestDir:   dir,
 		Listen:        "127.0.0.1:0",

@@ -24,6 +24,7 @@ import (
 	"github.com/probed/probed/agent/kube/evict"
 	"github.com/probed/probed/agent/kube/nsscope"
 	"github.com/probed/probed/internal/kubetest"
+	"github.com/probed/probed/internal/testlog"
 	"github.com/probed/probed/runtime"
 )
 
@@ -34,7 +35,7 @@ type evictEnv struct {
 	ns, node string
 	clock    *testingclock.FakeClock
 	requests *kubetest.Requests
-	log      *syncBuffer
+	log      *testlog.Buffer
 	events   *events.Recorder
 	act      *actuate.Queue
 }
@@ -55,7 +56,7 @@ func newEvictEnvAs(t *testing.T, identity func(admin *rest.Config, ns string) *r
 func newEvictEnvWith(t *testing.T, identity func(admin *rest.Config, ns string) *rest.Config, selector string, nsLabels map[string]string) *evictEnv {
 	t.Helper()
 	cfg := kubetest.Config(t)
-	e := &evictEnv{admin: kubetest.ClientFor(t, cfg), requests: &kubetest.Requests{}, log: &syncBuffer{},
+	e := &evictEnv{admin: kubetest.ClientFor(t, cfg), requests: &kubetest.Requests{}, log: &testlog.Buffer{},
 		clock: testingclock.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
 	e.ns, e.node = kubetest.Namespace(t), kubetest.NodeName(t)
 	if nsLabels != nil {
@@ -173,12 +174,12 @@ func TestPDBBlocksEvictionUntilAllowed(t *testing.T) {
 	}
 	const refused = "eviction refused (a PodDisruptionBudget allows no disruption now), will retry"
 	e.fail(p, "containerd://app-1")
-	kubetest.Eventually(t, "a 429 logged", func() bool { return e.log.count(refused) == 1 })
+	kubetest.Eventually(t, "a 429 logged", func() bool { return e.log.Count(refused) == 1 })
 	if n := e.evictions("db"); n != 1 {
 		t.Fatalf("%d eviction requests before the backoff passed, want 1", n)
 	}
 	e.clock.Step(actuate.DefaultRetryMax) // past any backoff and Retry-After
-	kubetest.Eventually(t, "a second 429 logged", func() bool { return e.log.count(refused) == 2 })
+	kubetest.Eventually(t, "a second 429 logged", func() bool { return e.log.Count(refused) == 2 })
 	if e.terminating(t, "db") {
 		t.Fatal("evicted through a budget that allows no disruption")
 	}
@@ -295,7 +296,7 @@ func TestEvictionWithTheAgentsRBAC(t *testing.T) {
 		p := e.pod(t, "web", nil)
 		e.fail(p, "containerd://app-1")
 		for attempt := 1; attempt < actuate.DefaultMaxAttempts; attempt++ {
-			kubetest.Eventually(t, fmt.Sprintf("failure %d logged", attempt), func() bool { return e.log.count("eviction failed, will retry") == attempt })
+			kubetest.Eventually(t, fmt.Sprintf("failure %d logged", attempt), func() bool { return e.log.Count("eviction failed, will retry") == attempt })
 			e.clock.Step(actuate.DefaultRetryMax)
 		}
 		kubetest.Eventually(t, "the EvictionFailed event", func() bool {
