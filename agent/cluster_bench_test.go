@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/probed/probed/agent"
+	"github.com/probed/probed/internal/agenttest"
 	"github.com/probed/probed/internal/kubetest"
 	"github.com/probed/probed/manager/customprobe"
 )
@@ -224,20 +225,7 @@ func runBenchAgent(b *testing.B, opts agent.Options) *agent.Agent {
 	b.Helper()
 	opts.Listen = "127.0.0.1:0"
 	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	a, err := agent.New(opts)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	b.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			b.Errorf("agent: %v", err)
-		}
-	})
-	return a
+	return agenttest.Start(b, opts).Agent
 }
 
 // steady measures memory, CPU and requests over benchWindow.

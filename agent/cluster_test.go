@@ -1,7 +1,6 @@
 package agent_test
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -43,20 +42,7 @@ func startClusterAgent(t *testing.T, cfg *rest.Config, node string, mutate func(
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{t: t, a: a, logs: logs, cancel: cancel, done: make(chan error, 1),
-		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second},
-		base:   "http://" + a.Addr().String()}
-	go func() { r.done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		if r.cancel != nil {
-			r.stop()
-		}
-		if t.Failed() {
-			t.Logf("agent logs:\n%s", logs.String())
-		}
-	})
-	return r
+	return newRunning(t, a, "", logs)
 }
 
 // switchableTarget is a loopback TCP port that can be closed and opened again.

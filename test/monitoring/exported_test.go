@@ -2,7 +2,6 @@ package monitoring
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/probed/probed/agent"
+	"github.com/probed/probed/internal/agenttest"
 	"github.com/probed/probed/internal/testlog"
 )
 
@@ -155,19 +155,9 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
+	run := agenttest.Of(t, a)
 	defer func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Error("Run did not return after cancel")
-		}
+		run.Stop()
 		if t.Failed() {
 			t.Logf("agent log:\n%s", logs.String())
 		}
