@@ -13,10 +13,10 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/probed/probed/internal/nettest"
+	"github.com/probed/probed/internal/testevents"
 	"github.com/probed/probed/manager/customprobe"
 	"github.com/probed/probed/manager/results"
 	"github.com/probed/probed/runtime"
@@ -26,24 +26,6 @@ import (
 // default runtime and the built-in handlers: real sockets, real TLS
 // certificates made here, the fake clock for the latency and the days
 // left.
-
-// eventLog is a runtime.Recorder that keeps "Type Reason message" lines.
-type eventLog struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *eventLog) Eventf(_ k8sruntime.Object, eventtype, reason, format string, args ...any) {
-	l.mu.Lock()
-	l.lines = append(l.lines, eventtype+" "+reason+" "+fmt.Sprintf(format, args...))
-	l.mu.Unlock()
-}
-
-func (l *eventLog) get() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]string(nil), l.lines...)
-}
 
 // realEnv is a test env whose manager has the default runtime (the
 // built-in handlers) on the fake clock, its runs seen by the returned
@@ -245,17 +227,17 @@ func TestExpect_StatusAndBody(t *testing.T) {
 			mu.Lock()
 			status = tc.code
 			mu.Unlock()
-			log := &eventLog{}
+			log := &testevents.Log{}
 			rec := realRun(t, fmt.Sprintf(`"type":"readiness","failureThreshold":1,"httpGet":{"port":%d,"expect":{%s}}`, port, tc.expect), log)
 			if rec.Cached != tc.want || rec.Message != tc.msg {
 				t.Fatalf("%v %q, want %v %q", rec.Cached, rec.Message, tc.want, tc.msg)
 			}
-			for _, l := range log.get() {
+			for _, l := range log.Lines() {
 				if strings.Contains(l, secret) || strings.Contains(l, "degraded\"") {
 					t.Fatalf("an event shows the body: %q", l)
 				}
 			}
-			if tc.want == results.Failure && len(log.get()) == 0 {
+			if tc.want == results.Failure && len(log.Lines()) == 0 {
 				t.Fatal("no event for a failed check")
 			}
 		})

@@ -39,7 +39,7 @@ func TestOffloadedProbeIsASpecProbeInMeaning(t *testing.T) {
 		t.Fatalf("worker spec: origin %v, extension %v", w.rs.Origin, w.rs.Extension)
 	}
 	sequence(e, w, runtime.Success, runtime.Failure, runtime.Failure, runtime.Success)
-	wantLines(t, filter(log.get(), "Unhealthy"),
+	wantLines(t, filter(log.Lines(), "Unhealthy"),
 		"Warning Unhealthy Readiness probe failed: fake",
 		"Warning Unhealthy Readiness probe failed: fake",
 	)
