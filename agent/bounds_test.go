@@ -42,8 +42,8 @@ spec:
 		} `json:"probes"`
 	}
 	r.eventually("the pod", func() bool { _, ok := r.pods()["flood/web"]; return ok })
-	// An annotation probe's events say where its threshold stands (issue
-	// 22 §3): one text per count below it, one at it, then one text for
+	// An annotation probe's events say where its threshold stands: one
+	// text per count below it, one at it, then one text for
 	// every further failure, folded into one event with a count.
 	folded := func() int {
 		n := 0

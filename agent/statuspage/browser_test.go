@@ -208,8 +208,8 @@ spec:
       periodSeconds: 1
       timeoutSeconds: 5
 `, hostileAnnotation, "printf '%s' '"+hostileOutput+"'; exit 1"),
-		// An annotation probe whose query and header carry secrets (issue
-		// 17 §4): the page shows its target redacted.
+		// An annotation probe whose query and header carry secrets: the
+		// page shows its target redacted.
 		"vault.yaml": fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
@@ -222,8 +222,8 @@ spec:
   - name: app
     image: app
 `, browserSecrets[0], webPort, browserSecrets[1]),
-		// A rejected manifest whose file name holds an ESC sequence (issue
-		// 17 §6): the rejected-manifests table shows it escaped.
+		// A rejected manifest whose file name holds an ESC sequence:
+		// the rejected-manifests table shows it escaped.
 		rejectedFile: "kind: Pod\nmetadata: {name: [\n",
 	}
 	writeManifests(t, dir, manifests)
