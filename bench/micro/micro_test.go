@@ -9,7 +9,6 @@ package micro
 import (
 	"context"
 	"log/slog"
-	"net"
 	"runtime"
 	"strconv"
 	"sync"
@@ -30,6 +29,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/probed/probed/agent/telemetry"
+	"github.com/probed/probed/internal/nettest"
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/manager/results"
 	"github.com/probed/probed/plugins/exec"
@@ -532,23 +532,7 @@ func (d *discardExporter) Shutdown(context.Context) error { return nil }
 func BenchmarkManagerRunTracing(b *testing.B) {
 	b.Run("instant", func(b *testing.B) { benchTracing(b, 10000, 0) })
 	b.Run("tcp", func(b *testing.B) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				c.Close()
-			}
-		}()
-		defer func() { ln.Close(); <-done }()
-		benchTracing(b, 1000, ln.Addr().(*net.TCPAddr).Port)
+		benchTracing(b, 1000, nettest.AcceptAndClose(b))
 	})
 }
 
