@@ -72,6 +72,7 @@ import (
 	sigsjson "sigs.k8s.io/json"
 
 	"github.com/probed/probed/internal/suggest"
+	"github.com/probed/probed/manager/probespec"
 	"github.com/probed/probed/runtime"
 	"github.com/probed/probed/runtime/bound"
 	"github.com/probed/probed/runtime/egress"
@@ -418,8 +419,8 @@ func (p *parser) element(raw json.RawMessage, path *field.Path, index int) (Prob
 			errs = append(errs, field.Forbidden(path.Child(h), "may not specify more than 1 handler type"))
 		}
 	case handlers[0] != "plugin" && handlerDecoded:
-		Default(&out.Probe)
-		errs = append(errs, ValidateHandler(&out.Probe.ProbeHandler, path)...)
+		probespec.Default(&out.Probe)
+		errs = append(errs, probespec.ValidateHandler(&out.Probe.ProbeHandler, path)...)
 		errs = append(errs, p.hosts(&out.Probe.ProbeHandler, path)...)
 	}
 
@@ -459,13 +460,13 @@ func (p *parser) element(raw json.RawMessage, path *field.Path, index int) (Prob
 		e.Detail = fmt.Sprintf("no plugin serves probe kind %q (pod %s, container %q)", name, p.podRef, out.Container)
 		errs = append(errs, e)
 	}
-	DefaultTiming(&out.Probe)
+	probespec.DefaultTiming(&out.Probe)
 	t := out.Type
 	if !typeOK {
 		// Without a valid type only the type-independent rules apply.
 		t = noType
 	}
-	errs = append(errs, ValidateTiming(&out.Probe, t, path)...)
+	errs = append(errs, probespec.ValidateTiming(&out.Probe, t, path)...)
 	msErrs := ValidateMilliseconds(&out.Probe, out.Milliseconds, path)
 	errs = append(errs, msErrs...)
 	spErrs := ValidateStatePeriods(&out.Probe, out.Periods, path)

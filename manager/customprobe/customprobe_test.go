@@ -272,22 +272,3 @@ func TestParseTooLong(t *testing.T) {
 		t.Errorf("got %v %v", got, errs)
 	}
 }
-
-func TestValidateTiming(t *testing.T) {
-	path := field.NewPath("p")
-	ok := &v1.Probe{TimeoutSeconds: 1, PeriodSeconds: 10, SuccessThreshold: 1, FailureThreshold: 3}
-	for _, typ := range []runtime.ProbeType{runtime.Liveness, runtime.Readiness, runtime.Startup} {
-		if errs := ValidateTiming(ok, typ, path); len(errs) != 0 {
-			t.Errorf("%v: %v", typ, errs)
-		}
-	}
-	if errs := ValidateTiming(nil, runtime.Liveness, path); len(errs) != 0 {
-		t.Errorf("nil: %v", errs)
-	}
-	p := ok.DeepCopy()
-	p.SuccessThreshold = 0 // not defaulted: liveness needs exactly 1
-	if errs := ValidateTiming(p, runtime.Liveness, path); len(errs) != 1 || errs[0].Error() != "p.successThreshold: Invalid value: 0: must be 1" {
-		t.Errorf("got %v", errs)
-	}
-	DefaultTiming(nil) // no panic
-}
