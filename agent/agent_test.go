@@ -1,20 +1,15 @@
 package agent_test
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,105 +18,41 @@ import (
 
 	"github.com/probed/probed/agent"
 	"github.com/probed/probed/agent/events"
+	"github.com/probed/probed/internal/agenttest"
+	"github.com/probed/probed/internal/nettest"
+	"github.com/probed/probed/internal/testlog"
 )
 
 // IgnoreCurrent: ants starts its package-level default pool at init.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreCurrent()) }
-
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// target is a real HTTP server on loopback whose paths answer with a
-// settable status code (default 200) and count their requests.
-type target struct {
-	srv   *httptest.Server
-	port  int
-	mu    sync.Mutex
-	codes map[string]int
-	hits  map[string]int
-}
-
-func newTarget(t *testing.T) *target {
-	t.Helper()
-	tg := &target{codes: map[string]int{}, hits: map[string]int{}}
-	tg.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tg.mu.Lock()
-		code, ok := tg.codes[r.URL.Path]
-		tg.hits[r.URL.Path]++
-		tg.mu.Unlock()
-		if !ok {
-			code = http.StatusOK
-		}
-		w.WriteHeader(code)
-	}))
-	t.Cleanup(tg.srv.Close)
-	tg.port = tg.srv.Listener.Addr().(*net.TCPAddr).Port
-	return tg
-}
-
-func (tg *target) set(path string, code int) {
-	tg.mu.Lock()
-	tg.codes[path] = code
-	tg.mu.Unlock()
-}
-
-func (tg *target) hitCount(path string) int {
-	tg.mu.Lock()
-	defer tg.mu.Unlock()
-	return tg.hits[path]
-}
-
-// tcpTarget is a loopback listener that accepts and closes connections.
-func tcpTarget(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); <-done })
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 // running is an agent started in-process on a temp manifest directory.
 type running struct {
 	t      *testing.T
 	a      *agent.Agent
 	dir    string
-	logs   *logBuffer
+	logs   *testlog.Buffer
 	client *http.Client
 	base   string
-	cancel context.CancelFunc
-	done   chan error
+	run    *agenttest.Run
+}
+
+// newRunning runs a until the test ends, its log shown when the test fails.
+func newRunning(t *testing.T, a *agent.Agent, dir string, logs *testlog.Buffer) *running {
+	t.Helper()
+	t.Cleanup(func() { // after the agent's stop
+		if t.Failed() {
+			t.Logf("agent logs:\n%s", logs.String())
+		}
+	})
+	run := agenttest.Of(t, a)
+	return &running{t: t, a: a, dir: dir, logs: logs, run: run, base: run.Base,
+		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}}
 }
 
 func startAgent(t *testing.T, dir string, mutate func(*agent.Options)) *running {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	opts := agent.Options{
 		ManifestDir:   dir,
 		Listen:        "127.0.0.1:0",
@@ -138,35 +69,13 @@ func startAgent(t *testing.T, dir string, mutate func(*agent.Options)) *running 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{t: t, a: a, dir: dir, logs: logs, cancel: cancel, done: make(chan error, 1),
-		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second},
-		base:   "http://" + a.Addr().String()}
-	go func() { r.done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		if r.cancel != nil {
-			r.stop()
-		}
-		if t.Failed() {
-			t.Logf("agent logs:\n%s", logs.String())
-		}
-	})
-	return r
+	return newRunning(t, a, dir, logs)
 }
 
-// stop cancels the agent's context and checks that Run returns nil.
+// stop ends the agent's Run and checks that it returned nil.
 func (r *running) stop() {
 	r.t.Helper()
-	r.cancel()
-	r.cancel = nil
-	select {
-	case err := <-r.done:
-		if err != nil {
-			r.t.Errorf("Run returned %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		r.t.Fatal("Run did not return after cancel")
-	}
+	r.run.Stop()
 }
 
 func (r *running) get(path string, into any) {
@@ -329,10 +238,10 @@ spec:
 func TestAgent_EndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	outDir := t.TempDir()
-	tg := newTarget(t)
-	tcpPort := tcpTarget(t)
-	tg.set("/ready", 500)
-	writeFile(t, filepath.Join(dir, "web.yaml"), webYAML(tg.port, "/ready"))
+	tg := nettest.NewTarget(t)
+	tcpPort := nettest.AcceptAndClose(t)
+	tg.Set("/ready", 500)
+	writeFile(t, filepath.Join(dir, "web.yaml"), webYAML(tg.Port, "/ready"))
 	writeFile(t, filepath.Join(dir, "cache.json"), tcpJSON(tcpPort))
 	writeFile(t, filepath.Join(dir, "scripted.yaml"), execYAML)
 	writeFile(t, filepath.Join(dir, "README.md"), "not a manifest")
@@ -350,7 +259,7 @@ func TestAgent_EndToEnd(t *testing.T) {
 	if c, _ := container(r.pods()["shop/web"], "app"); c.Ready {
 		t.Fatal("web Ready while /ready fails")
 	}
-	tg.set("/ready", 200)
+	tg.Set("/ready", 200)
 	r.eventually("web Ready", func() bool {
 		p := r.pods()["shop/web"]
 		c, _ := container(p, "app")
@@ -358,21 +267,21 @@ func TestAgent_EndToEnd(t *testing.T) {
 	})
 
 	// Readiness target fails → Ready false.
-	tg.set("/ready", 503)
+	tg.Set("/ready", 503)
 	r.eventually("web not Ready", func() bool {
 		p := r.pods()["shop/web"]
 		c, _ := container(p, "app")
 		return !c.Ready && !podReady(p)
 	})
-	tg.set("/ready", 200)
+	tg.Set("/ready", 200)
 	r.eventually("web Ready again", func() bool { c, _ := container(r.pods()["shop/web"], "app"); return c.Ready })
 
 	// Liveness failure → restart, on-restart command with PROBED_*.
 	web := r.pods()["shop/web"]
 	before, _ := container(web, "app")
-	tg.set("/live", 500)
+	tg.Set("/live", 500)
 	r.eventually("a restart", func() bool { c, _ := container(r.pods()["shop/web"], "app"); return c.RestartCount >= 1 })
-	tg.set("/live", 200)
+	tg.Set("/live", 200)
 	after, _ := container(r.pods()["shop/web"], "app")
 	if after.ContainerID == before.ContainerID || after.LastTerminationState.Terminated == nil ||
 		after.LastTerminationState.Terminated.ExitCode != 137 || after.LastTerminationState.Terminated.ContainerID != before.ContainerID {
@@ -428,7 +337,7 @@ func TestAgent_EndToEnd(t *testing.T) {
 
 	// A file added while running.
 	newPath := filepath.Join(dir, "later.yaml")
-	writeFile(t, newPath, strings.NewReplacer("name: web", "name: later", "/ready", "/later").Replace(webYAML(tg.port, "/ready")))
+	writeFile(t, newPath, strings.NewReplacer("name: web", "name: later", "/ready", "/later").Replace(webYAML(tg.Port, "/ready")))
 	r.eventually("the added pod Ready", func() bool {
 		c, ok := container(r.pods()["shop/later"], "app")
 		return ok && c.Ready
@@ -436,20 +345,20 @@ func TestAgent_EndToEnd(t *testing.T) {
 	// A modified file replaces its pod: new UID, new probe.
 	oldCache := r.pods()["default/cache"]
 	writeFile(t, filepath.Join(dir, "cache.json"), strings.Replace(tcpJSON(tcpPort), `"tcpSocket":{"port":`+strconv.Itoa(tcpPort)+`}`,
-		`"httpGet":{"path":"/cache","port":`+strconv.Itoa(tg.port)+`}`, 1))
+		`"httpGet":{"path":"/cache","port":`+strconv.Itoa(tg.Port)+`}`, 1))
 	r.eventually("cache replaced and probed over HTTP", func() bool {
 		p, ok := r.pods()["default/cache"]
 		c, _ := container(p, "redis")
-		return ok && p.UID != oldCache.UID && c.Ready && tg.hitCount("/cache") > 0
+		return ok && p.UID != oldCache.UID && c.Ready && tg.Hits("/cache") > 0
 	})
 	// A removed file removes its pod.
 	if err := os.Remove(newPath); err != nil {
 		t.Fatal(err)
 	}
 	r.eventually("the removed pod gone", func() bool { _, ok := r.pods()["shop/later"]; return !ok })
-	laterHits := tg.hitCount("/later")
+	laterHits := tg.Hits("/later")
 	time.Sleep(1500 * time.Millisecond)
-	if n := tg.hitCount("/later"); n > laterHits+1 {
+	if n := tg.Hits("/later"); n > laterHits+1 {
 		t.Errorf("removed pod still probed: %d → %d requests", laterHits, n)
 	}
 	if c, _ := container(r.pods()["default/scripted"], "job"); c.RestartCount != 0 {
@@ -464,8 +373,8 @@ func TestAgent_EndToEnd(t *testing.T) {
 // removed and added again under the same UID, with fresh workers.
 func TestAgent_ModifiedFileWithFixedUIDReplacesThePod(t *testing.T) {
 	dir := t.TempDir()
-	tg := newTarget(t)
-	tg.set("/old", 500)
+	tg := nettest.NewTarget(t)
+	tg.Set("/old", 500)
 	manifest := func(path string) string {
 		return fmt.Sprintf(`apiVersion: v1
 kind: Pod
@@ -480,25 +389,25 @@ spec:
       httpGet: {path: %s, port: %d}
       periodSeconds: 1
       failureThreshold: 1
-`, path, tg.port)
+`, path, tg.Port)
 	}
 	path := filepath.Join(dir, "fixed.yaml")
 	writeFile(t, path, manifest("/old"))
 	r := startAgent(t, dir, nil)
 	r.eventually("the pod probed on /old", func() bool {
 		_, ok := r.pods()["default/fixed"]
-		return ok && tg.hitCount("/old") > 0
+		return ok && tg.Hits("/old") > 0
 	})
 	writeFile(t, path, manifest("/new"))
 	r.eventually("the edited probe used and the pod Ready", func() bool {
 		p := r.pods()["default/fixed"]
 		c, _ := container(p, "app")
-		return p.UID == "6f1c1d3e-0000-4000-8000-000000000001" && c.Ready && tg.hitCount("/new") > 0 &&
+		return p.UID == "6f1c1d3e-0000-4000-8000-000000000001" && c.Ready && tg.Hits("/new") > 0 &&
 			p.Spec.Containers[0].ReadinessProbe.HTTPGet.Path == "/new"
 	})
-	oldHits := tg.hitCount("/old")
+	oldHits := tg.Hits("/old")
 	time.Sleep(1500 * time.Millisecond)
-	if n := tg.hitCount("/old"); n > oldHits+1 {
+	if n := tg.Hits("/old"); n > oldHits+1 {
 		t.Errorf("the old probe still runs: %d → %d requests", oldHits, n)
 	}
 	r.stop()

@@ -10,7 +10,7 @@ import (
 	"github.com/probed/probed/internal/nettest"
 )
 
-// Issue 17 §5, through the real agent: one pod whose annotation readiness
+// What a target sends stays bounded, through the real agent: one pod whose annotation readiness
 // probe has a 250 KB path, every 100 ms, against a closed port (Go's error
 // quotes the URL: every failed run's message held the path). The agent
 // logs the failure once (a transition; runs are not logged one by one),
@@ -42,8 +42,8 @@ spec:
 		} `json:"probes"`
 	}
 	r.eventually("the pod", func() bool { _, ok := r.pods()["flood/web"]; return ok })
-	// An annotation probe's events say where its threshold stands (issue
-	// 22 §3): one text per count below it, one at it, then one text for
+	// An annotation probe's events say where its threshold stands: one
+	// text per count below it, one at it, then one text for
 	// every further failure, folded into one event with a count.
 	folded := func() int {
 		n := 0

@@ -13,6 +13,7 @@ import (
 
 	"github.com/probed/probed/agent/actuate"
 	"github.com/probed/probed/agent/events"
+	"github.com/probed/probed/agent/history"
 	"github.com/probed/probed/agent/kube/cri"
 	"github.com/probed/probed/agent/kube/evict"
 	"github.com/probed/probed/agent/kube/gate"
@@ -22,12 +23,15 @@ import (
 	"github.com/probed/probed/agent/kube/podsource"
 	"github.com/probed/probed/agent/kube/resident"
 	"github.com/probed/probed/agent/kube/restart"
+	"github.com/probed/probed/agent/source"
+	"github.com/probed/probed/agent/statuspage"
 	"github.com/probed/probed/agent/verdicts"
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/manager/customprobe"
 	"github.com/probed/probed/manager/podprobes"
 	probeexec "github.com/probed/probed/plugins/exec"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/bound"
 	"github.com/probed/probed/runtime/egress"
 )
 
@@ -45,8 +49,8 @@ const (
 	// bucket (patches per second, all pods together).
 	DefaultStatusQPS   = gate.DefaultQPS
 	DefaultStatusBurst = gate.DefaultBurst
-	// The CLI's limits on what one pod may ask of the node (issue 17 §2,
-	// docs/cluster.md "Security model"): at most 32 annotation probes a
+	// The CLI's limits on what one pod may ask of the node
+	// (docs/cluster.md "Security model"): at most 32 annotation probes a
 	// pod, no period under 1 s, and 1,000 annotation probe runs a second
 	// for the whole node.
 	DefaultMaxProbesPerPod = 32
@@ -154,6 +158,8 @@ type ClusterOptions struct {
 type clusterParts struct {
 	client   kubernetes.Interface
 	events   *kevents.Recorder
+	recorder runtime.Recorder // the local ring and log, and the API server (events.Tee)
+	egress   *egress.Rule
 	source   *podsource.Source
 	statuses *podsource.Statuses
 	gate     *gate.Writer
@@ -163,53 +169,28 @@ type clusterParts struct {
 	resident *resident.Runner // with ExecModeResident
 }
 
-// stop ends the goroutines the event sink and the actuator start in their
-// New, for an agent that New fails to finish (Run never starts them), and
-// closes the connection to the container runtime (New's undo, and the
-// end of Run).
-func (p *clusterParts) stop(context.Context) error {
-	done, cancel := context.WithCancel(context.Background())
-	cancel()
-	if p.events != nil {
-		_ = p.events.Run(done)
-	}
-	if p.actuator != nil {
-		_ = p.actuator.Run(done)
-	}
-	return p.closeRuntime()
-}
-
-// closeRuntime ends the resident exec helpers and closes the container
-// runtime's connection, once.
-func (p *clusterParts) closeRuntime() error {
-	if p.resident != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), helpersCloseBound)
-		_ = p.resident.Close(ctx)
-		cancel()
-		p.resident = nil
-	}
-	if p.cri == nil {
-		return nil
-	}
-	c := p.cri
-	p.cri = nil
-	return c.Close()
-}
-
 // helpersCloseBound bounds the helpers' own end at shutdown (each kills
 // what it runs and exits when its stdin closes: milliseconds); then their
 // sessions are cut.
 const helpersCloseBound = 10 * time.Second
 
-// connectCluster builds the API client and the event sink: every event
-// goes to the local ring and log and to the API server (events.Tee).
-func (a *Agent) connectCluster() error {
-	c := a.opts.Cluster
+// clusterMode builds the rooms of cluster mode: the API client and the
+// event sink (every event goes to the local ring and log and to the API
+// server, events.Tee), the container runtime and the exec runner, the
+// node's pods from one informer, the kubelet's statuses with probed's
+// Started as the manager's status provider, the readiness-gate condition
+// writer, the liveness actuator (event, evict or restart). The kubelet
+// runs the spec's probes: the manager runs only the probed.io/probes
+// annotation's and those the offload webhook moved. Each room that holds
+// goroutines or a connection adds its closer to New's undo list as it is
+// built.
+func clusterMode(d deps) (*mode, error) {
+	c := d.opts.Cluster
 	if c.Config == nil {
-		return fmt.Errorf("cluster mode: no API server configuration")
+		return nil, fmt.Errorf("cluster mode: no API server configuration")
 	}
 	if c.NodeName == "" {
-		return fmt.Errorf("cluster mode: no node name (--node-name or NODE_NAME)")
+		return nil, fmt.Errorf("cluster mode: no node name (--node-name or NODE_NAME)")
 	}
 	if c.ReadinessGate == "" {
 		c.ReadinessGate = DefaultReadinessGate
@@ -217,93 +198,37 @@ func (a *Agent) connectCluster() error {
 	if c.LivenessAction == "" {
 		c.LivenessAction = LivenessActionEvent
 	}
-	client, err := kubernetes.NewForConfig(c.Config)
-	if err != nil {
-		return fmt.Errorf("cluster mode: %w", err)
-	}
-	kev, err := kevents.New(kevents.Options{Client: client, NodeName: c.NodeName, Log: a.log})
-	if err != nil {
-		return fmt.Errorf("cluster mode: %w", err)
-	}
-	a.cluster = &clusterParts{client: client, events: kev}
-	a.recorder = events.Tee(a.events, kev)
 	switch c.ExecMode {
 	case "":
 		c.ExecMode = ExecModeExecSync
 	case ExecModeExecSync:
 	case ExecModeResident:
 		if c.ContainerRuntimeEndpoint == "" {
-			_ = a.cluster.stop(context.Background())
-			return errors.New("--exec-mode=resident needs the container runtime: --container-runtime-endpoint")
+			return nil, errors.New("--exec-mode=resident needs the container runtime: --container-runtime-endpoint")
 		}
 	default:
-		_ = a.cluster.stop(context.Background())
-		return fmt.Errorf("--exec-mode %q: want execsync or resident", c.ExecMode)
+		return nil, fmt.Errorf("--exec-mode %q: want execsync or resident", c.ExecMode)
 	}
-	if c.ContainerRuntimeEndpoint != "" {
-		ctx, cancel := context.WithTimeout(context.Background(), cri.DefaultRequestTimeout)
-		defer cancel()
-		if a.cluster.cri, err = cri.Connect(ctx, cri.Options{Endpoint: c.ContainerRuntimeEndpoint, Registerer: a.reg, Log: a.log}); err != nil {
-			_ = a.cluster.stop(context.Background())
-			return fmt.Errorf("cluster mode: %w", err)
-		}
+	client, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return nil, fmt.Errorf("cluster mode: %w", err)
 	}
-	if c.ExecMode == ExecModeResident {
-		parts := a.cluster
-		if parts.resident, err = resident.New(resident.Options{
-			Runtime:  parts.cri,
-			ExecSync: parts.cri.Runner(),
-			Recorder: a.recorder,
-			Pod: func(statusID string) (*v1.Pod, string, bool) {
-				if parts.statuses == nil {
-					return nil, "", false
-				}
-				return parts.statuses.ContainerPod(statusID)
-			},
-			Registerer: a.reg,
-			Log:        a.log,
-		}); err != nil {
-			_ = a.cluster.stop(context.Background())
-			return fmt.Errorf("cluster mode: %w", err)
-		}
+	kev, err := kevents.New(kevents.Options{Client: client, NodeName: c.NodeName, Log: d.log})
+	if err != nil {
+		return nil, fmt.Errorf("cluster mode: %w", err)
 	}
-	return nil
-}
-
-// execRunner is the exec probes' runner in cluster mode: the resident
-// helpers', the container runtime's ExecSync, or none (the annotation
-// refuses exec then, ExecUnavailable).
-func (p *clusterParts) execRunner() probeexec.Runner {
-	switch {
-	case p.resident != nil:
-		return p.resident
-	case p.cri == nil:
-		return probeexec.DisabledRunner{}
+	// Events flush after the drain.
+	eventSink := &service{name: "event sink", run: kev.Run}
+	d.onClose(eventSink.stopUnstarted)
+	parts := &clusterParts{client: client, events: kev, recorder: events.Tee(d.events, kev),
+		// A probe connects only to its pod's IPs and the operator's
+		// ranges (runtime/egress; docs/cluster.md "Where probes connect").
+		egress: egress.NewRule(c.AllowProbeHost)}
+	runner, err := parts.execRunner(d)
+	if err != nil {
+		return nil, err
 	}
-	return p.cri.Runner()
-}
-
-// execMode is how the exec probes of a container (its status ID) run, for
-// the status views: "execsync", or the resident runner's Mode.
-func (p *clusterParts) execMode(statusID string) string {
-	switch {
-	case p.resident != nil:
-		return p.resident.Mode(statusID)
-	case p.cri != nil:
-		return ExecModeExecSync
-	}
-	return ""
-}
-
-// clusterMode builds the rooms of cluster mode: the node's pods from one
-// informer, the kubelet's statuses with probed's Started as the manager's
-// status provider, the readiness-gate condition writer, the liveness
-// actuator (event or evict). The kubelet runs the spec's probes: the
-// manager runs only the probed.io/probes annotation's.
-func (a *Agent) clusterMode() (*mode, error) {
-	c, parts := a.opts.Cluster, a.cluster
-	var err error
-	if parts.source, err = podsource.New(podsource.Options{Client: parts.client, NodeName: c.NodeName, ReadinessGate: c.ReadinessGate, Logger: a.log}); err != nil {
+	if parts.source, err = podsource.New(podsource.Options{Client: parts.client, NodeName: c.NodeName, ReadinessGate: c.ReadinessGate, Logger: d.log}); err != nil {
 		return nil, err
 	}
 	parts.statuses = podsource.NewStatuses()
@@ -316,10 +241,10 @@ func (a *Agent) clusterMode() (*mode, error) {
 	if parts.cri == nil {
 		execRefused = ExecUnavailable
 	}
-	policy := podprobes.Cluster(ClusterAnnotationOptions(a.egress, c.MaxProbesPerPod, c.MinProbePeriod), execRefused)
+	policy := podprobes.Cluster(ClusterAnnotationOptions(parts.egress, c.MaxProbesPerPod, c.MinProbePeriod), execRefused)
 	parts.limits = limits.New(limits.Options{MaxRate: c.MaxProbeRate, MaxRateFlag: "--max-probe-rate",
 		NamespaceShare: c.NamespaceProbeRateShare, NamespaceShareFlag: "--namespace-probe-rate-share",
-		Recorder: a.recorder, Logger: a.log})
+		Recorder: parts.recorder, Logger: d.log})
 	parts.gate, err = gate.New(gate.Options{
 		// The gate judges from the kubelet's own status (a container that
 		// survived probed's restart and is started per the kubelet keeps
@@ -327,29 +252,35 @@ func (a *Agent) clusterMode() (*mode, error) {
 		// overlay the manager reads.
 		Pods:          gate.PodLookupFunc(parts.statuses.KubeletPod),
 		Client:        parts.client,
-		Readiness:     a.results[runtime.Readiness],
-		Startup:       a.results[runtime.Startup],
+		Readiness:     d.results[runtime.Readiness],
+		Startup:       d.results[runtime.Startup],
 		ConditionType: v1.PodConditionType(c.ReadinessGate),
 		QPS:           c.StatusQPS,
 		Burst:         c.StatusBurst,
-		Probes:        a.podProbes,
+		Probes:        d.podProbes,
 		Refusal:       parts.limits.Refusal,
-		Registerer:    a.reg,
-		Logger:        a.log,
+		Registerer:    d.reg,
+		Logger:        d.log,
 	})
 	if err != nil {
 		return nil, err
 	}
-	if parts.actuator, err = a.livenessActuator(); err != nil {
+	if parts.actuator, err = parts.livenessActuator(d); err != nil {
 		return nil, err
 	}
+	livenessActuator := &service{name: "liveness actuator", run: parts.actuator.Run, stopFirst: true}
+	d.onClose(livenessActuator.stopUnstarted)
 	actuator := actuate.OnFailure(parts.statuses.Pod, parts.actuator)
 	return &mode{
-		source: parts.source,
-		status: parts.statuses,
-		pods:   parts.statuses,
-		probes: policy,
-		bind:   func(m manager.Manager) { parts.statuses.SetProber(m) },
+		source:    parts.source,
+		status:    parts.statuses,
+		pods:      parts.statuses,
+		runner:    runner,
+		egress:    parts.egress,
+		recorder:  parts.recorder,
+		runEvents: events.Tee(d.events.Unlogged(), kev),
+		probes:    policy,
+		bind:      func(m manager.Manager) { parts.statuses.SetProber(m) },
 		managerOptions: func(o *manager.Options) {
 			o.AnyRunningSurvives = true // the gate's existing condition is kept until probed's first verdict
 			o.Admit = parts.limits.Admit
@@ -365,24 +296,96 @@ func (a *Agent) clusterMode() (*mode, error) {
 			return what
 		},
 		onSync: parts.statuses.Resync,
-		services: []service{
-			// The condition writer and the evictions stop as shutdown
-			// begins: nothing is written while the probes drain (issue 10
-			// §2.6: SIGTERM writes no False anywhere).
+		services: []*service{
+			// The condition writer and the liveness actions stop as
+			// shutdown begins: nothing is written while the probes drain
+			// (SIGTERM writes no False anywhere).
 			{name: "condition writer", run: parts.gate.Run, stopFirst: true},
-			{name: "liveness actuator", run: parts.actuator.Run, stopFirst: true},
-			// Events flush after the drain.
-			{name: "event sink", run: parts.events.Run},
+			livenessActuator,
+			eventSink,
 		},
+		manifests: func() source.Report { return source.NewReport(source.SourceCluster, "") },
+		page: func(o *statuspage.Options) {
+			o.Cluster = func() statuspage.Cluster {
+				return statuspage.Cluster{Node: c.NodeName, Synced: parts.source.HasSynced(),
+					WritesFailing: parts.gate.WritesFailing(), WritesPending: parts.gate.WritesPending(), ConditionType: string(parts.gate.ConditionType())}
+			}
+		},
+		held:     parts.budgetHeld,
+		startMsg: "probed running in cluster mode",
+		startLog: []any{"node", c.NodeName, "readinessGate", c.ReadinessGate, "allowProbeHost", parts.egress.Allowed(),
+			"livenessAction", c.LivenessAction, "containerRuntime", c.ContainerRuntimeEndpoint},
 	}, nil
+}
+
+// execRunner connects to the container runtime (ContainerRuntimeEndpoint)
+// and builds the exec probes' runner: the resident helpers' (ExecModeResident),
+// the runtime's ExecSync, or none without the runtime (the annotation
+// refuses exec then, ExecUnavailable).
+func (p *clusterParts) execRunner(d deps) (probeexec.ModeRunner, error) {
+	c := d.opts.Cluster
+	if c.ContainerRuntimeEndpoint == "" {
+		return probeexec.DisabledRunner{}, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cri.DefaultRequestTimeout)
+	defer cancel()
+	var err error
+	if p.cri, err = cri.Connect(ctx, cri.Options{Endpoint: c.ContainerRuntimeEndpoint, Registerer: d.reg, Log: d.log}); err != nil {
+		return nil, fmt.Errorf("cluster mode: %w", err)
+	}
+	// After the drain: exec probes and restarts use it.
+	d.onClose(func(context.Context) error { return p.cri.Close() })
+	if c.ExecMode != ExecModeResident {
+		return p.cri.Runner(), nil
+	}
+	if p.resident, err = resident.New(resident.Options{
+		Runtime:  p.cri,
+		ExecSync: p.cri.Runner(),
+		Recorder: p.recorder,
+		Pod: func(statusID string) (*v1.Pod, string, bool) {
+			if p.statuses == nil {
+				return nil, "", false
+			}
+			return p.statuses.ContainerPod(statusID)
+		},
+		Registerer: d.reg,
+		Log:        d.log,
+	}); err != nil {
+		return nil, fmt.Errorf("cluster mode: %w", err)
+	}
+	// Before the runtime's connection closes: the helpers end first.
+	d.onClose(func(context.Context) error {
+		ctx, cancel := context.WithTimeout(context.Background(), helpersCloseBound)
+		defer cancel()
+		_ = p.resident.Close(ctx)
+		return nil
+	})
+	return p.resident, nil
+}
+
+// budgetHeld lists every probe of the pod's view that the node's probe
+// budget holds back (mode.held).
+func (p *clusterParts) budgetHeld(pod *v1.Pod, view *podprobes.View) []history.Refused {
+	msg, held := p.limits.BudgetRefusal(pod.UID)
+	if !held {
+		return nil
+	}
+	var out []history.Refused
+	for i := range view.Probes {
+		if pr := &view.Probes[i]; pr.Origin != runtime.OriginSpec {
+			out = append(out, history.Refused{Container: pr.Container.Name, Type: pr.Type.Lower(), Origin: pr.Origin.String(),
+				Field: pr.Field.String(), Reason: bound.Cut(limits.ReasonProbeBudgetExceeded+": "+msg, bound.MessageBytes)})
+		}
+	}
+	return out
 }
 
 // livenessActuator builds the actuator of --liveness-action: the queue of
 // agent/actuate around the action's step (event, evict or restart through
 // the container runtime), the namespace scope around evict and restart.
-func (a *Agent) livenessActuator() (*actuate.Queue, error) {
-	c, parts := a.opts.Cluster, a.cluster
-	opts := actuate.Options{Recorder: a.recorder, Log: a.log}
+func (p *clusterParts) livenessActuator(d deps) (*actuate.Queue, error) {
+	c := d.opts.Cluster
+	opts := actuate.Options{Recorder: p.recorder, Log: d.log}
 	var step actuate.Step
 	var err error
 	switch c.LivenessAction {
@@ -391,34 +394,31 @@ func (a *Agent) livenessActuator() (*actuate.Queue, error) {
 		return actuate.New(opts)
 	case LivenessActionEvict:
 		opts.Texts = evict.Texts
-		step, err = evict.New(evict.Options{Client: parts.client, Recorder: a.recorder, Log: a.log})
+		step, err = evict.New(evict.Options{Client: p.client, Recorder: p.recorder, Log: d.log})
 	case LivenessActionRestart:
-		if parts.cri == nil {
+		if p.cri == nil {
 			return nil, fmt.Errorf("--liveness-action=restart needs the container runtime: --container-runtime-endpoint")
 		}
 		opts.Texts, opts.Workers = restart.Texts, restart.DefaultWorkers
 		step, err = restart.New(restart.Options{
-			Runtime:        parts.cri,
-			Recorder:       a.recorder,
+			Runtime:        p.cri,
+			Recorder:       p.recorder,
 			MaxGracePeriod: c.LivenessActionMaxGracePeriod,
 			// A preStop httpGet hook is the tenant's too: it connects
 			// under the pod's egress policy, as its probes do.
 			HookContext: func(ctx context.Context, pod *v1.Pod) context.Context {
-				if a.egress == nil {
-					return ctx
-				}
-				return egress.WithPolicy(ctx, a.egress.Policy(podAddrs(pod)...))
+				return egress.WithPolicy(ctx, p.egress.Policy(podAddrs(pod)...))
 			},
 			// The probe that failed, for its terminationGracePeriodSeconds
 			// (K3).
 			Probe: func(pod *v1.Pod, container string, t runtime.ProbeType) *v1.Probe {
-				probes, _ := a.podProbes(pod)
+				probes, _ := d.podProbes(pod)
 				if p := probes.Find(container, t); p != nil {
 					return p.Probe
 				}
 				return nil
 			},
-			Log: a.log,
+			Log: d.log,
 		})
 	default:
 		return nil, fmt.Errorf("--liveness-action %q: want event, evict or restart", c.LivenessAction)
@@ -426,7 +426,7 @@ func (a *Agent) livenessActuator() (*actuate.Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	scope, err := nsscope.New(parts.client, c.LivenessActionNamespaces)
+	scope, err := nsscope.New(p.client, c.LivenessActionNamespaces)
 	if err != nil {
 		return nil, err
 	}

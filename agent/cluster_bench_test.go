@@ -25,11 +25,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/probed/probed/agent"
+	"github.com/probed/probed/internal/agenttest"
 	"github.com/probed/probed/internal/kubetest"
 	"github.com/probed/probed/manager/customprobe"
 )
 
-// benchPods is the pod count of BenchmarkNode (issue 10 §5: one node, 500
+// benchPods is the pod count of BenchmarkNode (one node, 500
 // pods × 2 annotation probes).
 const benchPods = 500
 
@@ -44,7 +45,7 @@ func envDuration(name string, def time.Duration) time.Duration {
 	return def
 }
 
-// BenchmarkNode is issue 10 §5: one node with 500 pods, each with two
+// BenchmarkNode: one node with 500 pods, each with two
 // probed.io/probes annotation probes (tcpSocket readiness and tcpSocket
 // liveness, period 1 s, against two shared loopback targets), in manifest
 // mode and in cluster mode against the real API server (cluster runs skip
@@ -224,20 +225,7 @@ func runBenchAgent(b *testing.B, opts agent.Options) *agent.Agent {
 	b.Helper()
 	opts.Listen = "127.0.0.1:0"
 	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	a, err := agent.New(opts)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	b.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			b.Errorf("agent: %v", err)
-		}
-	})
-	return a
+	return agenttest.Start(b, opts).Agent
 }
 
 // steady measures memory, CPU and requests over benchWindow.

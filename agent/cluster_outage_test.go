@@ -16,7 +16,7 @@ import (
 	"github.com/probed/probed/internal/kubetest"
 )
 
-// apiServerOutage is how long the API server stays down (issue 10 §4: "the
+// apiServerOutage is how long the API server stays down ("the
 // API server stopped for 30 s and restarted loses nothing").
 const apiServerOutage = 30 * time.Second
 
@@ -72,7 +72,7 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
-// Issue 10 §2.7 and §4: the API server stopped for 30 s and restarted loses
+// The API server stopped for 30 s and restarted loses
 // nothing. A private kube-apiserver (etcd keeps running, so every object
 // survives; the shared server of the other packages is never touched) is
 // stopped while an agent in cluster mode, as its RBAC identity, gates four
@@ -164,7 +164,7 @@ func TestClusterAPIServerOutageLosesNothing(t *testing.T) {
 		}
 	}
 
-	// The status page tells the outage (issue 12 §1): the pods had synced,
+	// The status page tells the outage: the pods had synced,
 	// the condition writes of the closed targets fail and wait.
 	if page := r.getPage("/"); !strings.Contains(page, "pods of "+node+" synced; condition writes failing, retried with backoff") {
 		t.Errorf("the status page does not show the failing condition writes during the outage")

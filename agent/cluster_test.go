@@ -1,7 +1,6 @@
 package agent_test
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/probed/probed/agent"
 	"github.com/probed/probed/internal/kubetest"
+	"github.com/probed/probed/internal/testlog"
 	"github.com/probed/probed/manager/customprobe"
 )
 
@@ -27,7 +27,7 @@ const gateType = v1.PodConditionType(agent.DefaultReadinessGate)
 // identity, until the test ends (or stop is called).
 func startClusterAgent(t *testing.T, cfg *rest.Config, node string, mutate func(*agent.ClusterOptions)) *running {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	c := &agent.ClusterOptions{Config: cfg, NodeName: node, StatusQPS: 50, StatusBurst: 100}
 	if mutate != nil {
 		mutate(c)
@@ -42,20 +42,7 @@ func startClusterAgent(t *testing.T, cfg *rest.Config, node string, mutate func(
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{t: t, a: a, logs: logs, cancel: cancel, done: make(chan error, 1),
-		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second},
-		base:   "http://" + a.Addr().String()}
-	go func() { r.done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		if r.cancel != nil {
-			r.stop()
-		}
-		if t.Failed() {
-			t.Logf("agent logs:\n%s", logs.String())
-		}
-	})
-	return r
+	return newRunning(t, a, "", logs)
 }
 
 // switchableTarget is a loopback TCP port that can be closed and opened again.
@@ -147,7 +134,7 @@ func waitGate(t *testing.T, c kubernetes.Interface, ns, name string, want v1.Con
 	}
 }
 
-// Issue 10 §2.1–§2.4 and §8 through the real agent and a real API server, as
+// Cluster mode (the gate, Events, the liveness action, RBAC) through the real agent and a real API server, as
 // the agent's RBAC identity (deploy/kubernetes ClusterRole): the gate
 // follows the annotation probe True → False → True; a pod of another node
 // with the same gate is never seen (never patched); a pod without the gate
@@ -175,7 +162,7 @@ func TestClusterGateFollowsProbe(t *testing.T) {
 	tg.open()
 	waitGate(t, admin, ns, "web", v1.ConditionTrue)
 
-	// The status page in cluster mode (issue 12 §1): the API server
+	// The status page in cluster mode: the API server
 	// connection and the pending condition writes in the header; the
 	// annotation's readiness probe of web, and not the other node's pod.
 	page := r.getPage("/")
@@ -220,7 +207,7 @@ func TestClusterGateFollowsProbe(t *testing.T) {
 	}
 }
 
-// Issue 10 §2.6: stopping probed (SIGTERM: its context) writes no False
+// Stopping probed (SIGTERM: its context) writes no False
 // anywhere, and a new probed keeps the existing condition until its own
 // first verdict: a rollout never flips a healthy pod to not-ready. The
 // container started just now (SetPodRunning): inside the kubelet's 10 s
@@ -269,7 +256,7 @@ func TestClusterRestartCausesNoFlip(t *testing.T) {
 	second.stop()
 }
 
-// Issue 10 §4: two agents for two nodes against one API server never read
+// Two agents for two nodes against one API server never read
 // or write each other's pods.
 func TestClusterTwoNodes(t *testing.T) {
 	admin := kubetest.Client(t)
@@ -299,7 +286,7 @@ func TestClusterTwoNodes(t *testing.T) {
 	}
 }
 
-// Issue 10 §2.7: /healthz says unhealthy while the informer has never
+// /healthz says unhealthy while the informer has never
 // synced (here: an API server that is not there).
 func TestClusterHealthzBeforeSync(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -322,7 +309,7 @@ func TestClusterHealthzBeforeSync(t *testing.T) {
 	}
 }
 
-// Issue 10 §2.2: in cluster mode an exec probe of the annotation and a
+// In cluster mode an exec probe of the annotation and a
 // misspelled field are rejected with an Event on that pod
 // (InvalidProbeAnnotation, naming the fields) and a log line naming pod,
 // container and field; the annotation's valid element still runs, and the

@@ -22,7 +22,7 @@ func (h *countingHandler) Probe(context.Context, runtime.Target) (runtime.Outcom
 	return runtime.Outcome{Result: runtime.Success}, nil
 }
 
-// Issue 11 §4: a manifest's probed.io/probes annotation is checked against
+// A manifest's probed.io/probes annotation is checked against
 // the runtime's kinds, so a kind registered in process (not by a plugin)
 // loads and runs instead of being rejected as served by no plugin.
 func TestAgent_AnnotationKindRegisteredInProcessLoads(t *testing.T) {

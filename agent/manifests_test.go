@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/probed/probed/agent/source"
+	"github.com/probed/probed/internal/nettest"
 )
 
 func staleCondition(p v1.Pod) (v1.PodCondition, bool) {
@@ -32,7 +33,7 @@ func (r *running) text(path string) string {
 	return string(b)
 }
 
-// TestAgent_BrokenManifestKeepsProbingStale (issue 12 §2): through the real
+// TestAgent_BrokenManifestKeepsProbingStale: through the real
 // agent and a real HTTP target, a probed pod whose file gets a typo keeps
 // being probed at its last valid version (same UID, the target keeps
 // getting requests, still Ready), GET /manifests shows the error with
@@ -41,10 +42,10 @@ func (r *running) text(path string) string {
 // of it (same spec: same pod, probes never stopped); deleting the file
 // removes the pod.
 func TestAgent_BrokenManifestKeepsProbingStale(t *testing.T) {
-	tg := newTarget(t)
+	tg := nettest.NewTarget(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "web.yaml")
-	valid := webYAML(tg.port, "/ready")
+	valid := webYAML(tg.Port, "/ready")
 	writeFile(t, path, valid)
 	r := startAgent(t, dir, nil)
 	r.eventually("shop/web Ready", func() bool { p, ok := r.pods()["shop/web"]; return ok && podReady(p) })
@@ -62,8 +63,8 @@ func TestAgent_BrokenManifestKeepsProbingStale(t *testing.T) {
 		!strings.Contains(rej.Error, `unknown field "readinesProbe" (did you mean "readinessProbe"?)`) {
 		t.Fatalf("report %+v", rep)
 	}
-	hits := tg.hitCount("/ready")
-	r.eventually("probes going on while the file is broken", func() bool { return tg.hitCount("/ready") >= hits+3 })
+	hits := tg.Hits("/ready")
+	r.eventually("probes going on while the file is broken", func() bool { return tg.Hits("/ready") >= hits+3 })
 	p := r.pods()["shop/web"]
 	c, ok := staleCondition(p)
 	if p.UID != uid || !podReady(p) || !ok || c.Status != v1.ConditionTrue || c.Reason != "ManifestInvalid" ||
@@ -97,9 +98,9 @@ func TestAgent_BrokenManifestKeepsProbingStale(t *testing.T) {
 		_, ok := r.pods()["shop/web"]
 		return !ok && len(rep.Rejected) == 0
 	})
-	hits = tg.hitCount("/ready")
+	hits = tg.Hits("/ready")
 	r.stop()
-	if n := tg.hitCount("/ready"); n > hits+1 {
+	if n := tg.Hits("/ready"); n > hits+1 {
 		t.Errorf("probes went on after the pod was removed: %d more", n-hits)
 	}
 }
@@ -124,7 +125,7 @@ func TestAgent_ManifestsSkippedAndSingleFile(t *testing.T) {
 	}
 	r.stop()
 
-	port := tcpTarget(t)
+	port := nettest.AcceptAndClose(t)
 	file := filepath.Join(t.TempDir(), "cache.json")
 	writeFile(t, file, tcpJSON(port))
 	r = startAgent(t, file, nil)

@@ -18,6 +18,7 @@ import (
 	"github.com/probed/probed/agent/output"
 	"github.com/probed/probed/agent/statusview"
 	"github.com/probed/probed/internal/kubetest"
+	"github.com/probed/probed/internal/nettest"
 	"github.com/probed/probed/manager/customprobe"
 )
 
@@ -191,9 +192,9 @@ func TestClusterProbesWorkedOutOncePerPodAndSpec(t *testing.T) {
 // status` and the events say which probe is the spec's and which the
 // annotation's.
 func TestAgent_ProbesWorkedOutOncePerDocument(t *testing.T) {
-	tg := newTarget(t)
-	tg.set("/fail", 500)
-	tcp := tcpTarget(t)
+	tg := nettest.NewTarget(t)
+	tg.Set("/fail", 500)
+	tcp := nettest.AcceptAndClose(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "web.yaml")
 	doc := func(period int) string {
@@ -211,7 +212,7 @@ spec:
     readinessProbe:
       httpGet: {path: /fail, port: %d}
       periodSeconds: 1
-`, period, tcp, tg.port)
+`, period, tcp, tg.Port)
 	}
 	writeFile(t, path, doc(1))
 	start := customprobe.Reads()

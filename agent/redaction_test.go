@@ -11,12 +11,12 @@ import (
 	"github.com/probed/probed/internal/nettest"
 )
 
-// Issue 9 §6, through the real agent: a pod whose HTTP probe path carries
+// One redaction rule everywhere, through the real agent: a pod whose HTTP probe path carries
 // ?token= and ?access_token= (the target refuses, so Go's error quotes the
 // URL) and whose exec probe prints an env value shows none of them in
 // /pods, /events, /pods/{namespace}/{name}/probes or the agent's logs; nor
 // does the logged error of a rejected manifest that quotes a credential
-// (the agent's log handler applies the rule). Issue 17 §4: the same holds
+// (the agent's log handler applies the rule). The same holds
 // for a probe of the probed.io/probes annotation (its httpGet query and
 // header values), on /pods, /pods/{namespace}/{name}, the status page and
 // the pod's page.

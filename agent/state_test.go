@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/probed/probed/agent"
+	"github.com/probed/probed/internal/nettest"
 )
 
 // Issue #5: the last statuses survive a restart of probed (--state-dir).
@@ -100,14 +101,14 @@ status:
 	}
 }
 
-// M9 ends with the first readiness result (issue 9 §3): a pod of two
+// M9 ends with the first readiness result: a pod of two
 // containers, both started an hour before probed, restored from --state-dir
 // with Ready=False, becomes Ready once its readiness probes succeed. Before
 // the fix the restored Ready=False kept both containers not ready, which
 // kept the pod's Ready False: NotReady forever while every probe succeeded.
 func TestAgent_M9_RestoredNotReadyBecomesReady(t *testing.T) {
-	tg := newTarget(t)
-	tg.set("/ready", http.StatusServiceUnavailable)
+	tg := nettest.NewTarget(t)
+	tg.Set("/ready", http.StatusServiceUnavailable)
 	dir, stateDir := t.TempDir(), t.TempDir()
 	writeFile(t, filepath.Join(dir, "two.yaml"), fmt.Sprintf(`apiVersion: v1
 kind: Pod
@@ -133,19 +134,19 @@ status:
   - name: b
     containerID: containerd://b1
     state: {running: {startedAt: "2026-01-01T00:00:00Z"}}
-`, tg.port))
+`, tg.Port))
 	withState := func(o *agent.Options) { o.StateDir = stateDir; o.StateInterval = 100 * time.Millisecond }
 
 	first := startAgent(t, dir, withState)
-	first.eventually("readiness failures", func() bool { return tg.hitCount("/ready") >= 2 })
+	first.eventually("readiness failures", func() bool { return tg.Hits("/ready") >= 2 })
 	first.eventually("the pod not ready", func() bool {
 		p, ok := first.pods()["ns/two"]
 		return ok && !podReady(p)
 	})
 	first.stop() // writes the state: Ready=False
 
-	tg.set("/ready", http.StatusOK)
-	hitsBefore := tg.hitCount("/ready")
+	tg.Set("/ready", http.StatusOK)
+	hitsBefore := tg.Hits("/ready")
 	second := startAgent(t, dir, withState)
 	second.eventually("the pod Ready after readiness successes", func() bool {
 		p := second.pods()["ns/two"]
@@ -153,7 +154,7 @@ status:
 		b, okB := container(p, "b")
 		return okA && okB && a.Ready && b.Ready && podReady(p)
 	})
-	if tg.hitCount("/ready") == hitsBefore {
+	if tg.Hits("/ready") == hitsBefore {
 		t.Fatal("Ready without a readiness probe run after the restart")
 	}
 }

@@ -7,17 +7,18 @@ import (
 	"testing"
 
 	"github.com/probed/probed/agent/source"
+	"github.com/probed/probed/internal/nettest"
 )
 
-// TestAgent_PageListsRejectedManifests (issue 12 §1 and §2): the status
+// TestAgent_PageListsRejectedManifests: the status
 // page lists GET /manifests' rejected documents (file, document, pod, the
 // error, stale while the last valid version is probed), and no longer once
 // the file is fixed.
 func TestAgent_PageListsRejectedManifests(t *testing.T) {
-	tg := newTarget(t)
+	tg := nettest.NewTarget(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "web.yaml")
-	valid := webYAML(tg.port, "/ready")
+	valid := webYAML(tg.Port, "/ready")
 	writeFile(t, path, valid)
 	r := startAgent(t, dir, nil)
 	r.eventually("shop/web Ready", func() bool { p, ok := r.pods()["shop/web"]; return ok && podReady(p) })

@@ -52,7 +52,7 @@ func (a *acceptLog) accepted() []time.Time {
 	return slices.Clone(a.times)
 }
 
-// Issue 13 (sub-second periods): a manifest pod's annotation TCP probe with
+// Sub-second periods: a manifest pod's annotation TCP probe with
 // periodSeconds 1 and periodMilliseconds -800 dials a real socket every
 // 200 ms through the agent; the probe history states the period, and the
 // pod becomes Ready.

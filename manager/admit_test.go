@@ -14,7 +14,7 @@ import (
 	"github.com/probed/probed/runtime"
 )
 
-// Options.Admit (cluster mode's node budget, issue 17 §2): AddPod asks it,
+// Options.Admit (cluster mode's node budget): AddPod asks it,
 // with the periods of the pod's valid annotation probes, before it starts
 // their workers; refused, none start and the spec's probes are untouched;
 // a later AddPod that it allows starts them.
@@ -51,7 +51,7 @@ func TestAdmitGatesTheAnnotationProbes(t *testing.T) {
 	}
 }
 
-// Issue 22 §1: a probe with periods by state may run at the shortest of
+// A probe with periods by state may run at the shortest of
 // them for as long as it stays in that state: Admit (the node's budget of
 // runs per second) is asked with that one.
 func TestAdmitCountsTheShortestPeriodByState(t *testing.T) {

@@ -42,7 +42,7 @@ func listenTCP(t *testing.T) (open, refused int) {
 	return ln.Addr().(*net.TCPAddr).Port, refused
 }
 
-// Issue 10 §2.2: the probed.io/probes annotation accepts the built-in
+// The probed.io/probes annotation accepts the built-in
 // handlers with v1.Probe's field names; such a probe runs through the
 // built-in handler (a real TCP dial here) and joins the state machine like a
 // spec probe.
@@ -70,7 +70,7 @@ func TestAnnotationBuiltinHandlerRuns(t *testing.T) {
 	}
 }
 
-// Issue 10 §2.2 (cluster mode): with podprobes.LeaveSpecToKubelet the
+// Cluster mode: with podprobes.LeaveSpecToKubelet the
 // kubelet runs the spec's probes, so only the annotation's probes get
 // workers.
 func TestSkipSpecProbes(t *testing.T) {
@@ -97,7 +97,7 @@ func TestSkipSpecProbes(t *testing.T) {
 	}
 }
 
-// Issue 10 §2.2: in cluster mode an exec annotation probe is rejected
+// In cluster mode an exec annotation probe is rejected
 // (podprobes.RefuseExec); the pod's other probes still run.
 func TestAnnotationExecUnavailable(t *testing.T) {
 	open, _ := listenTCP(t)

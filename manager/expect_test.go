@@ -13,37 +13,19 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/probed/probed/internal/nettest"
+	"github.com/probed/probed/internal/testevents"
 	"github.com/probed/probed/manager/customprobe"
 	"github.com/probed/probed/manager/results"
 	"github.com/probed/probed/runtime"
 )
 
-// Checks on the response (issue 22 §2), end to end through the manager's
+// Checks on the response, end to end through the manager's
 // default runtime and the built-in handlers: real sockets, real TLS
 // certificates made here, the fake clock for the latency and the days
 // left.
-
-// eventLog is a runtime.Recorder that keeps "Type Reason message" lines.
-type eventLog struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *eventLog) Eventf(_ k8sruntime.Object, eventtype, reason, format string, args ...any) {
-	l.mu.Lock()
-	l.lines = append(l.lines, eventtype+" "+reason+" "+fmt.Sprintf(format, args...))
-	l.mu.Unlock()
-}
-
-func (l *eventLog) get() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]string(nil), l.lines...)
-}
 
 // realEnv is a test env whose manager has the default runtime (the
 // built-in handlers) on the fake clock, its runs seen by the returned
@@ -106,7 +88,7 @@ func lastRecord(t *testing.T, obs *recordObserver) RunRecord {
 	return recs[len(recs)-1]
 }
 
-// Issue 22 §2: certificateExpiresAfterDays on an HTTPS target, with the
+// CertificateExpiresAfterDays on an HTTPS target, with the
 // certificate the test made: 10 days left on the manager's clock fail a
 // 30-day expectation, naming the days left; a 5-day one holds.
 func TestExpect_HTTPSCertificateDaysLeft(t *testing.T) {
@@ -132,7 +114,7 @@ func TestExpect_HTTPSCertificateDaysLeft(t *testing.T) {
 	}
 }
 
-// Issue 22 §2: tcpSocket.expect.certificateExpiresAfterDays makes a TLS
+// TcpSocket.expect.certificateExpiresAfterDays makes a TLS
 // handshake with a TLS port (a real tls listener) and checks the
 // certificate it presents; a plain TCP port fails the handshake.
 func TestExpect_TCPTLSCertificate(t *testing.T) {
@@ -171,7 +153,7 @@ func TestExpect_TCPTLSCertificate(t *testing.T) {
 	}
 }
 
-// Issue 22 §2: maxLatencyMilliseconds is measured on the runtime's clock
+// MaxLatencyMilliseconds is measured on the runtime's clock
 // (the manager's): a real server that answers after the fake clock moved
 // 300 ms fails a 100 ms bound with the measured latency, and holds a
 // 500 ms one.
@@ -209,7 +191,7 @@ func TestExpect_LatencyOnTheManagersClock(t *testing.T) {
 	}
 }
 
-// Issue 22 §2: status codes and ranges, the body's regular expression and
+// Status codes and ranges, the body's regular expression and
 // JSONPath value, on a real server; a failed check names the check and the
 // status, and the body — here holding a secret — reaches neither the run
 // record (history, logs) nor an event (BR-22).
@@ -245,17 +227,17 @@ func TestExpect_StatusAndBody(t *testing.T) {
 			mu.Lock()
 			status = tc.code
 			mu.Unlock()
-			log := &eventLog{}
+			log := &testevents.Log{}
 			rec := realRun(t, fmt.Sprintf(`"type":"readiness","failureThreshold":1,"httpGet":{"port":%d,"expect":{%s}}`, port, tc.expect), log)
 			if rec.Cached != tc.want || rec.Message != tc.msg {
 				t.Fatalf("%v %q, want %v %q", rec.Cached, rec.Message, tc.want, tc.msg)
 			}
-			for _, l := range log.get() {
+			for _, l := range log.Lines() {
 				if strings.Contains(l, secret) || strings.Contains(l, "degraded\"") {
 					t.Fatalf("an event shows the body: %q", l)
 				}
 			}
-			if tc.want == results.Failure && len(log.get()) == 0 {
+			if tc.want == results.Failure && len(log.Lines()) == 0 {
 				t.Fatal("no event for a failed check")
 			}
 		})

@@ -11,11 +11,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/probed/probed/internal/testlog"
 	"github.com/probed/probed/runtime"
 )
 
 // linesWith are the lines of logs that hold substr.
-func linesWith(logs *lockedBuffer, substr string) []string {
+func linesWith(logs *testlog.Buffer, substr string) []string {
 	var out []string
 	for _, l := range strings.Split(logs.String(), "\n") {
 		if strings.Contains(l, substr) {
@@ -25,7 +26,7 @@ func linesWith(logs *lockedBuffer, substr string) []string {
 	return out
 }
 
-// TestStatusLackingLoggedOncePerPod (issue 18 §5; W5.1, W5.3, W5.6): a
+// TestStatusLackingLoggedOncePerPod (W5.1, W5.3, W5.6): a
 // probe the manager cannot run because the status lacks what it needs (W5.9
 // too) — no status at all, the container missing from a running pod's status, a
 // container without a container ID, a container with no state — is logged
@@ -37,7 +38,7 @@ func linesWith(logs *lockedBuffer, substr string) []string {
 // healthy ones log nothing. The memory of a pod goes with its workers: the
 // same UID added again is logged again.
 func TestStatusLackingLoggedOncePerPod(t *testing.T) {
-	var logs lockedBuffer
+	var logs testlog.Buffer
 	env := newTestEnv(t, func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
 	started := metav1.NewTime(fakeNow.Add(-time.Minute))
 	running := v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: started}}
@@ -119,7 +120,7 @@ func TestStatusLackingLoggedOncePerPod(t *testing.T) {
 	}
 }
 
-// TestDefaultResultsManagersAreDrained (issue 18 §5): a results manager the
+// TestDefaultResultsManagersAreDrained: a results manager the
 // manager made itself (a nil Options.Liveness) is one nobody can read; its
 // updates are discarded, so a liveness result that changes more often than
 // the channel holds (R4: 20) never blocks the worker, and Close ends the

@@ -448,8 +448,8 @@ func TestW6c_AnyRunningSurvives(t *testing.T) {
 // containers started well before it (here 1 h, past the 10 s window), becomes
 // Ready once the readiness probes succeed. The loop plays the kubelet's
 // status manager: each round publishes the pod's Ready condition computed
-// from the containers' Ready (all ready ⇒ True), so the deadlock of issue 9
-// §3 (Ready=False keeps every container not-ready, which keeps Ready=False)
+// from the containers' Ready (all ready ⇒ True), so the deadlock
+// (Ready=False keeps every container not-ready, which keeps Ready=False)
 // shows as a fixed point that never reaches Ready.
 func TestM9_ReadinessResultEndsPreservation(t *testing.T) {
 	for _, n := range []int{1, 3} {

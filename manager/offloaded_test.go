@@ -26,8 +26,8 @@ func offloadedPod() *v1.Pod {
 // An offloaded probe is a spec probe in meaning: under cluster mode's
 // policy it gets a worker of origin offloaded with the kubelet's
 // thresholds and the kubelet's K4 Event texts (one Unhealthy per failed
-// run, no threshold counts: ProbeEvents says where the threshold stands
-// for the annotation's origin only), while the node's budget (Options.Admit)
+// run, no threshold counts: ProbeEvents gives those to the annotation's
+// probes only), while the node's budget (Options.Admit)
 // counts it as it counts the annotation's probes.
 func TestOffloadedProbeIsASpecProbeInMeaning(t *testing.T) {
 	e, log := execEnv(t, EventsAll)
@@ -39,7 +39,7 @@ func TestOffloadedProbeIsASpecProbeInMeaning(t *testing.T) {
 		t.Fatalf("worker spec: origin %v, extension %v", w.rs.Origin, w.rs.Extension)
 	}
 	sequence(e, w, runtime.Success, runtime.Failure, runtime.Failure, runtime.Success)
-	wantLines(t, filter(log.get(), "Unhealthy"),
+	wantLines(t, filter(log.Lines(), "Unhealthy"),
 		"Warning Unhealthy Readiness probe failed: fake",
 		"Warning Unhealthy Readiness probe failed: fake",
 	)

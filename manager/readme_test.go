@@ -19,7 +19,7 @@ func readmeProgram(example string) string {
 	return regexp.MustCompile(`(?s)\n\t// Output:\n(\t//[^\n]*\n)*`).ReplaceAllString(s, "\n")
 }
 
-// TestREADMEExampleIsTheExample (issue 18 §5): the README's library example
+// TestREADMEExampleIsTheExample: the README's library example
 // is example_test.go, which `go test` compiles and runs (Example_readme and
 // its Output), so neither can rot: this test fails when they differ, and
 // prints the block the README needs.

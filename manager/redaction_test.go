@@ -1,7 +1,6 @@
 package manager
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
@@ -14,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/probed/probed/internal/testlog"
 	"github.com/probed/probed/runtime"
 )
 
@@ -29,25 +29,7 @@ func (o *runRecords) ProbeRan(r RunRecord) {
 	o.mu.Unlock()
 }
 
-// lockedBuffer is a log sink shared by the pool's goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// Issue 9 §6: secrets in probe paths and in what a command prints reach
+// Secrets in probe paths and in what a command prints reach
 // neither the span (url.full, status, exception event), nor the run record
 // the history is built from, nor the manager's logs. Real built-in
 // handlers: an HTTP probe whose URL cannot be built (errored, the error
@@ -68,7 +50,7 @@ func TestSecretsRedactedInSpansRunRecordsAndLogs(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	defer tp.Shutdown(context.Background())
-	var logs lockedBuffer
+	var logs testlog.Buffer
 	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	rt, err := runtime.New(runtime.Options{PoolSize: 4, ExecPoolSize: 4, Logger: logger})
 	if err != nil {

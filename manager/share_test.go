@@ -80,7 +80,7 @@ func runningPodStatus(pod *v1.Pod, startedAt time.Time) v1.PodStatus {
 	return st
 }
 
-// TestSharesKeepAHostilePodFromStarvingOthers is issue 17 §2 on the fake
+// TestSharesKeepAHostilePodFromStarvingOthers holds the pool shares on the fake
 // clock: one pod with 30 probes against a target that alternates fast and
 // hanging for its 20 s timeout, beside 5 pods with one healthy probe each,
 // all at period 2 s, on a network lane of 8 slots. With the lane shares

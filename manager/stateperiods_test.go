@@ -11,7 +11,7 @@ import (
 	"github.com/probed/probed/runtime"
 )
 
-// Periods by state (issue 22 §1): an annotation probe's
+// Periods by state: an annotation probe's
 // unhealthyPeriodSeconds/Milliseconds and transitionPeriodSeconds/
 // Milliseconds. The worker decides its state after each run (W10, W11) and
 // gives the scheduler the period when the state changes it
@@ -69,7 +69,7 @@ func growGap(e *testEnv, w *worker, old, p time.Duration) time.Duration {
 	return max(old, p-phase)
 }
 
-// Issue 22 §1: "a readiness probe at periodSeconds: 10,
+// Periods by state: "a readiness probe at periodSeconds: 10,
 // unhealthyPeriodMilliseconds: 250 finds a starting pod ready within ~250
 // ms and then costs one run every 10 s". Before its first Success verdict
 // the probe runs every 250 ms; from the run that made it ready, every 10 s
@@ -116,7 +116,7 @@ func TestStatePeriods_FastUntilReadyThenSlow(t *testing.T) {
 	}
 }
 
-// Issue 22 §1, HAProxy's fastinter: a healthy probe that fails once is
+// HAProxy's fastinter: a healthy probe that fails once is
 // checked again after the transition period, so that a real failure is
 // confirmed quickly (failureThreshold runs a transition period apart) and
 // then the probe runs at the unhealthy period; a blip clears at the next

@@ -106,7 +106,7 @@ func (m *manager) isContainerStarted(pod *v1.Pod, c *v1.ContainerStatus) bool {
 // and with a cached Failure the rule can only confirm false. Once a result
 // has arrived it alone decides; otherwise a pod whose Ready condition was
 // False when the agent restarted would stay NotReady forever, since its
-// containers could never become ready to turn the condition True (issue 9 §3).
+// containers could never become ready to turn the condition True.
 func (m *manager) preserveReadiness(pod *v1.Pod, c *v1.ContainerStatus, spec *v1.Container, ready bool) bool {
 	if !SurvivedRestart(c, m.start, m.restartWindow) {
 		return ready

@@ -15,7 +15,7 @@ import (
 	"github.com/probed/probed/runtime"
 )
 
-// Sub-second periods (issue 13): annotation probes add periodMilliseconds,
+// Sub-second periods: annotation probes add periodMilliseconds,
 // timeoutMilliseconds and initialDelayMilliseconds to the seconds fields
 // (runtime.TimingOf). These tests hold the worker's rules at such periods
 // on the fake clock; the scheduler's wheel tick is 10 ms.

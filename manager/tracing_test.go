@@ -57,7 +57,7 @@ func (h *spanProbe) Prepare(*runtime.Spec) (runtime.Prober, error) {
 // The span is timed on the manager's clock (DESIGN: all timing goes through
 // Options.Clock): on the real clock it covers the run in real time; on a
 // fake clock that does not move during the run it starts and ends at the
-// fake clock's now (issue 11 §4).
+// fake clock's now.
 func TestProbeSpanCoversTheRun(t *testing.T) {
 	for _, tc := range []struct {
 		carries, realClock bool
@@ -160,7 +160,7 @@ func TestVerdictOptionMatchesResultAttribute(t *testing.T) {
 	}
 }
 
-// Issue 11 §4: OpenTelemetry's unset global provider is recognised by
+// OpenTelemetry's unset global provider is recognised by
 // identity and behaviour, not by its type's name: the delegating default
 // starts nothing, an SDK provider does.
 func TestUnsetGlobalTracerProviderIsRecognisedByBehaviour(t *testing.T) {

@@ -12,28 +12,29 @@ import (
 	v1 "k8s.io/api/core/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/probed/probed/internal/testevents"
 	"github.com/probed/probed/manager/customprobe"
 	"github.com/probed/probed/manager/results"
 	"github.com/probed/probed/runtime"
 )
 
-// Events that say where the threshold stands (issue 22 §3,
-// kubernetes/kubernetes#115823): an annotation probe's events carry the
+// Events that say where the threshold stands
+// (kubernetes/kubernetes#115823): an annotation probe's events carry the
 // count against the threshold and what the verdict changed; spec probes
 // keep the kubelet's K4 texts; --events=transitions records one event per
 // verdict change. The fake exec handler's output is "fake".
 
 // execEnv is a test env with the fake exec handler and events recorded
 // into the returned log, in mode.
-func execEnv(t *testing.T, mode EventMode) (*testEnv, *eventLog) {
+func execEnv(t *testing.T, mode EventMode) (*testEnv, *testevents.Log) {
 	t.Helper()
 	return execEnvWith(t, mode, nil)
 }
 
 // execEnvWith is execEnv with the manager's options changed by mutate.
-func execEnvWith(t *testing.T, mode EventMode, mutate func(*Options)) (*testEnv, *eventLog) {
+func execEnvWith(t *testing.T, mode EventMode, mutate func(*Options)) (*testEnv, *testevents.Log) {
 	t.Helper()
-	log := &eventLog{}
+	log := &testevents.Log{}
 	var rt *runtime.Runtime
 	e := newTestEnv(t, func(o *Options) {
 		var err error
@@ -69,7 +70,7 @@ func wantLines(t *testing.T, got []string, want ...string) {
 	}
 }
 
-// Issue 22 §3 with the kubelet's event mode: every failed run of an
+// Threshold events with the kubelet's event mode: every failed run of an
 // annotation probe says where the threshold stands and, at the threshold,
 // what the verdict changed; the recovery says how many failures came
 // before. The examples of the issue.
@@ -79,7 +80,7 @@ func TestEvents_AnnotationThresholdTexts(t *testing.T) {
 	F, S := runtime.Failure, runtime.Success
 	sequence(e, w, S, F, F, F, F, S)
 	e.expectCached(runtime.Readiness, results.Success)
-	wantLines(t, log.get(),
+	wantLines(t, log.Lines(),
 		"Normal ProbeSucceeded Readiness probe succeeded: container marked ready",
 		"Warning ProbeFailureBelowThreshold Readiness probe failed (1/3, threshold not reached): fake",
 		"Warning ProbeFailureBelowThreshold Readiness probe failed (2/3, threshold not reached): fake",
@@ -101,7 +102,7 @@ func TestEvents_AnnotationLivenessAndErrored(t *testing.T) {
 	e.exec.setErr(nil)
 	sequence(e, w, runtime.Failure, runtime.Failure)
 	e.expectCached(runtime.Liveness, results.Failure)
-	wantLines(t, log.get(),
+	wantLines(t, log.Lines(),
 		"Warning Unhealthy Liveness probe errored and resulted in unknown state: fake handler error",
 		"Warning ProbeFailureBelowThreshold Liveness probe failed (1/2, threshold not reached): fake",
 		"Warning Unhealthy Liveness probe failed (2/2): container will be restarted: fake",
@@ -122,7 +123,7 @@ func TestEvents_VerdictAnnouncesTheActuatorsDecision(t *testing.T) {
 	})
 	w := annotated(e, "live", `"type":"liveness","failureThreshold":2,"periodSeconds":10,"exec":{"command":["true"]}`)
 	sequence(e, w, runtime.Failure, runtime.Failure)
-	wantLines(t, log.get(),
+	wantLines(t, log.Lines(),
 		"Warning ProbeFailureBelowThreshold Liveness probe failed (1/2, threshold not reached): fake",
 		"Warning Unhealthy Liveness probe failed (2/2): the container is not restarted: namespace ns1 is not selected by --liveness-action-namespaces: fake",
 	)
@@ -186,7 +187,7 @@ func TestEvents_SpecProbeKubeletTexts(t *testing.T) {
 	sequence(e, w, runtime.Success, runtime.Warning, runtime.Failure)
 	e.exec.setErr(errFake)
 	e.runOnce(w)
-	wantLines(t, rec.get(),
+	wantLines(t, rec.Lines(),
 		"Warning ProbeWarning Liveness probe warning: fake spec.containers{"+testContainerName+"}",
 		"Warning Unhealthy Liveness probe failed: fake spec.containers{"+testContainerName+"}",
 		"Warning Unhealthy Liveness probe errored and resulted in unknown state: fake handler error spec.containers{"+testContainerName+"}",
@@ -194,13 +195,13 @@ func TestEvents_SpecProbeKubeletTexts(t *testing.T) {
 }
 
 // refLog keeps each event with the field path of its object.
-type refLog struct{ eventLog }
+type refLog struct{ testevents.Log }
 
 func (l *refLog) Eventf(obj k8sruntime.Object, eventtype, reason, format string, args ...any) {
-	l.eventLog.Eventf(obj, eventtype, reason, format+" "+obj.(*v1.ObjectReference).FieldPath, args...)
+	l.Log.Eventf(obj, eventtype, reason, format+" "+obj.(*v1.ObjectReference).FieldPath, args...)
 }
 
-// Issue 22 §3, --events=transitions: one event per verdict change (the
+// --events=transitions: one event per verdict change (the
 // first verdict of the container included) and one when a probe starts
 // erroring, whatever the runs in between.
 func TestEvents_TransitionsOnly(t *testing.T) {
@@ -215,7 +216,7 @@ func TestEvents_TransitionsOnly(t *testing.T) {
 	sequence(e, w, S)
 	e.exec.setErr(errFake)
 	e.runOnce(w)
-	wantLines(t, log.get(),
+	wantLines(t, log.Lines(),
 		"Warning Unhealthy Readiness probe failed (3/3): container marked not ready: fake",
 		"Normal ProbeSucceeded Readiness probe succeeded after 5 failures: container marked ready",
 		"Warning Unhealthy Readiness probe errored and resulted in unknown state: fake handler error",
@@ -250,7 +251,7 @@ func TestEvents_SpecProbesKeepK4Texts(t *testing.T) {
 		e.m.AddPod(context.Background(), testPod(probeOf(runtime.Readiness, p)))
 		w := e.worker(testPodUID, testContainerName, runtime.Readiness)
 		sequence(e, w, runtime.Success, runtime.Failure, runtime.Failure, runtime.Success)
-		got := log.get()
+		got := log.Lines()
 		if tc.mode == EventsAll {
 			// K4: one per failed run; no success event (the kubelet has none).
 			got = filter(got, "Unhealthy")
@@ -270,7 +271,7 @@ func filter(lines []string, sub string) []string {
 	return out
 }
 
-// The health-event log's facts in the run record (issue 22 §3): the
+// The health-event log's facts in the run record: the
 // verdict before the run (UNKNOWN until the first), whether the run
 // changed it, whether it was the container's first check; and the time
 // from the container's start to its first Success verdict, in the record
@@ -339,13 +340,13 @@ probed_probe_time_to_first_success_seconds_count{handler="exec",probe_type="read
 // one event, at its verdict.
 func TestEvents_DefaultRuntimeTakesTheMode(t *testing.T) {
 	_, refused := listenTCP(t)
-	log := &eventLog{}
+	log := &testevents.Log{}
 	e := newTestEnv(t, func(o *Options) { o.Runtime, o.Recorder, o.Events = nil, log, EventsTransitions })
 	w := annotated(e, "mode", fmt.Sprintf(`"type":"readiness","failureThreshold":2,"tcpSocket":{"port":%d}`, refused))
 	for i := 0; i < 3; i++ {
 		e.runOnce(w)
 	}
-	got := log.get()
+	got := log.Lines()
 	if len(got) != 1 || !strings.HasPrefix(got[0], "Warning Unhealthy Readiness probe failed (2/2): container marked not ready: dial tcp 127.0.0.1:") {
 		t.Fatalf("events %q, want the verdict's only", got)
 	}

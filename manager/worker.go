@@ -48,7 +48,7 @@ type worker struct {
 	// known without a lookup.
 	written int8
 	// state holds what the run before knew of the container instance
-	// (stateHealthy, ...): the period by state (issue 22 §1), the events'
+	// (stateHealthy, ...): the period by state, the events'
 	// counts and the health-event log.
 	state uint8
 	// pstate is the state whose period the scheduler has.
@@ -153,7 +153,7 @@ var ownerSeed = maphash.MakeSeed()
 
 // Owner names the worker's pod and namespace for the runtime's shares
 // (runtime.Owned): a pod holds only its share of a lane's slots, so its
-// hung probes delay itself, not other pods (issue 17 §2). Hashed per call
+// hung probes delay itself, not other pods. Hashed per call
 // rather than stored: it is read only when the runtime has shares, and the
 // worker stays small.
 func (w *worker) Owner() runtime.Owner {
@@ -346,7 +346,7 @@ func initialDelayPending(elapsed, delay time.Duration) bool {
 // probe with periods by state, the one of the state the scheduler has).
 func (w *worker) period() time.Duration { return w.rs.Timing().PeriodIn(w.pstate) }
 
-// periodState is where the probe stands for its period (issue 22 §1):
+// periodState is where the probe stands for its period:
 // in transition while its results since the last verdict differ from it
 // and count toward the threshold that would change it (W10, W11: a
 // threshold reached sets the verdict, so lastResult equals it again);

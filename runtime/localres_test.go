@@ -41,7 +41,7 @@ func localResourceSpec(kind string) *Spec {
 	}
 }
 
-// TestLocalResourceErrorsUnderEMFILE (issue 9, P5): in a process whose
+// TestLocalResourceErrorsUnderEMFILE (P5): in a process whose
 // descriptor table is full, a real dial error (socket: too many open files)
 // and a real exec start error are classified EMFILE; Run turns the dial's
 // Failure into an errored run (3 attempts, P2) with the P5 event naming the

@@ -16,7 +16,7 @@ import (
 	"github.com/probed/probed/runtime/bound"
 )
 
-// Issue 9 §6: a run's report (and so its K4 event, made from it) never
+// A run's report (and so its K4 event, made from it) never
 // shows the container's
 // env values (here printed by a real exec probe, and expanded into the
 // command of one that cannot start), nor the query values of an HTTP
@@ -80,7 +80,7 @@ func (echoParams) Prepare(spec *runtime.Spec) (runtime.Prober, error) {
 	}), nil
 }
 
-// Issue 17 §5: a run's report is cut to bound.MessageBytes after
+// A run's report is cut to bound.MessageBytes after
 // redaction: an HTTP probe with a 250 KB path against a closed port (Go's
 // error quotes the URL) and a handler answering 1 MiB report at most 1 KiB,
 // keeping the start and the end of the text (what was tried, what

@@ -74,7 +74,7 @@ func newSharedRuntime(t *testing.T, size int, pod, ns float64) *Runtime {
 	return rt
 }
 
-// TestSharesBoundOnePodAndLetOthersRun is issue 17 §2: one pod's hung runs
+// TestSharesBoundOnePodAndLetOthersRun: one pod's hung runs
 // hold at most its share of the lane's slots; the rest of its runs are
 // parked without blocking Submit, so another pod's run starts at once; the
 // parked runs start, in order, as the pod's own runs end.

@@ -23,7 +23,7 @@ type Milliseconds struct {
 // IsZero reports whether no offset is set.
 func (ms Milliseconds) IsZero() bool { return ms == Milliseconds{} }
 
-// StatePeriods are an annotation probe's periods by state (issue 22 §1),
+// StatePeriods are an annotation probe's periods by state,
 // each seconds plus a millisecond offset as periodSeconds and
 // periodMilliseconds are, but with no default: a period whose two fields
 // are zero is not set, and the probe's period applies in that state.

@@ -301,7 +301,7 @@ func (s *Spec) Timing() Timing {
 }
 
 // Extension is what an annotation probe (probed.io/probes) has beyond
-// v1.Probe and its millisecond offsets (issue 22): periods by state and
+// v1.Probe and its millisecond offsets: periods by state and
 // checks on the target's answer. Every annotation probe has one, spec
 // probes none.
 type Extension struct {

@@ -35,7 +35,7 @@ func (r *recorder) release(task int) ID {
 	return id
 }
 
-// Issue 22: a period changed during a run re-anchors the grid at that run's
+// A period changed during a run re-anchors the grid at that run's
 // due time: a shorter period's runs follow one short period after it, and
 // every short period from then on.
 func TestSetPeriodShorterReanchorsAtTheRun(t *testing.T) {
@@ -55,7 +55,7 @@ func TestSetPeriodShorterReanchorsAtTheRun(t *testing.T) {
 	}
 }
 
-// Issue 22: a longer period's first run comes the new period less the
+// A longer period's first run comes the new period less the
 // key's stable phase (Spread) after the last run, so that entries switching
 // together do not stay bunched, then every new period; an unchanged period
 // changes nothing.
@@ -142,7 +142,7 @@ func TestSetPeriodNeverMoreThanOneNewPeriod(t *testing.T) {
 	}
 }
 
-// Issue 22: entries on a short period that all switch to a long one at
+// Entries on a short period that all switch to a long one at
 // once (a dependency they share recovered) are spread over the phase
 // window, not left within the short period of each other.
 func TestSetPeriodSpreadsAMassSwitch(t *testing.T) {

@@ -416,7 +416,7 @@ func (s *Scheduler[T]) Trigger(id ID) {
 
 // SetPeriod changes the entry's period (rounded up to whole ticks, at least
 // one) from its current run on, for entries whose period depends on their
-// owner's state (issue 22: a probe that runs fast until ready). The grid is
+// owner's state (a probe that runs fast until ready). The grid is
 // re-anchored at the due time of the entry's last run (before its first
 // run: one old period before its first due time): when the period shrinks,
 // the next run is due one new period after it, and then every new period.

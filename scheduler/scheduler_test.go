@@ -607,7 +607,7 @@ func TestBR11_PromptSpreadWhileYoung(t *testing.T) {
 
 // The wheel wakes only for a slot that holds an entry: at rest it holds no
 // timer on the clock and does not wake, however long the clock runs
-// (issue 13: the idle scheduler's fixed cost).
+// (the idle scheduler's fixed cost).
 func TestIdleWheelHoldsNoTimer(t *testing.T) {
 	r, clk := newRecorder(t, Options[int]{})
 	r.stepTicks(t, 3*time.Second)

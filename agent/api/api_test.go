@@ -556,7 +556,7 @@ func TestPods_PluginSecretParamsRedacted(t *testing.T) {
 	}
 }
 
-// Issue 9 §6: /pods applies the one redaction rule (runtime/redact) to
+// /pods applies the one redaction rule (runtime/redact) to
 // what the pod spec says in free text: query values and credentials in
 // probe and hook paths, credentials and env values in commands and
 // arguments, and the path, header and other values of plugin parameters
@@ -681,7 +681,7 @@ func TestPage_ShowsThePodsRedactedAsPodsDoes(t *testing.T) {
 	}
 }
 
-// Issue 17 §4: the probes of the probed.io/probes annotation are redacted
+// The probes of the probed.io/probes annotation are redacted
 // by the rule of the spec's probes, wherever a probe is shown: the httpGet
 // query values and header values (other than Host, Accept, User-Agent,
 // Content-Type), the exec command's credentials, and every other string of

@@ -18,8 +18,8 @@ import (
 // request in flight, or connected less than the grace ago, does the new one
 // wait (accepted, holding one descriptor; further ones wait in the kernel's
 // accept queue) until a served one closes. So the kubelet's probe of
-// /healthz is answered however many idle clients hold the API (issue 17
-// §6); a client can still hold the cap with requests in flight, each
+// /healthz is answered however many idle clients hold the API;
+// a client can still hold the cap with requests in flight, each
 // bounded by the server's read and write timeouts.
 //
 // The listener learns each connection's state from the server's ConnState

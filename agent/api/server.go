@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// The API server's limits (issue 9: 20,000 idle keep-alive connections to
+// The API server's limits (20,000 idle keep-alive connections to
 // an unbounded API took every descriptor of the agent, and its probes then
 // failed). docs/operations.md ("Security") lists them.
 const (

@@ -14,25 +14,8 @@ import (
 	"time"
 
 	"github.com/probed/probed/agent/api"
+	"github.com/probed/probed/internal/testlog"
 )
-
-// logBuffer collects a logger's records.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // serve runs the API server (api.NewServer on api.Listen, served with
 // Listener.Serve) with cfg and handler h (nil: one that answers "ok") on
@@ -112,7 +95,7 @@ func healthzWithin(t *testing.T, addr string, d time.Duration) bool {
 	return err == nil && resp.StatusCode == http.StatusOK
 }
 
-// TestServerCapsConnections (issue 9 §1): with MaxConnections 4 and four
+// TestServerCapsConnections: with MaxConnections 4 and four
 // requests in flight (a handler that blocks), further clients are not
 // served (the cap holds: they wait in the accept queue, holding no
 // descriptor of probed's) until requests end; then they are.
@@ -170,7 +153,7 @@ func TestServerCapsConnections(t *testing.T) {
 	}
 }
 
-// TestServerIdleConnectionsYieldToHealthz (issue 17 §6): keep-alive
+// TestServerIdleConnectionsYieldToHealthz: keep-alive
 // connections left idle at the cap do not lock the API: a new client's GET
 // /healthz is answered within a second, the connection idle the longest is
 // the one closed for it, and the others stay open.
@@ -198,7 +181,7 @@ func TestServerIdleConnectionsYieldToHealthz(t *testing.T) {
 	}
 }
 
-// TestServerSilentConnectionsYieldAfterGrace (issue 17 §6): connections
+// TestServerSilentConnectionsYieldAfterGrace: connections
 // that never send a request hold the cap only for NewConnGrace: a GET
 // /healthz is then answered within a second.
 func TestServerSilentConnectionsYieldAfterGrace(t *testing.T) {
@@ -293,7 +276,7 @@ func TestNewServerDefaults(t *testing.T) {
 // has no authentication; one on loopback does not.
 func TestListenWarnsBeyondLoopback(t *testing.T) {
 	for addr, warn := range map[string]bool{"127.0.0.1:0": false, "localhost:0": false, "0.0.0.0:0": true} {
-		var logs logBuffer
+		var logs testlog.Buffer
 		log := slog.New(slog.NewTextHandler(&logs, nil))
 		ln, err := api.Listen(addr, api.ServerConfig{}, log)
 		if err != nil {

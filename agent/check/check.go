@@ -111,8 +111,8 @@ type Result struct {
 // result to out in Options.Output and returns the exit code. Errors and
 // warnings are written to errOut, one per line, naming file, document,
 // pod, container and field. Skipped documents are written there too, but
-// only when no probe ran: then they say why a file yielded nothing (issue
-// 12 §2); beside probes that ran, the Services, ConfigMaps and RBAC objects
+// only when no probe ran: then they say why a file yielded nothing;
+// beside probes that ran, the Services, ConfigMaps and RBAC objects
 // of a real multi-document manifest are expected, not news, and are listed
 // only in the JSON or YAML Report's "skipped". The table is written
 // only when probes ran (bad input prints nothing on stdout); a JSON or

@@ -244,7 +244,7 @@ spec:
 		{name: "container and probe type", container: "a", probe: "readiness", rows: []string{
 			"default/p a readiness http success | HTTP 200",
 		}},
-		// Nothing to run is bad input (issue 12 §2: it used to pass).
+		// Nothing to run is bad input (it used to pass).
 		{name: "a container without the probe type", container: "b", probe: "liveness", code: check.ExitBadInput,
 			errOut: path + ": no probes found\n"},
 		{name: "a container without probes", container: "quiet", code: check.ExitBadInput, errOut: path + ": no probes found\n"},
@@ -414,7 +414,7 @@ func TestRunExitCodes(t *testing.T) {
 		{"no probes", check.Options{File: manifest(t, "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - {name: app, image: app}\n")},
 			check.ExitBadInput, []string{"no probes found"}},
 		{"missing file", check.Options{File: filepath.Join(t.TempDir(), "nope.yaml")}, check.ExitBadInput, []string{"nope.yaml"}},
-		// Issue 9 §2: not regular files are refused at once, naming them.
+		// Not regular files are refused at once, naming them.
 		{"FIFO", check.Options{File: fifo}, check.ExitBadInput, []string{fifo + ": is a FIFO (named pipe), not a regular file"}},
 		{"/dev/zero", check.Options{File: zero}, check.ExitBadInput, []string{zero + ": is a character device, not a regular file"}},
 		// A directory is read as the agent reads --manifests: each of its
@@ -478,7 +478,7 @@ status:
 	}
 }
 
-// TestCheck_FilesWithoutProbesSaySoAndFail (issue 12 §2): a file that
+// TestCheck_FilesWithoutProbesSaySoAndFail: a file that
 // yields no probe — empty, only comments, only `---`, a Secret, a List of a
 // Secret and a pod without probes — exits ExitBadInput, prints no table,
 // and says what was skipped and why; a List with a Secret and a probed Pod
@@ -532,7 +532,7 @@ func TestCheck_FilesWithoutProbesSaySoAndFail(t *testing.T) {
 	}
 }
 
-// TestCheck_DirectoryReadAsTheAgentReadsIt (issue 18 §3): `check -f DIR`
+// TestCheck_DirectoryReadAsTheAgentReadsIt: `check -f DIR`
 // reads a directory as `probed run --manifests DIR` does — the same files
 // (source.ManifestFiles) and the same rule that a pod is defined once
 // (source.Conflicts) —, so a pod defined in two files, or a metadata.uid

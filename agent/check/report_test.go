@@ -138,7 +138,7 @@ func TestRunStdin(t *testing.T) {
 
 // TestRunWide: -o wide adds the pod IP and prints the whole message on one
 // line, its line breaks and control characters escaped and its quotes left
-// as they are (issue 18 §7: not `Get \"http://…\"`).
+// as they are (not `Get \"http://…\"`).
 func TestRunWide(t *testing.T) {
 	path := manifest(t, "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nstatus: {podIP: 127.0.0.1}\nspec:\n  containers:\n  - name: app\n    image: app\n    readinessProbe:\n      exec: {command: [sh, -c, 'printf \"one\\ntwo \\\"q\\\"\\033\\n\"; exit 1']}\n")
 	var out, errBuf bytes.Buffer

@@ -101,7 +101,7 @@ func TestRecorderIsBounded(t *testing.T) {
 	}
 }
 
-// Issue 9 §6: whoever sends an event, its message is redacted by the one
+// Whoever sends an event, its message is redacted by the one
 // rule (runtime/redact) before it is kept, served or logged.
 func TestEventMessagesRedacted(t *testing.T) {
 	var logs bytes.Buffer
@@ -185,7 +185,7 @@ func TestRecorderFoldsRepeatsAcrossOtherEvents(t *testing.T) {
 	}
 }
 
-// Issue 17 §5: an event's message is cut to bound.MessageBytes (keeping
+// An event's message is cut to bound.MessageBytes (keeping
 // both ends) before it is kept or logged, whoever sent it; events recorded
 // through Unlogged land in the same ring, folded alike, with no log line.
 func TestMessagesCutAndUnloggedEvents(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"github.com/probed/probed/runtime/redact"
 )
 
-// Transition is one entry of the health-event log (issue 22 §3, Envoy's
+// Transition is one entry of the health-event log (Envoy's
 // health check event log): a probe's verdict changed. It is served by GET
 // /events?type=transition and printed by `probed events`, one JSON object
 // per line.

@@ -15,7 +15,7 @@ func checker(synced bool, st *manager.Stats) *Checker {
 	return &Checker{synced: func() bool { return synced }, stats: func() (manager.Stats, bool) { return *st, true }}
 }
 
-// Issue 10 §2.7: /healthz is unhealthy while the pod source (the informer)
+// /healthz is unhealthy while the pod source (the informer)
 // has never synced.
 func TestUnhealthyUntilSynced(t *testing.T) {
 	st := manager.Stats{Now: t0, WheelAdvanced: t0}
@@ -27,7 +27,7 @@ func TestUnhealthyUntilSynced(t *testing.T) {
 	}
 }
 
-// Issue 10 §2.7: a wheel that no longer advances with the clock is a
+// A wheel that no longer advances with the clock is a
 // stalled scheduler.
 func TestUnhealthyWhenWheelStalls(t *testing.T) {
 	st := manager.Stats{Now: t0.Add(StallAfter), WheelAdvanced: t0}
@@ -41,7 +41,7 @@ func TestUnhealthyWhenWheelStalls(t *testing.T) {
 	}
 }
 
-// Issue 10 §2.7: due work that waits while nothing is dispatched for
+// Due work that waits while nothing is dispatched for
 // longer than StallAfter is a stalled pool; a backlog that drains, or
 // dispatching that goes on, is healthy (overload shows as lag, not as a
 // failure of probed itself).

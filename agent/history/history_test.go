@@ -250,7 +250,7 @@ func TestConcurrent(t *testing.T) {
 	}
 }
 
-// Issue 9 §6: a record's message is redacted by the one rule
+// A record's message is redacted by the one rule
 // (runtime/redact), whatever manager sent it.
 func TestRecordMessageRedacted(t *testing.T) {
 	h := history.New(4)
@@ -268,7 +268,7 @@ func TestRecordMessageRedacted(t *testing.T) {
 	}
 }
 
-// Issue 13: each probe's history states its period and timeout in
+// Each probe's history states its period and timeout in
 // milliseconds (sub-second for an annotation probe), as of its newest run.
 func TestPeriodAndTimeoutInMilliseconds(t *testing.T) {
 	h := history.New(3)
@@ -281,7 +281,7 @@ func TestPeriodAndTimeoutInMilliseconds(t *testing.T) {
 	}
 }
 
-// Issue 17 §5: a record's message is cut to bound.MessageBytes (both ends
+// A record's message is cut to bound.MessageBytes (both ends
 // kept), so a probe's history holds at most --history such messages plus
 // its newest failure, whatever its target answers.
 func TestMessagesCut(t *testing.T) {

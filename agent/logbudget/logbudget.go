@@ -1,5 +1,5 @@
 // Package logbudget bounds the bytes of log the agent writes per second,
-// whatever its pods and targets do (issue 17 §5: one pod wrote 74 MiB of
+// whatever its pods and targets do (one pod wrote 74 MiB of
 // agent log in 30 s). Writer sits between the agent's slog handler and its
 // output: each record arrives as one Write (log/slog's text and JSON
 // handlers write a record at once), and a line passes while a token bucket

@@ -17,7 +17,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreCurrent()) }
 
-// Issue 17 §5: whatever is logged, the bytes written stay within the
+// Whatever is logged, the bytes written stay within the
 // budget (burst plus rate × time); what is dropped is counted in the
 // metrics, and one line in the log's own format says so every ReportEvery
 // while dropping, and at Flush.

@@ -365,7 +365,7 @@ metadata: {name: s, namespace: ns}
 
 // TestDocumentLinesInYAMLErrors: in a multi-document file the line of a
 // YAML error, in the message and in Error.Line, is the file's line the
-// parser points at, not the line within the document (issue 12 §2), and
+// parser points at, not the line within the document, and
 // the pod is named when its metadata can be read.
 func TestDocumentLinesInYAMLErrors(t *testing.T) {
 	src := podYAML + "---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: x\n   bad: indent\n"
@@ -687,7 +687,7 @@ spec:
 
 // TestEmptyInputs: a file with no object (empty, blank, only comments,
 // only markers, null documents) yields no entry and no error, and one
-// Skipped for the whole file that says why (issue 12 §2: such a file was
+// Skipped for the whole file that says why (such a file was
 // silent).
 func TestEmptyInputs(t *testing.T) {
 	for _, src := range []string{"", "\n\n", "# c\n", "---\n", "---\n---\n...\n", "\xef\xbb\xbf---\n", "null\n", "---\n~\n", "# only\n# comments\n---\n# here\n"} {

@@ -3,7 +3,7 @@ package manifest
 import (
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/probed/probed/manager/customprobe"
+	"github.com/probed/probed/manager/probespec"
 )
 
 // SetDefaults applies to pod the defaults the API server applies to what the
@@ -27,9 +27,9 @@ func SetDefaults(pod *v1.Pod) {
 	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for i := range list {
 			c := &list[i]
-			customprobe.Default(c.LivenessProbe)
-			customprobe.Default(c.ReadinessProbe)
-			customprobe.Default(c.StartupProbe)
+			probespec.Default(c.LivenessProbe)
+			probespec.Default(c.ReadinessProbe)
+			probespec.Default(c.StartupProbe)
 		}
 	}
 }

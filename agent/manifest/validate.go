@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/probed/probed/manager/customprobe"
+	"github.com/probed/probed/manager/probespec"
 	"github.com/probed/probed/runtime"
 )
 
@@ -132,7 +132,7 @@ func validateContainer(c *v1.Container, path *field.Path, init bool, names map[s
 		return errs
 	}
 	for _, pr := range containerProbes(c) {
-		errs = append(errs, customprobe.Validate(pr.probe, pr.t, path.Child(pr.field))...)
+		errs = append(errs, probespec.Validate(pr.probe, pr.t, path.Child(pr.field))...)
 	}
 	return errs
 }

@@ -178,7 +178,7 @@ func TestReconcilerTicksOnTheFakeClock(t *testing.T) {
 // The ReaddInterval ticker exists only while some pod's workers are
 // stopping: an agent whose pods do not change holds one timer on its clock
 // (the periodic sync), not a ticker that wakes it ten times a second
-// (issue 13: the agent's fixed cost at rest).
+// (the agent's fixed cost at rest).
 func TestReaddTickerOnlyWhileWorkersStop(t *testing.T) {
 	clk := testingclock.NewFakeClock(time.Unix(0, 0))
 	rec := &recorder{}

@@ -1,5 +1,5 @@
 // Package runlog logs the agent's probe runs at the default level without a
-// line per run (issue 17 §5: the agent logged every failed run, 345,000
+// line per run (the agent logged every failed run, 345,000
 // lines in 4 minutes from one pod). For each probe it logs:
 //
 //   - a transition: the run's outcome (success, warning, failure, errored)

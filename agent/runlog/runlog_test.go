@@ -1,43 +1,21 @@
 package runlog_test
 
 import (
-	"bytes"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/probed/probed/agent/runlog"
+	"github.com/probed/probed/internal/testlog"
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/runtime"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreCurrent()) }
-
-type buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *buffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *buffer) lines() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s := strings.TrimSpace(b.b.String())
-	if s == "" {
-		return nil
-	}
-	return strings.Split(s, "\n")
-}
 
 var start = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 
@@ -54,8 +32,8 @@ func (r *runner) run(result runtime.Result, err error, msg string) {
 	r.at = r.at.Add(r.period)
 }
 
-func newRunner(level slog.Level) (*runner, *buffer) {
-	buf := &buffer{}
+func newRunner(level slog.Level) (*runner, *testlog.Buffer) {
+	buf := &testlog.Buffer{}
 	l := runlog.New(runlog.Options{Logger: slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: level}))})
 	return &runner{log: l, at: start, period: 100 * time.Millisecond}, buf
 }
@@ -70,7 +48,7 @@ func count(lines []string, substr string) int {
 	return n
 }
 
-// Issue 17 §5: a probe failing every 100 ms for 3 minutes writes one
+// A probe failing every 100 ms for 3 minutes writes one
 // "probe failed" line, then one summary per minute with the runs since
 // (at 1 and 2 minutes), not 1,800 lines; its recovery at 3 minutes is one
 // INFO line with the failed runs since the last summary and how long the
@@ -80,7 +58,7 @@ func TestFailingProbeLogsTransitionsAndSummaries(t *testing.T) {
 	for range 10 {
 		r.run(runtime.Success, nil, "")
 	}
-	if lines := buf.lines(); len(lines) != 0 {
+	if lines := buf.Lines(); len(lines) != 0 {
 		t.Fatalf("successful runs logged: %q", lines)
 	}
 	msg := `Get "http://127.0.0.1:1/healthz": dial tcp 127.0.0.1:1: connect: connection refused`
@@ -88,7 +66,7 @@ func TestFailingProbeLogsTransitionsAndSummaries(t *testing.T) {
 		r.run(runtime.Failure, nil, msg)
 	}
 	r.run(runtime.Success, nil, "")
-	lines := buf.lines()
+	lines := buf.Lines()
 	if len(lines) != 4 {
 		t.Fatalf("%d lines, want 4 (failed, 2 summaries, succeeded again):\n%s", len(lines), strings.Join(lines, "\n"))
 	}
@@ -118,7 +96,7 @@ func TestFlappingProbeIsRateLimited(t *testing.T) {
 			r.run(runtime.Success, nil, "")
 		}
 	}
-	lines := buf.lines()
+	lines := buf.Lines()
 	if len(lines) > 2*runlog.DefaultBurst+1 {
 		t.Fatalf("%d lines in 2 minutes of flapping, want at most %d:\n%s", len(lines), 2*runlog.DefaultBurst+1, strings.Join(lines, "\n"))
 	}
@@ -132,7 +110,7 @@ func TestErroredRunsAndDebug(t *testing.T) {
 	r, buf := newRunner(slog.LevelDebug)
 	r.run(runtime.Unknown, errors.New("probe not attempted: EMFILE"), "probe not attempted: EMFILE")
 	r.run(runtime.Success, nil, "")
-	lines := buf.lines()
+	lines := buf.Lines()
 	if count(lines, `msg="probe ran"`) != 2 || count(lines, `msg="probe errored"`) != 1 || count(lines, `msg="probe succeeded again"`) != 1 {
 		t.Errorf("lines:\n%s", strings.Join(lines, "\n"))
 	}
@@ -144,7 +122,7 @@ func TestForget(t *testing.T) {
 	r.run(runtime.Failure, nil, "down")
 	r.log.Forget("uid-1")
 	r.run(runtime.Failure, nil, "down")
-	if n := count(buf.lines(), `msg="probe failed"`); n != 2 {
+	if n := count(buf.Lines(), `msg="probe failed"`); n != 2 {
 		t.Errorf("%d probe failed lines, want 2 (the pod was forgotten between)", n)
 	}
 }

@@ -16,14 +16,15 @@ import (
 
 	"github.com/probed/probed/agent/manifest"
 	"github.com/probed/probed/agent/source"
+	"github.com/probed/probed/internal/testlog"
 )
 
 var t0 = time.Date(2026, 12, 1, 23, 50, 0, 0, time.UTC)
 
-func reportSource(t *testing.T, path string, logs *logBuffer, clk *clocktesting.FakePassiveClock, reg prometheus.Registerer) *source.Source {
+func reportSource(t *testing.T, path string, logs *testlog.Buffer, clk *clocktesting.FakePassiveClock, reg prometheus.Registerer) *source.Source {
 	t.Helper()
 	if logs == nil {
-		logs = &logBuffer{}
+		logs = &testlog.Buffer{}
 	}
 	var c clock.PassiveClock = clock.RealClock{}
 	if clk != nil {
@@ -37,7 +38,7 @@ func reportSource(t *testing.T, path string, logs *logBuffer, clk *clocktesting.
 	return s
 }
 
-// TestScan_InvalidatedPodStaysStaleUntilFixedOrDeleted (issue 12 §2): a pod
+// TestScan_InvalidatedPodStaysStaleUntilFixedOrDeleted: a pod
 // whose file turns invalid is delivered again at its last valid version
 // (same UID and spec, so its probes go on), marked stale with the error;
 // the report says stale, since when; fixing the file clears it and the new
@@ -46,7 +47,7 @@ func reportSource(t *testing.T, path string, logs *logBuffer, clk *clocktesting.
 func TestScan_InvalidatedPodStaysStaleUntilFixedOrDeleted(t *testing.T) {
 	dir := t.TempDir()
 	clk := clocktesting.NewFakePassiveClock(t0)
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	s := reportSource(t, dir, logs, clk, nil)
 	path := write(t, dir, "web.yaml", podYAML("web", "8080")+"---\n"+podYAML("other", "8081"))
 	snap := s.Scan()
@@ -81,7 +82,7 @@ func TestScan_InvalidatedPodStaysStaleUntilFixedOrDeleted(t *testing.T) {
 			t.Errorf("scan %d: stale field %q, detail %q", i, st.Field, st.Detail)
 		}
 	}
-	if n := logs.count("still probing the pod's last valid version"); n != 1 {
+	if n := logs.Count("still probing the pod's last valid version"); n != 1 {
 		t.Errorf("stale logged %d times, want once", n)
 	}
 
@@ -122,7 +123,7 @@ func TestScan_InvalidatedPodStaysStaleUntilFixedOrDeleted(t *testing.T) {
 func TestScan_UnreadableFileKeepsPodsStale(t *testing.T) {
 	dir := t.TempDir()
 	content := podYAML("web", "8080")
-	s, err := source.New(source.Options{Path: dir, Logger: slog.New(slog.NewTextHandler(&logBuffer{}, nil)),
+	s, err := source.New(source.Options{Path: dir, Logger: slog.New(slog.NewTextHandler(&testlog.Buffer{}, nil)),
 		Manifest: manifest.Options{MaxFileBytes: int64(len(content) + 10)}})
 	if err != nil {
 		t.Fatal(err)
@@ -169,7 +170,7 @@ func TestReport_JSONShape(t *testing.T) {
 	if r.Rejected[0].File != filepath.Join(dir, "b.yaml") || !r.Rejected[0].Since.Equal(t0) || r.Rejected[0].Pod != "default/b" || r.Rejected[0].Stale {
 		t.Errorf("first rejected %+v", r.Rejected[0])
 	}
-	// The field and what is wrong with it, apart (issue 18 §4: what
+	// The field and what is wrong with it, apart (what
 	// `probed status` shows), and together in the message.
 	if b := r.Rejected[0]; b.Field != "spec.containers[0].readinessProbe.tcpSocket.port" || !strings.HasPrefix(b.Detail, "Invalid value: 0") ||
 		!strings.HasSuffix(b.Error, ": "+b.Field+": "+b.Detail) {
@@ -199,7 +200,7 @@ func TestReport_JSONShape(t *testing.T) {
 // in the report's skipped list with why, and logged once per file version.
 func TestScan_FilesWithoutPodsAreReported(t *testing.T) {
 	dir := t.TempDir()
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	s := reportSource(t, dir, logs, nil, nil)
 	write(t, dir, "a-empty.yaml", "")
 	write(t, dir, "b-comments.yaml", "# just a comment\n\n# and another\n")
@@ -226,12 +227,12 @@ func TestScan_FilesWithoutPodsAreReported(t *testing.T) {
 		t.Errorf("skipped\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
 	}
 	s.Scan()
-	if n, m := logs.count("manifest holds no pod"), logs.count("manifest document skipped"); n != 3 || m != 2 {
+	if n, m := logs.Count("manifest holds no pod"), logs.Count("manifest document skipped"); n != 3 || m != 2 {
 		t.Errorf("after two scans: %d 'holds no pod' and %d 'document skipped' lines, want 3 and 2 (once per file version)", n, m)
 	}
 	write(t, dir, "d-secret.yaml", "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\ndata: {k: dg==}\n")
 	s.Scan()
-	if m := logs.count("manifest document skipped"); m != 3 {
+	if m := logs.Count("manifest document skipped"); m != 3 {
 		t.Errorf("a new version of the Secret's file: %d lines, want 3", m)
 	}
 }

@@ -1,14 +1,12 @@
 package source_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,32 +14,16 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/probed/probed/agent/source"
+	"github.com/probed/probed/internal/testlog"
 )
 
 // IgnoreCurrent: ants starts its package-level default pool at init.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreCurrent()) }
 
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) count(s string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Count(b.buf.String(), s)
-}
-
-func newSource(t *testing.T, dir string, logs *logBuffer) *source.Source {
+func newSource(t *testing.T, dir string, logs *testlog.Buffer) *source.Source {
 	t.Helper()
 	if logs == nil {
-		logs = &logBuffer{}
+		logs = &testlog.Buffer{}
 	}
 	s, err := source.New(source.Options{Path: dir, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		Rescan: time.Hour, Debounce: 20 * time.Millisecond})
@@ -146,7 +128,7 @@ func TestScan_YAMLAndJSONFiles(t *testing.T) {
 // while the other files load; once fixed it is picked up by the next Scan.
 func TestScan_BrokenFileReportedOthersLoad(t *testing.T) {
 	dir := t.TempDir()
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	s := newSource(t, dir, logs)
 	write(t, dir, "a-good.yaml", podYAML("good", "8080"))
 	bad := write(t, dir, "b-bad.yaml", podYAML("bad", "8080", "    livenessProbe:\n      tcpSocket: {port: 8080}\n      successThreshold: 2"))
@@ -167,7 +149,7 @@ func TestScan_BrokenFileReportedOthersLoad(t *testing.T) {
 		t.Errorf("error %q does not name %s", msg, syntax)
 	}
 	s.Scan()
-	if n := logs.count("manifest rejected"); n != 2 {
+	if n := logs.Count("manifest rejected"); n != 2 {
 		t.Errorf("%d rejection log lines after two scans, want 2 (one per error)", n)
 	}
 
@@ -367,28 +349,28 @@ func watchSnapshots(t *testing.T, s *source.Source) (wait func(what string, ok f
 	}
 }
 
-// TestScan_NoPodSaysItWaits (issue 18 §7): a scan that finds no pod logs
+// TestScan_NoPodSaysItWaits: a scan that finds no pod logs
 // once that the agent waits for manifests, and where; not again while it
 // stays empty; again when the pods are gone after some were there.
 func TestScan_NoPodSaysItWaits(t *testing.T) {
 	dir := t.TempDir()
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	s := newSource(t, dir, logs)
 	const line = "no pod to probe: waiting for manifests in the manifest directory"
 	s.Scan()
 	s.Scan()
-	if n := logs.count(line); n != 1 || logs.count("path="+dir) != 1 {
-		t.Fatalf("empty directory: %d lines, want 1 naming %s:\n%s", n, dir, logs.buf.String())
+	if n := logs.Count(line); n != 1 || logs.Count("path="+dir) != 1 {
+		t.Fatalf("empty directory: %d lines, want 1 naming %s:\n%s", n, dir, logs.String())
 	}
 	path := write(t, dir, "web.yaml", podYAML("web", "8080"))
-	if snap := s.Scan(); len(snap.Pods) != 1 || logs.count(line) != 1 {
-		t.Fatalf("a pod: %d pods, %d lines", len(snap.Pods), logs.count(line))
+	if snap := s.Scan(); len(snap.Pods) != 1 || logs.Count(line) != 1 {
+		t.Fatalf("a pod: %d pods, %d lines", len(snap.Pods), logs.Count(line))
 	}
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
 	s.Scan()
-	if n := logs.count(line); n != 2 {
+	if n := logs.Count(line); n != 2 {
 		t.Errorf("emptied again: %d lines, want 2", n)
 	}
 }

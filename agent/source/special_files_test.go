@@ -13,6 +13,7 @@ import (
 
 	"github.com/probed/probed/agent/manifest"
 	"github.com/probed/probed/agent/source"
+	"github.com/probed/probed/internal/testlog"
 )
 
 // specialManifests adds to dir manifest-named symlinks to a FIFO without a
@@ -48,7 +49,7 @@ func specialManifests(t *testing.T, dir string) map[string]string {
 }
 
 // scanReturns runs s.Scan, failing the test when it does not return: the
-// defect under test (issue 9 §2) is a scan that blocks on a FIFO.
+// defect under test is a scan that blocks on a FIFO.
 func scanReturns(t *testing.T, s *source.Source) source.Snapshot {
 	t.Helper()
 	done := make(chan source.Snapshot, 1)
@@ -63,14 +64,14 @@ func scanReturns(t *testing.T, s *source.Source) source.Snapshot {
 }
 
 // TestScan_SpecialFilesRefusedOthersLoad: symlinks to a FIFO, /dev/zero, a
-// socket and a directory do not hang or exhaust the scan (issue 9 §2); each
+// socket and a directory do not hang or exhaust the scan; each
 // is one error naming the file and what it is, logged once, and the valid
 // pod beside them loads.
 func TestScan_SpecialFilesRefusedOthersLoad(t *testing.T) {
 	dir := t.TempDir()
 	write(t, dir, "good.yaml", podYAML("good", "8080"))
 	special := specialManifests(t, dir)
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	s := newSource(t, dir, logs)
 	snap := scanReturns(t, s)
 	if pods := byName(snap); len(pods) != 1 || pods["default/good"] == nil {
@@ -85,13 +86,13 @@ func TestScan_SpecialFilesRefusedOthersLoad(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("no error %q in:\n%s", want, text)
 		}
-		if n := logs.count(path + ":"); n != 1 {
+		if n := logs.Count(path + ":"); n != 1 {
 			t.Errorf("%s logged %d times, want once", path, n)
 		}
 	}
 	scanReturns(t, s)
 	for path := range special {
-		if n := logs.count(path + ":"); n != 1 {
+		if n := logs.Count(path + ":"); n != 1 {
 			t.Errorf("after a second scan %s logged %d times, want once", path, n)
 		}
 	}
@@ -122,11 +123,11 @@ func itoa(n int) string { return strconv.Itoa(n) }
 
 // TestWatch_SpecialFileAddedWhileRunning: a FIFO or /dev/zero symlink added
 // to a watched directory is reported, files written after it are still
-// picked up, and Watch returns when its context ends (issue 9 §2: the watch
+// picked up, and Watch returns when its context ends (the watch
 // used to block on the FIFO, and with it SIGTERM).
 func TestWatch_SpecialFileAddedWhileRunning(t *testing.T) {
 	dir := t.TempDir()
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	s := newSource(t, dir, logs)
 	snaps := make(chan source.Snapshot, 100)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -165,7 +166,7 @@ func TestWatch_SpecialFileAddedWhileRunning(t *testing.T) {
 		t.Fatal("Watch did not return after cancel")
 	}
 	for path := range special {
-		if logs.count(path+":") == 0 {
+		if logs.Count(path+":") == 0 {
 			t.Errorf("%s not logged", path)
 		}
 	}

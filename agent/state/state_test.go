@@ -106,7 +106,7 @@ func TestCrashMidWriteKeepsPreviousState(t *testing.T) {
 
 // TestLoadRefusesSpecialFiles: a state file that is a FIFO (no writer),
 // a symlink to /dev/zero or a directory is refused at once, naming the file
-// and what it is, instead of hanging or reading without end (issue 9 §2);
+// and what it is, instead of hanging or reading without end;
 // a state file over MaxFileBytes is refused naming the limit.
 func TestLoadRefusesSpecialFiles(t *testing.T) {
 	for what, create := range map[string]func(path string) error{

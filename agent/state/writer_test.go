@@ -38,7 +38,7 @@ func unwritableDir(t *testing.T) (dir string, fix func()) {
 // back-off (1 s doubling to 1 min) and logs the first failure, each longer
 // back-off and, at the longest, every 10 minutes: 9 ERROR lines in 12
 // minutes instead of 720. The first write that succeeds again is logged at
-// INFO, and writes then happen on every Save again (issue 9 §6).
+// INFO, and writes then happen on every Save again.
 func TestWriter_BacksOffWhileWritesFail(t *testing.T) {
 	dir, fix := unwritableDir(t)
 	var logs bytes.Buffer

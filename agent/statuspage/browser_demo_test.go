@@ -18,7 +18,7 @@ import (
 	"github.com/probed/probed/examples"
 )
 
-// TestBrowser_BundledDemo (issue 18 §2, §8): the bundled demo (`probed run
+// TestBrowser_BundledDemo: the bundled demo (`probed run
 // --allow-host-exec` without --manifests: examples/manifests, its port 8089
 // turned into the agent's own port, as the demo probes the agent it runs
 // in: 8089 itself when the screenshots are written and it is free) in a
@@ -132,7 +132,7 @@ func wrapsOf(ctx context.Context, t *testing.T, selector string) []wrapping {
 	return out
 }
 
-// TestBrowser_LongValuesWrapBetweenWordsAndStaleIsShown (issue 18 §6, §8):
+// TestBrowser_LongValuesWrapBetweenWordsAndStaleIsShown:
 // in a real browser at a narrow width, a long target, a long manifest file
 // name and a long failure message wrap — only between words or after a
 // path or query separator, never between two letters or digits — and

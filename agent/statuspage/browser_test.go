@@ -20,6 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/probed/probed/agent"
+	"github.com/probed/probed/internal/agenttest"
 )
 
 // The browser tests drive a real headless Chromium (Debian's chromium
@@ -207,8 +208,8 @@ spec:
       periodSeconds: 1
       timeoutSeconds: 5
 `, hostileAnnotation, "printf '%s' '"+hostileOutput+"'; exit 1"),
-		// An annotation probe whose query and header carry secrets (issue
-		// 17 §4): the page shows its target redacted.
+		// An annotation probe whose query and header carry secrets: the
+		// page shows its target redacted.
 		"vault.yaml": fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
@@ -221,8 +222,8 @@ spec:
   - name: app
     image: app
 `, browserSecrets[0], webPort, browserSecrets[1]),
-		// A rejected manifest whose file name holds an ESC sequence (issue
-		// 17 §6): the rejected-manifests table shows it escaped.
+		// A rejected manifest whose file name holds an ESC sequence:
+		// the rejected-manifests table shows it escaped.
 		rejectedFile: "kind: Pod\nmetadata: {name: [\n",
 	}
 	writeManifests(t, dir, manifests)
@@ -270,21 +271,7 @@ func runAgent(t *testing.T, dir, listen string, prepare func(addr string)) strin
 // runUntilCleanup runs a until the test's cleanup and returns its base URL.
 func runUntilCleanup(t *testing.T, a *agent.Agent) string {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("agent Run: %v", err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Error("agent Run did not return")
-		}
-	})
-	return "http://" + a.Addr().String()
+	return agenttest.Of(t, a).Base
 }
 
 // attribute reads an attribute of the first element a CSS selector

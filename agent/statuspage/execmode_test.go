@@ -9,7 +9,7 @@ import (
 	"github.com/probed/probed/agent/history"
 )
 
-// The index and the pod's page say how an exec probe runs (issue 21),
+// The index and the pod's page say how an exec probe runs,
 // beside its kind; other kinds say nothing more.
 func TestExecModeShown(t *testing.T) {
 	p := pod("default", "web", v1.Container{Name: "app", ReadinessProbe: &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"true"}}}},

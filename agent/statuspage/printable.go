@@ -48,7 +48,7 @@ const wrapAfter = "/?&=,;"
 // (targets, file names, container IDs, messages): the value made
 // printable (output.Printable) and HTML-escaped, with a <wbr> after each
 // run of wrapAfter characters, so that a browser wraps it there and not
-// mid-word (issue 18 §8).
+// mid-word.
 func breakable(v any) wrapped {
 	s, _ := printableFunc(v).(string)
 	if s == "" {

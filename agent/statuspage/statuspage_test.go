@@ -554,7 +554,7 @@ const controls = "bad\x1b[2J\x1b]0;pwned\a\rfake\x7f\u009b31m\u202eevil"
 // controlsShown is controls as output.Printable escapes it.
 const controlsShown = `bad\x1b[2J\x1b]0;pwned\a\rfake\x7f\u009b31m\u202eevil`
 
-// TestPage_ControlCharactersEscaped (issue 17 §6): the rejected-manifests
+// TestPage_ControlCharactersEscaped: the rejected-manifests
 // table, a pod's name, annotation, probe message, event, a plugin's error
 // and the node name show control characters escaped, as `probed status`
 // prints them; no raw control character reaches either page (the
@@ -595,7 +595,7 @@ func TestPage_ControlCharactersEscaped(t *testing.T) {
 	}
 }
 
-// Issue 17 §5: a probe's target (a 250 KB path) is cut to bound.TargetBytes
+// A probe's target (a 250 KB path) is cut to bound.TargetBytes
 // on the index and the pod's page, and an annotation to
 // bound.AnnotationBytes on the pod's page, both ends kept: the pages do not
 // grow with what a manifest holds.
@@ -671,7 +671,7 @@ func crashLooping() *v1.Pod {
 	return p
 }
 
-// TestIndex_ContainerStates (issue 18 §2): the index shows the pod's STATUS
+// TestIndex_ContainerStates: the index shows the pod's STATUS
 // as kubectl get pods does (CrashLoopBackOff, not the phase Running) and,
 // beside each probe's container, that container's state: waiting in
 // CrashLoopBackOff with the time left of its back-off, terminated with its
@@ -715,7 +715,7 @@ func TestIndex_ContainerStates(t *testing.T) {
 	}
 }
 
-// TestPage_StalePodMarked (issue 18 §6): a pod probed at its last valid
+// TestPage_StalePodMarked: a pod probed at its last valid
 // version (the probed.io/ManifestStale condition, source.MarkStale) is
 // marked stale on the index, and its page shows why and lists the pod's
 // conditions, the stale one among them.

@@ -15,7 +15,7 @@ import (
 	"github.com/probed/probed/agent/statusview"
 )
 
-// -o wide says how each exec probe runs (issue 21): its mode in
+// -o wide says how each exec probe runs: its mode in
 // parentheses after container/type; other kinds have none. -o json
 // carries it as execMode.
 func TestPrintWideExecMode(t *testing.T) {

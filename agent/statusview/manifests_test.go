@@ -133,7 +133,7 @@ func TestPrintManifests(t *testing.T) {
 	}
 }
 
-// TestPrintRejectedShowsFieldAndReason (issue 18 §4): the table's ERROR
+// TestPrintRejectedShowsFieldAndReason: the table's ERROR
 // column of a rejected document is its field and what is wrong with it,
 // whole, not the message that repeats the file, document and pod the
 // other columns show (cut before the field name); -o wide prints the

@@ -259,7 +259,7 @@ func TestPrintErrors(t *testing.T) {
 	}
 }
 
-// Issue 9 §6: probe output (and any name the agent returns) can carry
+// Probe output (and any name the agent returns) can carry
 // terminal control characters; `probed status` prints none raw. Each is
 // escaped as strconv.Quote would, without the quotes: ESC sequences (a
 // screen clear, an OSC window title ended by BEL), CR (which would let a

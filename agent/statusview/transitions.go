@@ -26,7 +26,7 @@ type WatchOptions struct {
 }
 
 // Transitions is `probed events`: it prints the agent's health-event log
-// (GET /events?type=transition; issue 22 §3) to out, one JSON object per
+// (GET /events?type=transition) to out, one JSON object per
 // line (events.Transition), oldest first. Watching, it asks every
 // Interval for the entries after the last one printed (?since=) and
 // prints them as they come; an agent that started again (its newest Seq

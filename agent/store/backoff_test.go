@@ -10,13 +10,14 @@ import (
 
 	"github.com/probed/probed/agent/events"
 	"github.com/probed/probed/agent/store"
+	"github.com/probed/probed/internal/nettest"
 	"github.com/probed/probed/manager/results"
 )
 
 // crashLoopPod is a pod whose only container's liveness probe (period 1 s,
 // threshold 1) fails whenever tg's /live answers 500.
-func crashLoopPod(tg *target, uid string, policy v1.RestartPolicy) *v1.Pod {
-	pod := basicPod(types.UID(uid), v1.Container{Name: "app", Image: "img", LivenessProbe: tg.probe("/live")})
+func crashLoopPod(tg *nettest.Target, uid string, policy v1.RestartPolicy) *v1.Pod {
+	pod := basicPod(types.UID(uid), v1.Container{Name: "app", Image: "img", LivenessProbe: httpProbe(tg, "/live")})
 	pod.Spec.RestartPolicy = policy
 	return pod
 }
@@ -31,12 +32,6 @@ func (e *env) killed(pod *v1.Pod, id string) v1.ContainerStatus {
 		return cs.ContainerID != id || cs.State.Running == nil
 	})
 	return e.container(pod.UID, "app")
-}
-
-func (e *env) hits(tg *target, path string) int {
-	tg.mu.Lock()
-	defer tg.mu.Unlock()
-	return tg.hits[path]
 }
 
 // TestK2_CrashLoopBackOffSequence: a container killed again and again by
@@ -55,8 +50,8 @@ func (e *env) hits(tg *target, path string) int {
 // ID is Failure (W8, W8a); the new ID is probed again (W6).
 func TestK2_CrashLoopBackOffSequence(t *testing.T) {
 	e := newEnv(t)
-	tg := newTarget(t)
-	tg.set("/live", 500)
+	tg := nettest.NewTarget(t)
+	tg.Set("/live", 500)
 	pod := crashLoopPod(tg, "crashy", v1.RestartPolicyAlways)
 	e.add(pod)
 
@@ -86,12 +81,12 @@ func TestK2_CrashLoopBackOffSequence(t *testing.T) {
 		}
 		if i == 2 {
 			// W8a: a waiting container is not probed.
-			before := e.hits(tg, "/live")
+			before := tg.Hits("/live")
 			for range 5 {
 				e.step(time.Second)
 				time.Sleep(20 * time.Millisecond)
 			}
-			if after := e.hits(tg, "/live"); after != before {
+			if after := tg.Hits("/live"); after != before {
 				t.Errorf("liveness ran %d times while the container waited", after-before)
 			}
 			e.step(wait - 5*time.Second - time.Millisecond)
@@ -146,8 +141,8 @@ func TestK2_CrashLoopBackOffSequence(t *testing.T) {
 // it at once and the back-off after starts again at 10 s.
 func TestK2_CrashLoopBackOffResetsAfterTenMinutes(t *testing.T) {
 	e := newEnv(t)
-	tg := newTarget(t)
-	tg.set("/live", 500)
+	tg := nettest.NewTarget(t)
+	tg.Set("/live", 500)
 	pod := crashLoopPod(tg, "reset", v1.RestartPolicyAlways)
 	e.add(pod)
 	id := e.container(pod.UID, "app").ContainerID
@@ -165,10 +160,10 @@ func TestK2_CrashLoopBackOffResetsAfterTenMinutes(t *testing.T) {
 		id = r.NewContainerID
 	}
 	// Healthy for 10 minutes and a second.
-	tg.set("/live", 200)
+	tg.Set("/live", 200)
 	e.step(600*time.Second + time.Second)
 	time.Sleep(50 * time.Millisecond)
-	tg.set("/live", 500)
+	tg.Set("/live", 500)
 	e.killed(pod, id)
 	r := e.expectRestart()
 	if r.BackOff != 0 {
@@ -185,8 +180,8 @@ func TestK2_CrashLoopBackOffResetsAfterTenMinutes(t *testing.T) {
 // and Notify reports it not restarted at the kill.
 func TestW8b_RestartPolicyNeverNoBackOff(t *testing.T) {
 	e := newEnv(t)
-	tg := newTarget(t)
-	tg.set("/live", 500)
+	tg := nettest.NewTarget(t)
+	tg.Set("/live", 500)
 	pod := crashLoopPod(tg, "never", v1.RestartPolicyNever)
 	e.add(pod)
 	id := e.container(pod.UID, "app").ContainerID
@@ -207,8 +202,8 @@ func TestW8b_RestartPolicyNeverNoBackOff(t *testing.T) {
 // with Always (ContainerShouldRestart).
 func TestW8b_RestartPolicyOnFailureBacksOff(t *testing.T) {
 	e := newEnv(t)
-	tg := newTarget(t)
-	tg.set("/live", 500)
+	tg := nettest.NewTarget(t)
+	tg.Set("/live", 500)
 	pod := crashLoopPod(tg, "onfailure", v1.RestartPolicyOnFailure)
 	e.add(pod)
 	id := e.container(pod.UID, "app").ContainerID
@@ -228,7 +223,7 @@ func TestW8b_RestartPolicyOnFailureBacksOff(t *testing.T) {
 // back-off is in memory, starts it at its first pod sync after a restart.
 func TestCrashLoopBackOffForgottenAtRestore(t *testing.T) {
 	e := newEnv(t)
-	tg := newTarget(t)
+	tg := nettest.NewTarget(t)
 	pod := crashLoopPod(tg, "restored", v1.RestartPolicyAlways)
 	e.st.Restore([]store.SavedPod{{UID: pod.UID, Namespace: "ns1", Name: "restored", Status: v1.PodStatus{
 		PodIP: "127.0.0.1",

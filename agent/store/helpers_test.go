@@ -1,17 +1,10 @@
 package store_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
-	"net/http/httptest"
 	"strconv"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +20,8 @@ import (
 	"github.com/probed/probed/agent/simulator"
 	"github.com/probed/probed/agent/store"
 	"github.com/probed/probed/agent/verdicts"
+	"github.com/probed/probed/internal/nettest"
+	"github.com/probed/probed/internal/testlog"
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/manager/results"
 )
@@ -36,83 +31,12 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreCurrent()) }
 
 var fakeNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-// logBuffer is a goroutine-safe sink for a JSON slog handler.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// records returns the decoded log records whose msg is msg.
-func (b *logBuffer) records(msg string) []map[string]any {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	for _, line := range strings.Split(b.buf.String(), "\n") {
-		if line == "" {
-			continue
-		}
-		var rec map[string]any
-		if err := json.Unmarshal([]byte(line), &rec); err != nil {
-			continue
-		}
-		if rec["msg"] == msg {
-			out = append(out, rec)
-		}
-	}
-	return out
-}
-
-// target is a real HTTP server on loopback whose paths answer with a
-// settable status code (default 200).
-type target struct {
-	srv   *httptest.Server
-	port  int32
-	mu    sync.Mutex
-	codes map[string]int
-	hits  map[string]int
-}
-
-func newTarget(t *testing.T) *target {
-	t.Helper()
-	tg := &target{codes: map[string]int{}, hits: map[string]int{}}
-	tg.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tg.mu.Lock()
-		code, ok := tg.codes[r.URL.Path]
-		tg.hits[r.URL.Path]++
-		tg.mu.Unlock()
-		if !ok {
-			code = http.StatusOK
-		}
-		w.WriteHeader(code)
-	}))
-	t.Cleanup(tg.srv.Close)
-	_, p, err := net.SplitHostPort(tg.srv.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, _ := strconv.Atoi(p)
-	tg.port = int32(n)
-	return tg
-}
-
-func (tg *target) set(path string, code int) {
-	tg.mu.Lock()
-	tg.codes[path] = code
-	tg.mu.Unlock()
-}
-
-// probe returns a defaulted HTTP probe of tg's path: period 1 s, timeout
-// 1 s, thresholds 1.
-func (tg *target) probe(path string) *v1.Probe {
+// httpProbe returns a defaulted HTTP probe of tg's path: period 1 s,
+// timeout 1 s, thresholds 1.
+func httpProbe(tg *nettest.Target, path string) *v1.Probe {
 	return &v1.Probe{
 		ProbeHandler: v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{
-			Path: path, Port: intstr.FromInt32(tg.port), Scheme: v1.URISchemeHTTP,
+			Path: path, Port: intstr.FromInt32(int32(tg.Port)), Scheme: v1.URISchemeHTTP,
 		}},
 		TimeoutSeconds: 1, PeriodSeconds: 1, SuccessThreshold: 1, FailureThreshold: 1,
 	}
@@ -128,7 +52,7 @@ type env struct {
 	live     results.Manager
 	ready    results.Manager
 	start    results.Manager
-	logs     *logBuffer
+	logs     *testlog.Buffer
 	restarts chan simulator.Restart
 	sim      *simulator.Simulator
 	events   *events.Recorder
@@ -142,7 +66,7 @@ func newEnv(t *testing.T) *env {
 		live:     results.NewManager(),
 		ready:    results.NewManager(),
 		start:    results.NewManager(),
-		logs:     &logBuffer{},
+		logs:     &testlog.Buffer{},
 		restarts: make(chan simulator.Restart, 100),
 	}
 	logger := slog.New(slog.NewJSONHandler(e.logs, nil))

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/probed/probed/internal/nettest"
 	"github.com/probed/probed/manager/results"
 )
 
@@ -130,12 +131,12 @@ func TestInitialStatus_ManifestStatusKept(t *testing.T) {
 // restarted again when liveness keeps failing.
 func TestK2_LivenessFailureRestartsContainer(t *testing.T) {
 	e := newEnv(t)
-	tg := newTarget(t)
+	tg := nettest.NewTarget(t)
 	pod := basicPod("k2-liveness", v1.Container{
 		Name: "app", Image: "img",
-		StartupProbe:   tg.probe("/start"),
-		ReadinessProbe: tg.probe("/ready"),
-		LivenessProbe:  tg.probe("/live"),
+		StartupProbe:   httpProbe(tg, "/start"),
+		ReadinessProbe: httpProbe(tg, "/ready"),
+		LivenessProbe:  httpProbe(tg, "/live"),
 	})
 	pod.Spec.TerminationGracePeriodSeconds = ptr(int64(45))
 	e.add(pod)
@@ -146,7 +147,7 @@ func TestK2_LivenessFailureRestartsContainer(t *testing.T) {
 	before := e.container(pod.UID, "app")
 	e.expectNoRestart()
 
-	tg.set("/live", 500)
+	tg.Set("/live", 500)
 	e.stepUntil("a restart", func() bool { return len(e.restarts) > 0 })
 	r := e.expectRestart()
 	if r.Pod == nil || r.Pod.UID != pod.UID || r.Container != "app" {
@@ -188,13 +189,13 @@ func TestK2_LivenessFailureRestartsContainer(t *testing.T) {
 
 	// The new container starts, becomes ready and, liveness still failing,
 	// is restarted again with its own ID.
-	tg.set("/live", 200)
+	tg.Set("/live", 200)
 	e.stepUntil("the new container Started and Ready", func() bool {
 		cs := e.container(pod.UID, "app")
 		return cs.Started != nil && *cs.Started && cs.Ready
 	})
 	e.expectNoRestart()
-	tg.set("/live", 500)
+	tg.Set("/live", 500)
 	e.stepUntil("a second restart", func() bool { return len(e.restarts) > 0 })
 	r2 := e.expectRestart()
 	if r2.OldContainerID != r.NewContainerID || r2.RestartCount != 2 || e.container(pod.UID, "app").RestartCount != 2 {
@@ -207,11 +208,11 @@ func TestK2_LivenessFailureRestartsContainer(t *testing.T) {
 // probe's own terminationGracePeriodSeconds (BR-16 b).
 func TestK2_StartupFailureRestartsContainer(t *testing.T) {
 	e := newEnv(t)
-	tg := newTarget(t)
-	tg.set("/start", 500)
-	startup := tg.probe("/start")
+	tg := nettest.NewTarget(t)
+	tg.Set("/start", 500)
+	startup := httpProbe(tg, "/start")
 	startup.TerminationGracePeriodSeconds = ptr(int64(7))
-	liveness := tg.probe("/live")
+	liveness := httpProbe(tg, "/live")
 	liveness.TerminationGracePeriodSeconds = ptr(int64(5))
 	pod := basicPod("k2-startup", v1.Container{Name: "app", Image: "img", StartupProbe: startup, LivenessProbe: liveness})
 	pod.Spec.TerminationGracePeriodSeconds = ptr(int64(3600))
@@ -320,9 +321,9 @@ func TestK2_FailureOfOldContainerIDIgnored(t *testing.T) {
 // further restart follows.
 func TestW8_RestartPolicyNeverLeavesContainerTerminated(t *testing.T) {
 	e := newEnv(t)
-	tg := newTarget(t)
-	tg.set("/live", 500)
-	pod := basicPod("never", v1.Container{Name: "app", Image: "img", LivenessProbe: tg.probe("/live"), ReadinessProbe: tg.probe("/ready")})
+	tg := nettest.NewTarget(t)
+	tg.Set("/live", 500)
+	pod := basicPod("never", v1.Container{Name: "app", Image: "img", LivenessProbe: httpProbe(tg, "/live"), ReadinessProbe: httpProbe(tg, "/ready")})
 	pod.Spec.RestartPolicy = v1.RestartPolicyNever
 	e.add(pod)
 	id := e.container(pod.UID, "app").ContainerID
@@ -407,12 +408,12 @@ func TestConditions_ReadinessGates(t *testing.T) {
 // completed and the pod Initialized; once the sidecar is ready so is the pod.
 func TestConditions_SidecarReadiness(t *testing.T) {
 	e := newEnv(t)
-	tg := newTarget(t)
-	tg.set("/side", 500)
-	pod := basicPod("sidecar", v1.Container{Name: "app", Image: "img", ReadinessProbe: tg.probe("/ready")})
+	tg := nettest.NewTarget(t)
+	tg.Set("/side", 500)
+	pod := basicPod("sidecar", v1.Container{Name: "app", Image: "img", ReadinessProbe: httpProbe(tg, "/ready")})
 	pod.Spec.InitContainers = []v1.Container{
 		{Name: "setup", Image: "setup"},
-		{Name: "side", Image: "side", RestartPolicy: ptr(v1.ContainerRestartPolicyAlways), ReadinessProbe: tg.probe("/side")},
+		{Name: "side", Image: "side", RestartPolicy: ptr(v1.ContainerRestartPolicyAlways), ReadinessProbe: httpProbe(tg, "/side")},
 	}
 	e.add(pod)
 	e.stepUntil("app Ready", func() bool { return e.isReady(pod.UID, "app") })
@@ -429,7 +430,7 @@ func TestConditions_SidecarReadiness(t *testing.T) {
 			t.Errorf("%s = %+v, want False, ContainersNotReady, [side]", ct, c)
 		}
 	}
-	tg.set("/side", 200)
+	tg.Set("/side", 200)
 	e.stepUntil("sidecar Ready", func() bool { return e.isReady(pod.UID, "side") })
 	st = e.status(pod.UID)
 	for _, ct := range []v1.PodConditionType{v1.ContainersReady, v1.PodReady} {
@@ -438,8 +439,8 @@ func TestConditions_SidecarReadiness(t *testing.T) {
 		}
 	}
 	// Both unready: sidecars first, as the kubelet lists them.
-	tg.set("/side", 500)
-	tg.set("/ready", 500)
+	tg.Set("/side", 500)
+	tg.Set("/ready", 500)
 	e.stepUntil("both unready", func() bool { return !e.isReady(pod.UID, "side") && !e.isReady(pod.UID, "app") })
 	if c := cond(e.status(pod.UID), v1.PodReady); c == nil || c.Message != "containers with unready status: [side app]" {
 		t.Errorf("Ready = %+v, want message naming [side app]", c)
@@ -451,9 +452,9 @@ func TestConditions_SidecarReadiness(t *testing.T) {
 // changes a probe-driven restart causes.
 func TestLog_StartedAndReadyChangesOneLineEach(t *testing.T) {
 	e := newEnv(t)
-	tg := newTarget(t)
+	tg := nettest.NewTarget(t)
 	pod := basicPod("logs", v1.Container{Name: "app", Image: "img",
-		StartupProbe: tg.probe("/start"), ReadinessProbe: tg.probe("/ready"), LivenessProbe: tg.probe("/live")})
+		StartupProbe: httpProbe(tg, "/start"), ReadinessProbe: httpProbe(tg, "/ready"), LivenessProbe: httpProbe(tg, "/live")})
 	e.add(pod)
 	e.stepUntil("Started and Ready", func() bool {
 		cs := e.container(pod.UID, "app")
@@ -461,7 +462,7 @@ func TestLog_StartedAndReadyChangesOneLineEach(t *testing.T) {
 	})
 	values := func(msg, key string) []any {
 		var out []any
-		for _, rec := range e.logs.records(msg) {
+		for _, rec := range e.logs.Records(msg) {
 			if rec["podUID"] != string(pod.UID) || rec["container"] != "app" || rec["pod"] != "ns1/logs" {
 				continue
 			}
@@ -480,12 +481,12 @@ func TestLog_StartedAndReadyChangesOneLineEach(t *testing.T) {
 		t.Errorf("ready lines = %v, want [true]", got)
 	}
 	// A restart turns both false: one line each.
-	tg.set("/live", 500)
+	tg.Set("/live", 500)
 	e.stepUntil("a restart", func() bool { return len(e.restarts) > 0 })
 	e.expectRestart()
 	// The new container starts and becomes ready again (its liveness target
 	// healed): one line for each change, in order.
-	tg.set("/live", 200)
+	tg.Set("/live", 200)
 	e.stepUntil("the new container Started and Ready", func() bool {
 		cs := e.container(pod.UID, "app")
 		return cs.RestartCount == 1 && cs.Started != nil && *cs.Started && cs.Ready
@@ -540,10 +541,10 @@ func TestK1_UpdatesForUnknownPodsIgnored(t *testing.T) {
 // False; after one success each is Ready again. Repeated.
 func TestBR25_SimultaneousReadinessFailuresAllApplied(t *testing.T) {
 	e := newEnv(t)
-	tg := newTarget(t)
+	tg := nettest.NewTarget(t)
 	var cs []v1.Container
 	for i := 1; i <= 4; i++ {
-		p := tg.probe(fmt.Sprintf("/r%d", i))
+		p := httpProbe(tg, fmt.Sprintf("/r%d", i))
 		p.FailureThreshold = 3
 		cs = append(cs, v1.Container{Name: fmt.Sprintf("c%d", i), Image: "img", ReadinessProbe: p})
 	}
@@ -565,11 +566,11 @@ func TestBR25_SimultaneousReadinessFailuresAllApplied(t *testing.T) {
 	for range 3 {
 		e.stepUntil("all Ready", allReady(true))
 		for i := 1; i <= 4; i++ {
-			tg.set(fmt.Sprintf("/r%d", i), 500)
+			tg.Set(fmt.Sprintf("/r%d", i), 500)
 		}
 		e.stepUntil("all not Ready", allReady(false))
 		for i := 1; i <= 4; i++ {
-			tg.set(fmt.Sprintf("/r%d", i), 200)
+			tg.Set(fmt.Sprintf("/r%d", i), 200)
 		}
 	}
 }
@@ -580,11 +581,11 @@ func TestBR25_SimultaneousReadinessFailuresAllApplied(t *testing.T) {
 // must keep IDs that parse back to themselves.
 func TestK2_ManifestContainerIDWithoutRuntimeType(t *testing.T) {
 	e := newEnv(t)
-	tg := newTarget(t)
-	tg.set("/live", 500)
+	tg := nettest.NewTarget(t)
+	tg.Set("/live", 500)
 	pod := basicPod("untyped-id",
-		v1.Container{Name: "a", Image: "img", LivenessProbe: tg.probe("/live")},
-		v1.Container{Name: "b", Image: "img", ReadinessProbe: tg.probe("/ready-b")})
+		v1.Container{Name: "a", Image: "img", LivenessProbe: httpProbe(tg, "/live")},
+		v1.Container{Name: "b", Image: "img", ReadinessProbe: httpProbe(tg, "/ready-b")})
 	pod.Status = v1.PodStatus{PodIP: "127.0.0.1", ContainerStatuses: []v1.ContainerStatus{
 		{Name: "a", ContainerID: "abc123", State: v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: metav1.NewTime(fakeNow)}}},
 		{Name: "b", ContainerID: "def456", State: v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: metav1.NewTime(fakeNow)}}},
@@ -600,7 +601,7 @@ func TestK2_ManifestContainerIDWithoutRuntimeType(t *testing.T) {
 	if r := e.expectRestart(); r.Container != "a" || !r.Restarted {
 		t.Errorf("restart = %+v", r)
 	}
-	tg.set("/ready-b", 500)
+	tg.Set("/ready-b", 500)
 	for range 3 {
 		e.step(time.Second + 10*time.Millisecond)
 		time.Sleep(50 * time.Millisecond)

@@ -1,7 +1,6 @@
 package telemetry
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"math/rand/v2"
@@ -20,6 +19,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	"go.uber.org/goleak"
+
+	"github.com/probed/probed/internal/testlog"
 )
 
 func TestMain(m *testing.M) {
@@ -83,27 +84,9 @@ func TestSetupNoneIsNoop(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the exporter's writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // flush shuts the provider down (flushing it) and returns the console
 // output.
-func flush(t *testing.T, p *Provider, out *syncBuffer) string {
+func flush(t *testing.T, p *Provider, out *testlog.Buffer) string {
 	t.Helper()
 	if err := p.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
@@ -144,7 +127,7 @@ func (s *otlpHTTPServer) hostPort() string { return s.srv.Listener.Addr().String
 func TestSetupFlagsWinOverEnvironment(t *testing.T) {
 	t.Run("exporter from the environment", func(t *testing.T) {
 		t.Setenv("OTEL_TRACES_EXPORTER", "console")
-		var out syncBuffer
+		var out testlog.Buffer
 		p := mustSetup(t, Options{Console: &out, Sampler: "always_on"})
 		record(p, "from-env")
 		if got := flush(t, p, &out); !strings.Contains(got, `"Name": "from-env"`) {
@@ -160,12 +143,12 @@ func TestSetupFlagsWinOverEnvironment(t *testing.T) {
 	})
 	t.Run("exporter flag wins over a bad environment", func(t *testing.T) {
 		t.Setenv("OTEL_TRACES_EXPORTER", "zipkin")
-		var out syncBuffer
+		var out testlog.Buffer
 		mustSetup(t, Options{Exporter: "console", Console: &out})
 	})
 	t.Run("sampler from the environment", func(t *testing.T) {
 		t.Setenv("OTEL_TRACES_SAMPLER", "always_off")
-		var out syncBuffer
+		var out testlog.Buffer
 		p := mustSetup(t, Options{Exporter: "console", Console: &out})
 		if record(p, "s") {
 			t.Error("OTEL_TRACES_SAMPLER=always_off: the span is recording")
@@ -173,7 +156,7 @@ func TestSetupFlagsWinOverEnvironment(t *testing.T) {
 	})
 	t.Run("sampler flag wins", func(t *testing.T) {
 		t.Setenv("OTEL_TRACES_SAMPLER", "always_off")
-		var out syncBuffer
+		var out testlog.Buffer
 		p := mustSetup(t, Options{Exporter: "console", Console: &out, Sampler: "always_on"})
 		if !record(p, "s") {
 			t.Error("--otel-sampler always_on over OTEL_TRACES_SAMPLER=always_off: the span is not recording")
@@ -182,10 +165,10 @@ func TestSetupFlagsWinOverEnvironment(t *testing.T) {
 	t.Run("sampler argument from the environment", func(t *testing.T) {
 		t.Setenv("OTEL_TRACES_SAMPLER", "traceidratio")
 		t.Setenv("OTEL_TRACES_SAMPLER_ARG", "2")
-		if _, err := setup(t, Options{Exporter: "console", Console: &syncBuffer{}}); err == nil || !strings.Contains(err.Error(), `"2"`) {
+		if _, err := setup(t, Options{Exporter: "console", Console: &testlog.Buffer{}}); err == nil || !strings.Contains(err.Error(), `"2"`) {
 			t.Errorf("OTEL_TRACES_SAMPLER_ARG=2: err %v, want a bad ratio", err)
 		}
-		mustSetup(t, Options{Exporter: "console", Console: &syncBuffer{}, SamplerArg: "0.5"})
+		mustSetup(t, Options{Exporter: "console", Console: &testlog.Buffer{}, SamplerArg: "0.5"})
 	})
 	t.Run("protocol from the environment", func(t *testing.T) {
 		t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "thrift")
@@ -201,7 +184,7 @@ func TestSetupFlagsWinOverEnvironment(t *testing.T) {
 		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.srv.URL)
 		p := mustSetup(t, Options{Exporter: "otlp", Protocol: "http/protobuf", Sampler: "always_on"})
 		record(p, "s")
-		flush(t, p, &syncBuffer{})
+		flush(t, p, &testlog.Buffer{})
 		if got := srv.got(); len(got) != 1 || got[0] != "POST /v1/traces" {
 			t.Errorf("the endpoint of OTEL_EXPORTER_OTLP_ENDPOINT got %v, want one POST /v1/traces", got)
 		}
@@ -211,7 +194,7 @@ func TestSetupFlagsWinOverEnvironment(t *testing.T) {
 		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", envSrv.srv.URL)
 		p := mustSetup(t, Options{Exporter: "otlp", Protocol: "http/protobuf", Endpoint: flagSrv.hostPort(), Sampler: "always_on"})
 		record(p, "s")
-		flush(t, p, &syncBuffer{})
+		flush(t, p, &testlog.Buffer{})
 		if got := flagSrv.got(); len(got) != 1 || got[0] != "POST /v1/traces" {
 			t.Errorf("the --otel-endpoint host:port got %v, want one POST /v1/traces", got)
 		}
@@ -223,7 +206,7 @@ func TestSetupFlagsWinOverEnvironment(t *testing.T) {
 		srv := newOTLPHTTPServer(t)
 		p := mustSetup(t, Options{Exporter: "otlp", Protocol: "http/protobuf", Endpoint: srv.srv.URL + "/custom/traces", Sampler: "always_on"})
 		record(p, "s")
-		flush(t, p, &syncBuffer{})
+		flush(t, p, &testlog.Buffer{})
 		if got := srv.got(); len(got) != 1 || got[0] != "POST /custom/traces" {
 			t.Errorf("the --otel-endpoint URL got %v, want one POST /custom/traces", got)
 		}
@@ -250,7 +233,7 @@ func resourceOf(t *testing.T, p *Provider) map[string]string {
 // probed, service.version and k8s.node.name from the options, and
 // OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME on top.
 func TestSetupResource(t *testing.T) {
-	opts := Options{Exporter: "console", Console: &syncBuffer{}, Sampler: "always_on", ServiceVersion: "v1.2.3", NodeName: "node-a"}
+	opts := Options{Exporter: "console", Console: &testlog.Buffer{}, Sampler: "always_on", ServiceVersion: "v1.2.3", NodeName: "node-a"}
 	res := resourceOf(t, mustSetup(t, opts))
 	for k, want := range map[string]string{"service.name": "probed", "service.version": "v1.2.3", "k8s.node.name": "node-a"} {
 		if res[k] != want {
@@ -270,7 +253,7 @@ func TestSetupResource(t *testing.T) {
 // TestSetupErrors: bad exporters, protocols, samplers and ratios are
 // errors that name the value.
 func TestSetupErrors(t *testing.T) {
-	console := &syncBuffer{}
+	console := &testlog.Buffer{}
 	for _, c := range []struct {
 		opts Options
 		want string
@@ -468,7 +451,7 @@ func TestSetupProbedDefault(t *testing.T) {
 		{"0", []string{"failing", "changed", "plugin-failing", "plugin-changed"}},
 		{"1", []string{"failing", "changed", "steady", "plugin-failing", "plugin-changed", "plugin-steady"}},
 	} {
-		var out syncBuffer
+		var out testlog.Buffer
 		p := mustSetup(t, Options{Exporter: "console", Console: &out, SamplerArg: c.arg})
 		verdicts := map[string][]attribute.KeyValue{
 			"failing": {attribute.String("prober.result", "failure")},

@@ -1,5 +1,5 @@
 // Package fairness measures what a hostile pod does to the other pods of a
-// node (issue 17 §2): real HTTP targets on loopback, probed's real manager
+// node: real HTTP targets on loopback, probed's real manager
 // and HTTP handler on the real clock, and the victims' lateness with and
 // without the hostile pod, with and without the pool shares.
 //

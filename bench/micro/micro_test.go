@@ -9,7 +9,6 @@ package micro
 import (
 	"context"
 	"log/slog"
-	"net"
 	"runtime"
 	"strconv"
 	"sync"
@@ -30,6 +29,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/probed/probed/agent/telemetry"
+	"github.com/probed/probed/internal/nettest"
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/manager/results"
 	"github.com/probed/probed/plugins/exec"
@@ -155,7 +155,7 @@ func countingScheduler(b *testing.B, clk clock.WithTicker, n int) *atomic.Int64 
 	return runs
 }
 
-// BenchmarkSchedulerSetPeriod (issue 22 §1): one period change of an
+// BenchmarkSchedulerSetPeriod: one period change of an
 // armed entry in a scheduler holding 100k — what a worker pays on a run
 // that changes its state's period (fast until ready, then slow; a
 // transition), never on a run that does not: the grid re-anchored at the
@@ -450,7 +450,7 @@ func BenchmarkManagerRun(b *testing.B) {
 	b.ReportMetric(float64(processCPU()-cpu0)/float64(f.obs.n.Load()-start), "cpu-ns/run")
 }
 
-// BenchmarkManagerRunStatePeriods (issue 22 §1): one executed run end to
+// BenchmarkManagerRunStatePeriods: one executed run end to
 // end, as BenchmarkManagerRun, for 20k probes at 1 s that all succeed:
 // "spec" the containers' own probes (today's path), "annotation" the same
 // probes in the probed.io/probes annotation, "state-periods" those with
@@ -532,23 +532,7 @@ func (d *discardExporter) Shutdown(context.Context) error { return nil }
 func BenchmarkManagerRunTracing(b *testing.B) {
 	b.Run("instant", func(b *testing.B) { benchTracing(b, 10000, 0) })
 	b.Run("tcp", func(b *testing.B) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				c.Close()
-			}
-		}()
-		defer func() { ln.Close(); <-done }()
-		benchTracing(b, 1000, ln.Addr().(*net.TCPAddr).Port)
+		benchTracing(b, 1000, nettest.AcceptAndClose(b))
 	})
 }
 

@@ -1,4 +1,4 @@
-// Package node measures what probes cost a real node (issue 20): the same N
+// Package node measures what probes cost a real node: the same N
 // hostNetwork pods of the probe target (internal/probetarget) on the node of
 // test/node/env.sh, their probes once as spec probes run by the kubelet and
 // once as annotation probes run by probed (the spec probes removed), and

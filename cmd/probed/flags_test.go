@@ -11,7 +11,7 @@ import (
 	"github.com/probed/probed/internal/version"
 )
 
-// TestVersionFlagHasNoShorthand (issue 18 §7): `probed --version` prints
+// TestVersionFlagHasNoShorthand: `probed --version` prints
 // the version line, and -v is not the version (kubectl's -v is log
 // verbosity): it is an unknown flag, exit 2, and the help lists
 // --version without it.

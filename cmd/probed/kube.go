@@ -26,7 +26,7 @@ type kubeFlags struct {
 	statusQPS      float64
 	statusBurst    int
 	// allowProbeHost: where probes may connect besides their pod's IPs
-	// (issue 17; runtime/egress).
+	// (runtime/egress).
 	allowProbeHost []string
 
 	// What one pod may ask of the node (agent/kube/limits).
@@ -41,9 +41,9 @@ type kubeFlags struct {
 	// The cap of a restart's grace period (agent/kube/restart).
 	livenessActionMaxGracePeriod time.Duration
 
-	// The container runtime (issue 19).
+	// The container runtime.
 	criEndpoint string
-	// How exec probes run in their container (issue 21).
+	// How exec probes run in their container.
 	execMode string
 }
 

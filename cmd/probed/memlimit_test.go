@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// Issue 17 §2: the Go runtime's soft memory limit follows the container's
+// The Go runtime's soft memory limit follows the container's
 // limit (PROBED_MEMORY_LIMIT from the downward API), at 90%; GOMEMLIMIT
 // wins when set; a value that is not a number of bytes is an error naming
 // the variable.

@@ -61,7 +61,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	}
 	// `probed --version` prints the line `probed version` prints. The
 	// flag is declared here so that cobra does not give it the shorthand
-	// -v: kubectl's -v is log verbosity, not the version (issue 18 §7).
+	// -v: kubectl's -v is log verbosity, not the version.
 	root.SetVersionTemplate("probed {{.Version}}\n")
 	root.Flags().Bool("version", false, "print the version, the commit and the Go version (as probed version does)")
 	root.SetOut(stdout)

@@ -2,7 +2,7 @@
 
 // Package fdtest runs a test's body in a child process whose descriptor
 // table is full, so that the body meets real EMFILE errors from socket(2),
-// pipe(2) and open(2) (issue 9: probes of a prober out of descriptors are
+// pipe(2) and open(2) (probes of a prober out of descriptors are
 // errored, never a Failure of the target). The child is the test binary
 // itself, re-run for the one test; the parent only waits for it.
 //

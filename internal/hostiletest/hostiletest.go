@@ -1,5 +1,5 @@
 // Package hostiletest serves hostile HTTP targets on loopback for the tests
-// that bound what a target can take from the prober (issue 9 §5): each
+// that bound what a target can take from the prober: each
 // answers every connection with a 200 status line followed by one header
 // of a given size, then closes. The header bytes come from one shared
 // buffer, so the targets themselves cost the test process almost nothing.

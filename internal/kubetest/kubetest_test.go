@@ -23,7 +23,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreCurrent()) }
 const gate = "probed.io/ready"
 
 // TestWatchOfNodeSeesOnlyItsPodsAndKubeletStatus: a watch with field selector
-// spec.nodeName=NODE (the agent's informer, issue 10 §2.1) sees the pod bound
+// spec.nodeName=NODE (the agent's informer) sees the pod bound
 // to NODE being added and its kubelet-written status (pod IP on loopback,
 // container ID, running since, started, ready), and never the pod of another
 // node.

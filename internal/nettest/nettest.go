@@ -11,6 +11,8 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -83,4 +85,72 @@ func (c *ConnCount) Track(srv *http.Server) {
 			c.Open.Add(-1)
 		}
 	}
+}
+
+// Target is a real HTTP server on loopback whose paths answer with a
+// status code the test sets (default 200) and count their requests: the
+// target of the tests' HTTP probes.
+type Target struct {
+	// Port is the port it listens on, at 127.0.0.1.
+	Port  int
+	mu    sync.Mutex
+	codes map[string]int
+	hits  map[string]int
+}
+
+// NewTarget starts a Target, closed when the test ends.
+func NewTarget(t testing.TB) *Target {
+	t.Helper()
+	tg := &Target{codes: map[string]int{}, hits: map[string]int{}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tg.mu.Lock()
+		code, ok := tg.codes[r.URL.Path]
+		tg.hits[r.URL.Path]++
+		tg.mu.Unlock()
+		if !ok {
+			code = http.StatusOK
+		}
+		w.WriteHeader(code)
+	}))
+	t.Cleanup(srv.Close)
+	tg.Port = srv.Listener.Addr().(*net.TCPAddr).Port
+	return tg
+}
+
+// Set makes path answer code from now on.
+func (tg *Target) Set(path string, code int) {
+	tg.mu.Lock()
+	tg.codes[path] = code
+	tg.mu.Unlock()
+}
+
+// Hits returns how many requests path has had.
+func (tg *Target) Hits(path string) int {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	return tg.hits[path]
+}
+
+// AcceptAndClose starts a loopback listener that accepts each connection
+// and closes it at once (a TCP probe's success), stopped when the test
+// ends; it returns its port.
+func AcceptAndClose(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-done })
+	return ln.Addr().(*net.TCPAddr).Port
 }

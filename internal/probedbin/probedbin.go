@@ -3,7 +3,7 @@
 // PROBED_TEST_BINARY_NORACE for the build without the race detector), or,
 // when a package's tests run on their own without them, one built by the
 // package's TestMain into a temporary directory. So the binary is built
-// once per `make test`, not once per end-to-end package (issue 18 §1).
+// once per `make test`, not once per end-to-end package.
 package probedbin
 
 import (

@@ -4,10 +4,11 @@
 package proctest
 
 import (
+	"fmt"
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
+
+	"github.com/probed/probed/internal/procstat"
 )
 
 // Proc is one process as /proc/PID/stat and /proc/PID/cmdline show it.
@@ -25,30 +26,11 @@ type Proc struct {
 // List returns the processes of the machine; those that vanish while being
 // read are skipped.
 func List() []Proc {
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	out := make([]Proc, 0, len(dirs))
-	for _, d := range dirs {
-		b, err := os.ReadFile(d + "/stat")
-		if err != nil {
-			continue
-		}
-		// The command name in parentheses may hold spaces and ')': the
-		// fields start after the last ')'.
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 20 {
-			continue
-		}
-		pid, _ := strconv.Atoi(filepath.Base(d))
-		ppid, _ := strconv.Atoi(f[1])
-		pgid, _ := strconv.Atoi(f[2])
-		start, _ := strconv.ParseUint(f[19], 10, 64)
-		cmdline, _ := os.ReadFile(d + "/cmdline")
-		out = append(out, Proc{PID: pid, PPID: ppid, PGID: pgid, State: f[0][0], Start: start,
+	stats := procstat.All()
+	out := make([]Proc, 0, len(stats))
+	for _, s := range stats {
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", s.PID))
+		out = append(out, Proc{PID: s.PID, PPID: s.PPID, PGID: s.PGID, State: s.State, Start: s.Start,
 			Cmd: strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " "))})
 	}
 	return out

@@ -1,4 +1,4 @@
-// Package standin serves stand-ins, for the egress tests (issue 17), of
+// Package standin serves stand-ins, for the egress tests, of
 // what a cluster-mode probe must not reach — the node's loopback
 // services, the cloud metadata address — and of targets that send what
 // must not reach an Event (an SSH banner). A stand-in records every

@@ -38,9 +38,9 @@
 // validation of v1.Probe (spec 1.2, 1.3). The millisecond fields, which
 // v1.Probe lacks, are offsets added to the defaulted seconds fields as in
 // upstream's sub-second probe proposal (kubernetes/kubernetes#107958,
-// KEP-3066; ValidateMilliseconds). The periods by state (issue 22 §1,
-// ValidateStatePeriods) and httpGet.expect/tcpSocket.expect (issue 22 §2,
-// runtime/expect) are what an annotation probe has beyond v1.Probe
+// KEP-3066; ValidateMilliseconds). The periods by state
+// (ValidateStatePeriods) and httpGet.expect/tcpSocket.expect
+// (runtime/expect) are what an annotation probe has beyond v1.Probe
 // (Probe.Extension): expect is taken out of the handler's object before
 // the rest is decoded into the v1 type, so a spec probe can never carry
 // it. The built-in handlers are decoded strictly (an unknown or
@@ -72,7 +72,9 @@ import (
 	sigsjson "sigs.k8s.io/json"
 
 	"github.com/probed/probed/internal/suggest"
+	"github.com/probed/probed/manager/probespec"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/bound"
 	"github.com/probed/probed/runtime/egress"
 	"github.com/probed/probed/runtime/expect"
 )
@@ -155,7 +157,7 @@ type Options struct {
 	Egress *egress.Rule
 
 	// Limits an operator sets on what one pod may ask of the node (cluster
-	// mode, issue 17 §2); each names the flag that sets it in its errors.
+	// mode); each names the flag that sets it in its errors.
 	// A pod over MaxProbes has none of its annotation probes run; a probe
 	// under MinPeriod is refused like any invalid element.
 	Limits Limits
@@ -417,8 +419,8 @@ func (p *parser) element(raw json.RawMessage, path *field.Path, index int) (Prob
 			errs = append(errs, field.Forbidden(path.Child(h), "may not specify more than 1 handler type"))
 		}
 	case handlers[0] != "plugin" && handlerDecoded:
-		Default(&out.Probe)
-		errs = append(errs, ValidateHandler(&out.Probe.ProbeHandler, path)...)
+		probespec.Default(&out.Probe)
+		errs = append(errs, probespec.ValidateHandler(&out.Probe.ProbeHandler, path)...)
 		errs = append(errs, p.hosts(&out.Probe.ProbeHandler, path)...)
 	}
 
@@ -458,13 +460,13 @@ func (p *parser) element(raw json.RawMessage, path *field.Path, index int) (Prob
 		e.Detail = fmt.Sprintf("no plugin serves probe kind %q (pod %s, container %q)", name, p.podRef, out.Container)
 		errs = append(errs, e)
 	}
-	DefaultTiming(&out.Probe)
+	probespec.DefaultTiming(&out.Probe)
 	t := out.Type
 	if !typeOK {
 		// Without a valid type only the type-independent rules apply.
 		t = noType
 	}
-	errs = append(errs, ValidateTiming(&out.Probe, t, path)...)
+	errs = append(errs, probespec.ValidateTiming(&out.Probe, t, path)...)
 	msErrs := ValidateMilliseconds(&out.Probe, out.Milliseconds, path)
 	errs = append(errs, msErrs...)
 	spErrs := ValidateStatePeriods(&out.Probe, out.Periods, path)
@@ -540,7 +542,7 @@ func validateExpect(p *Probe, path *field.Path) field.ErrorList {
 }
 
 // decodeWithExpect decodes a built-in handler strictly into v, as
-// decodeStrict, except for its "expect" key (issue 22 §2) and, when
+// decodeStrict, except for its "expect" key and, when
 // keepAlive is not nil (httpGet), its "keepAlive" key (a boolean: the
 // probe keeps its connection between runs, plugins/http), which
 // v1's handlers lack: expect is decoded, strictly too, into an
@@ -834,11 +836,9 @@ func jsonMessage(err error) string {
 	return strings.TrimPrefix(err.Error(), "json: ")
 }
 
-// shorten bounds a raw value quoted in an error message.
-func shorten(s string) string {
-	const max = 64
-	if len(s) <= max {
-		return s
-	}
-	return s[:max] + "..."
-}
+// shorten bounds a raw value quoted in an error message (bound.Cut: both
+// ends, at character boundaries).
+func shorten(s string) string { return bound.Cut(s, quotedBytes) }
+
+// quotedBytes bounds a raw value quoted in an error message.
+const quotedBytes = 64

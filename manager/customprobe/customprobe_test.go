@@ -208,7 +208,7 @@ func TestParseErrors(t *testing.T) {
 			[]string{p0 + `.periodSeconds: Invalid value: "\"10\"": must be an integer (32-bit)`,
 				p0 + `.timeoutSeconds: Invalid value: "1.5": must be an integer (32-bit)`,
 				p0 + `.failureThreshold: Invalid value: "4294967296": must be an integer (32-bit)`}, 0},
-		// Built-in handlers with v1.Probe's own field names (issue 10 §2.2).
+		// Built-in handlers with v1.Probe's own field names.
 		{"httpGet", `[{"container":"app","type":"readiness","httpGet":{"path":"/ready","port":8080}}]`, nil, nil, 1},
 		{"tcpSocket named port", `[{"container":"app","type":"liveness","tcpSocket":{"port":"http"}}]`, nil, nil, 1},
 		{"grpc", `[{"container":"app","type":"liveness","grpc":{"port":9090}}]`, nil, nil, 1},
@@ -247,7 +247,7 @@ func TestParseErrors(t *testing.T) {
 
 // TestParseBuiltinHandlerDefaults: built-in handlers of the annotation get
 // the API server's defaults (spec 1.2) and keep their handler, so the
-// manager runs them with the built-in handlers (issue 10 §2.2).
+// manager runs them with the built-in handlers.
 func TestParseBuiltinHandlerDefaults(t *testing.T) {
 	got, errs := Parse(testPod(`[{"container":"app","type":"readiness","httpGet":{"port":8080}},{"container":"app","type":"liveness","grpc":{"port":9090}}]`), nil)
 	if len(errs) != 0 || len(got) != 2 {
@@ -271,23 +271,4 @@ func TestParseTooLong(t *testing.T) {
 	if len(got) != 0 || len(errs) != 1 || errs[0].Type != field.ErrorTypeTooLong {
 		t.Errorf("got %v %v", got, errs)
 	}
-}
-
-func TestValidateTiming(t *testing.T) {
-	path := field.NewPath("p")
-	ok := &v1.Probe{TimeoutSeconds: 1, PeriodSeconds: 10, SuccessThreshold: 1, FailureThreshold: 3}
-	for _, typ := range []runtime.ProbeType{runtime.Liveness, runtime.Readiness, runtime.Startup} {
-		if errs := ValidateTiming(ok, typ, path); len(errs) != 0 {
-			t.Errorf("%v: %v", typ, errs)
-		}
-	}
-	if errs := ValidateTiming(nil, runtime.Liveness, path); len(errs) != 0 {
-		t.Errorf("nil: %v", errs)
-	}
-	p := ok.DeepCopy()
-	p.SuccessThreshold = 0 // not defaulted: liveness needs exactly 1
-	if errs := ValidateTiming(p, runtime.Liveness, path); len(errs) != 1 || errs[0].Error() != "p.successThreshold: Invalid value: 0: must be 1" {
-		t.Errorf("got %v", errs)
-	}
-	DefaultTiming(nil) // no panic
 }

@@ -10,7 +10,7 @@ import (
 )
 
 // TestParseHostUnderTheEgressRule: in cluster mode (Options.Egress) a probe
-// connects only to its pod's IP (issue 17): httpGet.host and
+// connects only to its pod's IP: httpGet.host and
 // tcpSocket.host are Forbidden, naming the field, the reason and the flag;
 // with allowed ranges an IP literal outside them is refused and a name is
 // accepted (checked at dial time). Without the rule (manifest mode) any

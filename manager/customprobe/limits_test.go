@@ -19,7 +19,7 @@ func probeList(n int) string {
 	return "[" + strings.Join(items, ",") + "]"
 }
 
-// Issue 17 §2: a pod's annotation with more probes than the node allows
+// A pod's annotation with more probes than the node allows
 // (--max-probes-per-pod) is refused whole, with one error on the
 // annotation that names the limit, its flag and the count; at the limit it
 // is accepted.
@@ -54,7 +54,7 @@ func TestLimitsMaxProbesRefusesTheWholeAnnotation(t *testing.T) {
 	}
 }
 
-// Issue 17 §2: a period under the node's shortest (--min-probe-period) is
+// A period under the node's shortest (--min-probe-period) is
 // an error on the field that sets it; the element is left out, the others
 // run. Without the limit the annotation's own floor (100 ms) holds.
 func TestLimitsMinPeriodNamesTheField(t *testing.T) {

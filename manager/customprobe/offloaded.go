@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/probed/probed/manager/probespec"
 	"github.com/probed/probed/runtime"
 )
 
@@ -134,8 +135,8 @@ func (p *parser) offloaded(raw json.RawMessage, path *field.Path, index int) Ele
 	}
 	if haveProbe && el.TypeKnown {
 		pp := path.Child("probe")
-		Default(&el.Probe.Probe)
-		errs = append(errs, Validate(&el.Probe.Probe, el.Probe.Type, pp)...)
+		probespec.Default(&el.Probe.Probe)
+		errs = append(errs, probespec.Validate(&el.Probe.Probe, el.Probe.Type, pp)...)
 		errs = append(errs, p.hosts(&el.Probe.Probe.ProbeHandler, pp)...)
 		errs = append(errs, p.opts.Limits.validatePeriods(&el.Probe, pp)...)
 	}

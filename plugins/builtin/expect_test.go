@@ -23,7 +23,7 @@ func expiringCert(t *testing.T, notAfter time.Time) tls.Certificate {
 	return nettest.Certificate(t, "target.test", notAfter)
 }
 
-// Issue 22 §2 out of process: an annotation probe's httpGet.expect and
+// Body checks out of process: an annotation probe's httpGet.expect and
 // tcpSocket.expect reach a built-in kind served by `probed plugin serve`
 // (in the spec parameter), which checks the status and the body as in
 // process, and reports the target's certificate expiry back (a reserved

@@ -4,7 +4,6 @@ package exec
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/probed/probed/internal/procstat"
 	"golang.org/x/sys/unix"
 )
 
@@ -234,27 +234,16 @@ func (l *leaf) remove(within time.Duration) error {
 func (l *leaf) reapZombies() {
 	self := os.Getpid()
 	want := "0::/" + strings.TrimPrefix(strings.TrimPrefix(l.dir, l.parent.mount), "/")
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, d := range dirs {
-		st, err := os.ReadFile(d + "/stat")
-		if err != nil {
+	for _, p := range procstat.All() {
+		if p.State != 'Z' || p.PPID != self {
 			continue
 		}
-		i := bytes.LastIndexByte(st, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(st[i+1:]))
-		if len(f) < 2 || f[0] != "Z" || f[1] != strconv.Itoa(self) {
-			continue
-		}
-		cg, err := os.ReadFile(d + "/cgroup")
+		cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", p.PID))
 		if err != nil || !hasLine(cg, want) {
 			continue
 		}
-		pid, _ := strconv.Atoi(filepath.Base(d))
 		var ws unix.WaitStatus
-		_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+		_, _ = unix.Wait4(p.PID, &ws, unix.WNOHANG, nil)
 	}
 }
 

@@ -313,7 +313,7 @@ func trunc(s string) string {
 	return s
 }
 
-// Issue 13: an annotation probe's timeoutMilliseconds reaches the runner
+// An annotation probe's timeoutMilliseconds reaches the runner
 // (spec.Timeout: timeoutSeconds 1 and -700 ms is 300 ms).
 func TestSubSecondTimeoutReachesRunner(t *testing.T) {
 	r := &recordingRunner{out: []byte("ok")}

@@ -3,23 +3,20 @@
 package exec
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	osexec "os/exec"
-	"path/filepath"
 	goruntime "runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/probed/probed/internal/procstat"
 	"github.com/probed/probed/runtime"
 )
 
@@ -93,6 +90,9 @@ type LocalRunner struct {
 	// fallback) even where HostTreeKill reports the cgroup mode.
 	ProcessGroupOnly bool
 }
+
+// Mode is "host": exec probes run on this host.
+func (*LocalRunner) Mode(string) string { return "host" }
 
 // TreeKill reports how this runner kills a command's tree: HostTreeKill,
 // or the process-group mode when ProcessGroupOnly is set.
@@ -364,28 +364,13 @@ func stopDescendants(leader int) {
 	}
 }
 
-// childrenByParent maps each parent pid to its children's pids, from
-// /proc/PID/stat.
+// childrenByParent maps each parent pid to its live (not zombie)
+// children's pids, from /proc/PID/stat.
 func childrenByParent() map[int][]int {
 	out := map[int][]int{}
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, d := range dirs {
-		st, err := os.ReadFile(d + "/stat")
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(st, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(st[i+1:]))
-		if len(f) < 2 || f[0] == "Z" {
-			continue
-		}
-		pid, err1 := strconv.Atoi(filepath.Base(d))
-		ppid, err2 := strconv.Atoi(f[1])
-		if err1 == nil && err2 == nil {
-			out[ppid] = append(out[ppid], pid)
+	for _, p := range procstat.All() {
+		if p.State != 'Z' {
+			out[p.PPID] = append(out[p.PPID], p.PID)
 		}
 	}
 	return out

@@ -428,7 +428,7 @@ func ownLeaves(t *testing.T) []string {
 	return m
 }
 
-// TestBR02_SetsidChildKilledAfterTimeout (issue 9 §4): a command whose
+// TestBR02_SetsidChildKilledAfterTimeout: a command whose
 // child calls setsid (a session and process group of its own) times out;
 // once the run returned, neither the command nor that child runs any more,
 // in the cgroup mode (cgroup.kill) and in the process-group fallback (the

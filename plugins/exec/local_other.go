@@ -26,6 +26,9 @@ func HostTreeKill() TreeKill {
 	return TreeKill{Mode: TreeKillProcessGroup, Reason: "host exec is supported on Linux only"}
 }
 
+// Mode is "host": exec probes run on this host.
+func (*LocalRunner) Mode(string) string { return "host" }
+
 // TreeKill returns HostTreeKill().
 func (r *LocalRunner) TreeKill() TreeKill { return HostTreeKill() }
 

@@ -42,6 +42,15 @@ type Runner interface {
 	RunInContainer(ctx context.Context, containerID string, cmd []string, timeout time.Duration) ([]byte, error)
 }
 
+// ModeRunner is a Runner that says how it runs the exec probes of a
+// container (its status ID, "containerd://<id>"), for `probed status -o
+// wide` and the status page: "host", "disabled", "execsync", "resident",
+// or the runner's own word with its reason.
+type ModeRunner interface {
+	Runner
+	Mode(containerID string) string
+}
+
 // ExitError is implemented by runner errors that carry the exit status of a
 // command that ran to its end (k8s.io/utils/exec.ExitError's ExitStatus).
 // Status 0 is a Success and any other status a Failure (spec E3).
@@ -143,6 +152,9 @@ type DisabledRunner struct{}
 func (DisabledRunner) RunInContainer(context.Context, string, []string, time.Duration) ([]byte, error) {
 	return nil, ErrHostExecDisabled
 }
+
+// Mode is "disabled": no exec probe runs.
+func (DisabledRunner) Mode(string) string { return "disabled" }
 
 // limitBuffer keeps the first max bytes written to it and silently discards
 // the rest, never failing a write: the command's pipe keeps being drained so

@@ -16,7 +16,7 @@ import (
 	"github.com/probed/probed/runtime/egress"
 )
 
-// Tests of the egress rule in cluster mode (runtime/egress, issue 17): a
+// Tests of the egress rule in cluster mode (runtime/egress): a
 // probe connects only to its pod's IP, and its texts carry nothing the
 // target sent beyond the status code.
 

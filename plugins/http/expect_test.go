@@ -23,7 +23,7 @@ func expectSpec(g v1.HTTPGetAction, e expect.Expect) *runtime.Spec {
 	return s
 }
 
-// Issue 22 §2: without expect.status a redirect not followed is the
+// Without expect.status a redirect not followed is the
 // kubelet's Warning (H6) even with body checks; listing its code makes it
 // a Success.
 func TestExpect_RedirectWarningUnlessListed(t *testing.T) {
@@ -41,7 +41,7 @@ func TestExpect_RedirectWarningUnlessListed(t *testing.T) {
 	}
 }
 
-// Issue 22 §2: the body checks see at most runtime.MaxOutputBytes (10 KiB,
+// The body checks see at most runtime.MaxOutputBytes (10 KiB,
 // the kubelet's limit, H6): text past it is never read.
 func TestExpect_BodyReadUpToTheLimit(t *testing.T) {
 	s := serve(t, func(w nethttp.ResponseWriter, _ *nethttp.Request) {
@@ -58,7 +58,7 @@ func TestExpect_BodyReadUpToTheLimit(t *testing.T) {
 	}
 }
 
-// Issue 22 §2: with expect, an HTTPS answer reports its certificate's
+// With expect, an HTTPS answer reports its certificate's
 // expiry for the runtime's certificateExpiresAfterDays check; a spec
 // probe's outcome stays the kubelet's (no NotAfter), and an expect that
 // does not compile is a Prepare error.

@@ -8,7 +8,7 @@ import (
 	"github.com/probed/probed/runtime"
 )
 
-// TestHostileHeadersKeepMemoryBounded (issue 9 §5): 300 probes at once of
+// TestHostileHeadersKeepMemoryBounded: 300 probes at once of
 // targets answering a 10 MiB header each fail with Go's header-limit error
 // at runtime.MaxResponseHeaderBytes, and the prober's heap grows by a few
 // tens of MiB at most — not the 300 × 10 MiB (3 GiB) Go's default limit of

@@ -525,7 +525,7 @@ func expected(b *expect.Body, resp *nethttp.Response, body string) runtime.Outco
 
 // withhold returns err as a probe may show it under an egress policy
 // (cluster mode, runtime/egress): with nothing in it that the target sent,
-// since the text reaches Events the tenant can read (issue 17). Without a
+// since the text reaches Events the tenant can read. Without a
 // policy err is returned as it is (the kubelet's texts, H6).
 //
 //   - a request error (*url.Error) names the probe's own URL, never a

@@ -15,7 +15,7 @@ import (
 	"github.com/probed/probed/runtime"
 )
 
-// TestProbeOutOfDescriptors (issue 9 §1): a plugin whose own descriptor
+// TestProbeOutOfDescriptors: a plugin whose own descriptor
 // table is full answers a Failure whose Cause is that dial error (socket:
 // too many open files) with an error, so the host counts the run errored,
 // never a Failure of the target; with descriptors free the same probe

@@ -11,7 +11,7 @@ import (
 )
 
 // TestEgressRefusesAHostThatIsNotThePod: under the egress policy of a pod
-// whose IP is 127.0.0.1 (cluster mode, issue 17), tcpSocket.host
+// whose IP is 127.0.0.1 (cluster mode), tcpSocket.host
 // 127.0.0.2 is refused before connecting — a Failure naming the policy —
 // and the stand-in there is never reached; when 127.0.0.2 is the pod's IP
 // the same probe connects.

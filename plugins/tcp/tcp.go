@@ -132,7 +132,7 @@ func dial(ctx context.Context, d *net.Dialer, addr string) runtime.Outcome {
 }
 
 // handshake is the check of an annotation probe whose tcpSocket.expect
-// asks for the certificate (issue 22 §2): connect as T1, then a TLS
+// asks for the certificate: connect as T1, then a TLS
 // handshake within the same deadline, without verifying the certificate
 // (as the kubelet's HTTPS probes, H3), and report the leaf's NotAfter for
 // the runtime's certificateExpiresAfterDays check. A failed handshake is

@@ -5,7 +5,7 @@
 // each is cut wherever probed keeps it (history, the event ring, the
 // report of rejected manifests) or prints it (logs, Events, the status
 // page), so that no pod and no target can make the agent's memory, its log
-// or its API grow with what it sends (issue 17 §5: one pod with a 250 KB
+// or its API grow with what it sends (one pod with a 250 KB
 // path at 100 ms wrote 74 MiB of log in 30 s). docs/operations.md
 // ("Bounds") lists the lengths and where each applies.
 //

@@ -1,5 +1,5 @@
 // Package egress holds the rule of where a probe may connect in cluster
-// mode, the one place it lives (issue 17, finding 1: no SSRF from the node).
+// mode, the one place it lives (no SSRF from the node).
 //
 // In cluster mode the probed.io/probes annotation is written by a tenant and
 // the agent runs with the node's network (hostNetwork): a probe that could

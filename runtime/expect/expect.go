@@ -1,5 +1,5 @@
 // Package expect holds what an annotation probe (probed.io/probes) may
-// expect of a target's answer beyond the kubelet's verdict (issue 22 §2):
+// expect of a target's answer beyond the kubelet's verdict:
 // the status codes, a regular expression or a JSONPath value of the body,
 // a latency bound and a certificate that stays valid long enough. Spec
 // probes never carry it: v1.Probe has no such field, and the annotation's
@@ -32,6 +32,7 @@ import (
 
 	"k8s.io/client-go/util/jsonpath"
 
+	"github.com/probed/probed/runtime/bound"
 	"github.com/probed/probed/runtime/tenant"
 )
 
@@ -574,11 +575,6 @@ func Certificate(e *Expect, notAfter, now time.Time) string {
 // WantsCertificate reports whether e asks for the target's certificate.
 func WantsCertificate(e *Expect) bool { return e != nil && e.CertificateExpiresAfterDays > 0 }
 
-// cut bounds a value quoted in an error.
-func cut(s string) string {
-	const max = 64
-	if len(s) <= max {
-		return s
-	}
-	return s[:max] + "..."
-}
+// cut bounds a value quoted in an error (bound.Cut: both ends, at
+// character boundaries).
+func cut(s string) string { return bound.Cut(s, 64) }

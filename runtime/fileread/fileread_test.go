@@ -20,7 +20,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // returns fails the test when f does not return within a generous bound:
-// the defect under test is a read that never returns (issue 9 §2).
+// the defect under test is a read that never returns.
 func returns(t *testing.T, what string, f func()) {
 	t.Helper()
 	done := make(chan struct{})

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/probed/probed/internal/testlog"
 	"github.com/probed/probed/runtime"
 	"github.com/probed/probed/runtime/pluginhost"
 	"github.com/probed/probed/runtime/pluginhost/pluginhosttest"
@@ -29,7 +30,7 @@ func sha256Of(t *testing.T, path string) string {
 }
 
 // newReturns runs pluginhost.New, failing the test when it does not
-// return: the defects under test (issue 9 §2) are reads that block.
+// return: the defects under test are reads that block.
 func newReturns(t *testing.T, opts pluginhost.Options) (*pluginhost.Host, error) {
 	t.Helper()
 	type result struct {
@@ -56,8 +57,7 @@ func newReturns(t *testing.T, opts pluginhost.Options) (*pluginhost.Host, error)
 // TestRequirePin: with RequirePin, a plugin without a sha256 pin stops
 // New with an error naming it and giving its binary's SHA-256, and no
 // plugin process is left; pinned plugins start. Without RequirePin the
-// unpinned plugin starts and one WARN line names every unpinned plugin
-// (issue 9 §6).
+// unpinned plugin starts and one WARN line names every unpinned plugin.
 func TestRequirePin(t *testing.T) {
 	t.Parallel()
 	path := privatePlugin(t)
@@ -65,7 +65,7 @@ func TestRequirePin(t *testing.T) {
 	pinned := pluginhost.PluginConfig{Name: "pinned", Path: path, SHA256: good, Env: map[string]string{"TESTPLUGIN_KINDS": "pinned-kind"}}
 	unpinned := pluginhost.PluginConfig{Name: "loose", Path: path}
 
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	_, err := newReturns(t, pluginhost.Options{Plugins: []pluginhost.PluginConfig{pinned, unpinned}, RequirePin: true, Logger: newLogger(logs)})
 	want := `plugin "loose" (` + path + `) has no sha256 pin and pins are required (RequirePin, --require-plugin-pin); its sha256 is ` + good
 	if err == nil || err.Error() != want {
@@ -100,7 +100,7 @@ func TestRequirePin(t *testing.T) {
 
 // TestPinnedBinaryNotRegular: a pinned plugin path that is a FIFO without
 // a writer or a symlink to /dev/zero is refused at once, naming the file
-// and what it is, instead of blocking or hashing without end (issue 9 §2).
+// and what it is, instead of blocking or hashing without end.
 func TestPinnedBinaryNotRegular(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -115,7 +115,7 @@ func TestPinnedBinaryNotRegular(t *testing.T) {
 	for what, path := range map[string]string{"a FIFO (named pipe)": fifo, "a character device": zero} {
 		_, err := newReturns(t, pluginhost.Options{
 			Plugins: []pluginhost.PluginConfig{{Name: "p", Path: path, SHA256: strings.Repeat("ab", 32)}},
-			Logger:  newLogger(&logBuffer{}),
+			Logger:  newLogger(&testlog.Buffer{}),
 		})
 		want := `plugin "p": refusing to start ` + path + ": cannot verify its sha256: " + path + ": is " + what + ", not a regular file"
 		if err == nil || err.Error() != want {
@@ -124,7 +124,7 @@ func TestPinnedBinaryNotRegular(t *testing.T) {
 		// RequirePin computes the sum to suggest: also without blocking.
 		_, err = newReturns(t, pluginhost.Options{
 			Plugins: []pluginhost.PluginConfig{{Name: "p", Path: path}}, RequirePin: true,
-			Logger: newLogger(&logBuffer{}),
+			Logger: newLogger(&testlog.Buffer{}),
 		})
 		if err == nil || !strings.Contains(err.Error(), "its sha256 cannot be computed: "+path+": is "+what) {
 			t.Errorf("%s, RequirePin: %v", what, err)
@@ -154,7 +154,7 @@ func TestConfigFileNotRegular(t *testing.T) {
 		zero: zero + ": is a character device, not a regular file",
 		big:  big + ": file is 2097164 bytes, more than the limit of 1048576 bytes",
 	} {
-		_, err := newReturns(t, pluginhost.Options{ConfigFile: path, Logger: newLogger(&logBuffer{})})
+		_, err := newReturns(t, pluginhost.Options{ConfigFile: path, Logger: newLogger(&testlog.Buffer{})})
 		if err == nil || err.Error() != "plugin config: "+want {
 			t.Errorf("%v\nwant %q", err, "plugin config: "+want)
 		}
@@ -163,11 +163,11 @@ func TestConfigFileNotRegular(t *testing.T) {
 
 // TestKillLeavesNoStaleSocket: the unix socket of a plugin killed with
 // SIGKILL is removed when the plugin restarts, the restarted plugin serves,
-// and Close removes the host's socket directory (issue 9 §6: every kill -9
+// and Close removes the host's socket directory (every kill -9
 // used to leave a socket in /tmp).
 func TestKillLeavesNoStaleSocket(t *testing.T) {
 	t.Parallel()
-	h, err := pluginhost.New(context.Background(), pluginhost.Options{Plugins: []pluginhost.PluginConfig{testConfig("t")}, Logger: newLogger(&logBuffer{})})
+	h, err := pluginhost.New(context.Background(), pluginhost.Options{Plugins: []pluginhost.PluginConfig{testConfig("t")}, Logger: newLogger(&testlog.Buffer{})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +244,7 @@ func TestStaleSocketDirsRemoved(t *testing.T) {
 	if err := syscall.Flock(int(liveLock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		t.Fatal(err)
 	}
-	h, err := pluginhost.New(context.Background(), pluginhost.Options{Plugins: []pluginhost.PluginConfig{testConfig("t")}, SocketDir: base, Logger: newLogger(&logBuffer{})})
+	h, err := pluginhost.New(context.Background(), pluginhost.Options{Plugins: []pluginhost.PluginConfig{testConfig("t")}, SocketDir: base, Logger: newLogger(&testlog.Buffer{})})
 	if err != nil {
 		t.Fatal(err)
 	}

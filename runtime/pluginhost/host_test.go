@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 
+	"github.com/probed/probed/internal/testlog"
 	"github.com/probed/probed/runtime"
 	"github.com/probed/probed/runtime/pluginhost"
 	"github.com/probed/probed/runtime/pluginhost/pluginhosttest"
@@ -216,7 +217,7 @@ func TestChecksum(t *testing.T) {
 
 	_, err = pluginhost.New(context.Background(), pluginhost.Options{
 		Plugins: []pluginhost.PluginConfig{{Name: "pinned", Path: path, SHA256: bad}},
-		Logger:  newLogger(&logBuffer{}),
+		Logger:  newLogger(&testlog.Buffer{}),
 	})
 	if err == nil {
 		t.Fatal("a binary with the wrong sha256 started")
@@ -245,7 +246,7 @@ func TestStdoutBeforeHandshake(t *testing.T) {
 		Plugins: []pluginhost.PluginConfig{testConfig("chatty", func(c *pluginhost.PluginConfig) {
 			c.Env = map[string]string{"TESTPLUGIN_STDOUT": "hello from init"}
 		})},
-		Logger: newLogger(&logBuffer{}),
+		Logger: newLogger(&testlog.Buffer{}),
 	})
 	if err == nil {
 		t.Fatal("a plugin printing to stdout before the handshake started")
@@ -284,7 +285,7 @@ func TestStartErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := pluginhost.New(context.Background(), pluginhost.Options{Plugins: []pluginhost.PluginConfig{c.cfg}, Logger: newLogger(&logBuffer{})})
+			_, err := pluginhost.New(context.Background(), pluginhost.Options{Plugins: []pluginhost.PluginConfig{c.cfg}, Logger: newLogger(&testlog.Buffer{})})
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("New: %v, want an error containing %q", err, c.want)
 			}
@@ -294,7 +295,7 @@ func TestStartErrors(t *testing.T) {
 	// Two plugins serving one kind.
 	_, err := pluginhost.New(context.Background(), pluginhost.Options{
 		Plugins: []pluginhost.PluginConfig{priv("a"), priv("b")},
-		Logger:  newLogger(&logBuffer{}),
+		Logger:  newLogger(&testlog.Buffer{}),
 	})
 	if err == nil || !strings.Contains(err.Error(), `probe kind "test" is served by two plugins, "a" and "b"`) {
 		t.Errorf("duplicate kind: %v", err)
@@ -396,7 +397,7 @@ func TestCloseLeavesNothing(t *testing.T) {
 			testConfig("a"),
 			testConfig("b", func(c *pluginhost.PluginConfig) { c.Env = map[string]string{"TESTPLUGIN_KINDS": "other,more"} }),
 		},
-		Logger: newLogger(&logBuffer{}),
+		Logger: newLogger(&testlog.Buffer{}),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -514,7 +515,7 @@ func TestRegister(t *testing.T) {
 	h, _ := startHost(t, pluginhost.Options{Plugins: []pluginhost.PluginConfig{
 		testConfig("t", func(c *pluginhost.PluginConfig) { c.Env = map[string]string{"TESTPLUGIN_KINDS": "test,tcp"} }),
 	}})
-	rt, err := runtime.New(runtime.Options{PoolSize: 4, ExecPoolSize: 1, Logger: newLogger(&logBuffer{})})
+	rt, err := runtime.New(runtime.Options{PoolSize: 4, ExecPoolSize: 1, Logger: newLogger(&testlog.Buffer{})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -549,7 +550,7 @@ func TestRegister(t *testing.T) {
 
 // TestLastErrorIsRedacted: a restart that fails with an error echoing the
 // plugin's configuration shows in Status (and so in /debug/scheduler)
-// and in the log without the secret values (issue 9 §6: one redaction rule everywhere).
+// and in the log without the secret values (one redaction rule everywhere).
 func TestLastErrorIsRedacted(t *testing.T) {
 	t.Parallel()
 	trigger := filepath.Join(t.TempDir(), "fail-now")

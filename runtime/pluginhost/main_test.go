@@ -1,14 +1,12 @@
 package pluginhost_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/probed/probed/internal/testlog"
 	"github.com/probed/probed/runtime"
 	"github.com/probed/probed/runtime/pluginhost"
 	"github.com/probed/probed/runtime/pluginhost/pluginhosttest"
@@ -64,33 +63,15 @@ func privatePlugin(t *testing.T) string {
 	return path
 }
 
-// logBuffer collects logs for assertions.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 func newLogger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 // startHost starts a host with opts (Logger defaults to a buffer that is
 // dumped when the test fails) and closes it at cleanup.
-func startHost(t *testing.T, opts pluginhost.Options) (*pluginhost.Host, *logBuffer) {
+func startHost(t *testing.T, opts pluginhost.Options) (*pluginhost.Host, *testlog.Buffer) {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	if opts.Logger == nil {
 		opts.Logger = newLogger(logs)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/probed/probed/internal/testlog"
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/manager/customprobe"
 	"github.com/probed/probed/manager/results"
@@ -50,7 +51,7 @@ func (l *runLog) successAfter(t time.Time) bool {
 func TestKillDuringProbingNoLivenessFailure(t *testing.T) {
 	// Not parallel: it measures time.
 	h, _ := startHost(t, pluginhost.Options{Plugins: []pluginhost.PluginConfig{testConfig("t")}})
-	rt, err := runtime.New(runtime.Options{PoolSize: 8, ExecPoolSize: 1, Logger: newLogger(&logBuffer{})})
+	rt, err := runtime.New(runtime.Options{PoolSize: 8, ExecPoolSize: 1, Logger: newLogger(&testlog.Buffer{})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func TestKillDuringProbingNoLivenessFailure(t *testing.T) {
 	statuses := &pluginhosttest.Statuses{}
 	mgr, err := manager.New(manager.Options{
 		Status: statuses, Liveness: live, Runtime: rt, Observer: runs,
-		Logger: newLogger(&logBuffer{}), FirstRunSpread: 10 * time.Millisecond,
+		Logger: newLogger(&testlog.Buffer{}), FirstRunSpread: 10 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)

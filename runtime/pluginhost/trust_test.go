@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/probed/probed/internal/testlog"
 	"github.com/probed/probed/runtime/pluginhost"
 	"github.com/probed/probed/runtime/pluginhost/pluginhosttest"
 )
@@ -48,7 +49,7 @@ func mkdir(t *testing.T, dir string, mode os.FileMode) string {
 	return dir
 }
 
-// TestStrictModesRefuseReplaceablePlugins (issue 17 §6): a plugin
+// TestStrictModesRefuseReplaceablePlugins: a plugin
 // directory or binary that someone other than root or probed's user could
 // replace is refused, as sshd's StrictModes refuses such files: writable by
 // others or by the group (the file, the directory or a directory above
@@ -125,7 +126,7 @@ func TestStrictModesRefuseReplaceablePlugins(t *testing.T) {
 			t.Parallel()
 			root := t.TempDir()
 			s := mk(t, root)
-			logs := &logBuffer{}
+			logs := &testlog.Buffer{}
 			s.opts.Logger = newLogger(logs)
 			h, err := newReturns(t, s.opts)
 			if len(s.want) == 0 {

@@ -197,7 +197,7 @@ type BuiltinSpec struct {
 	// timeouts); absent for whole seconds.
 	Milliseconds *runtime.Milliseconds `json:"milliseconds,omitempty"`
 	// Expect is an annotation probe's httpGet.expect or tcpSocket.expect
-	// (issue 22 §2; runtime/expect): the handler checks the status and
+	// (runtime/expect): the handler checks the status and
 	// the body, and, for a certificate check, reports the certificate's
 	// expiry back (CertificateNotAfterDetail); absent for none.
 	Expect *expect.Expect `json:"expect,omitempty"`

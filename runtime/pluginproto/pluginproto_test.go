@@ -135,7 +135,7 @@ func dropProtocVersion(b []byte) []byte {
 	return bytes.Join(out, []byte("\n"))
 }
 
-// Sub-second timeouts (issue 13) reach the plugin to the millisecond: a
+// Sub-second timeouts reach the plugin to the millisecond: a
 // plugin kind's timeout comes as a duration, a built-in spec carries its
 // millisecond offsets.
 func TestSpecFromRequestSubSecondTimeout(t *testing.T) {

@@ -219,7 +219,7 @@ func FuzzText(f *testing.F) {
 }
 
 // TestHeaderAndHTTPGet: the header rule of every shown probe and hook,
-// spec or annotation (issue 17 §4): Host, Accept, User-Agent and
+// spec or annotation: Host, Accept, User-Agent and
 // Content-Type values are shown (any case), every other non-empty value is
 // hidden whole; HTTPGet applies it and the URL rule to the path in place.
 func TestHeaderAndHTTPGet(t *testing.T) {
@@ -244,7 +244,7 @@ func TestHeaderAndHTTPGet(t *testing.T) {
 	redact.Secrets{}.HTTPGet(nil) // no panic
 }
 
-// Issue 17 §5: the log handler cuts the message and every string, error
+// The log handler cuts the message and every string, error
 // and Stringer attribute to bound.LogValueBytes after redacting it.
 func TestHandlerCutsLongValues(t *testing.T) {
 	var buf bytes.Buffer

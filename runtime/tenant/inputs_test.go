@@ -60,7 +60,7 @@ var inputs = []input{
 	{Fields: []string{"annotation:timeoutSeconds", "annotation:timeoutMilliseconds"}, Doc: "`timeoutSeconds`, `timeoutMilliseconds`",
 		Tests: []string{"manager.TestSharesKeepAHostilePodFromStarvingOthers", "runtime.TestSharesBoundOnePodAndLetOthersRun"}},
 	{Fields: []string{"annotation:initialDelaySeconds", "annotation:initialDelayMilliseconds", "annotation:successThreshold", "annotation:failureThreshold"},
-		Doc: "`initialDelaySeconds`, thresholds", Tests: []string{"manager/customprobe.TestValidateTiming", "manager/customprobe.TestParseMillisecondsInvalid"}},
+		Doc: "`initialDelaySeconds`, thresholds", Tests: []string{"manager/probespec.TestValidateTiming", "manager/customprobe.TestParseMillisecondsInvalid"}},
 	{Fields: []string{"annotation:terminationGracePeriodSeconds"}, Doc: "`terminationGracePeriodSeconds`",
 		Tests:   []string{"agent/kube/restart.TestPreStopTakesFromTheGracePeriod"},
 		Pending: "a restart waits the whole grace period a pod asks for, holding a restart worker: a cap, and the workers shared fairly by namespace (tenant.Shares)"},

@@ -12,7 +12,6 @@
 package cases
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
@@ -42,6 +41,7 @@ import (
 	"github.com/probed/probed/agent/simulator"
 	"github.com/probed/probed/agent/store"
 	"github.com/probed/probed/agent/verdicts"
+	"github.com/probed/probed/internal/testlog"
 	"github.com/probed/probed/manager"
 	"github.com/probed/probed/manager/results"
 	probeexec "github.com/probed/probed/plugins/exec"
@@ -74,27 +74,6 @@ func (c *countingResults) Set(id results.ContainerID, r results.Result, pod *v1.
 		c.emitted.Add(1)
 	}
 	c.Manager.Set(id, r, pod)
-}
-
-// ---------------------------------------------------------------------------
-// Logs.
-
-// logSink keeps every log line (text format) for assertions.
-type logSink struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logSink) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logSink) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }
 
 // ---------------------------------------------------------------------------
@@ -141,7 +120,7 @@ type env struct {
 	store  *store.Store
 	events *events.Recorder
 	reg    *prometheus.Registry
-	logs   *logSink
+	logs   *testlog.Buffer
 	res    [3]*countingResults // by runtime.ProbeType
 
 	applied atomic.Int64
@@ -170,7 +149,7 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 		t:    t,
 		clk:  testingclock.NewFakeClock(epoch),
 		reg:  prometheus.NewRegistry(),
-		logs: &logSink{},
+		logs: &testlog.Buffer{},
 	}
 	e.start = e.clk.Now()
 	logger := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: o.logLevel}))

@@ -154,7 +154,7 @@ func TestChartNonDefaultValues(t *testing.T) {
 	if len(spec.InitContainers) != 1 || spec.InitContainers[0].Image != "registry.example.com/probed-plugins:1" {
 		t.Errorf("init containers %+v, want one copying the plugins image", spec.InitContainers)
 	} else if cmd := strings.Join(spec.InitContainers[0].Command, " "); !strings.Contains(cmd, "mkdir -m 0755 /plugins/bin") {
-		t.Errorf("init container %q does not copy into a directory of its own (the emptyDir is world-writable: issue 17 §6)", cmd)
+		t.Errorf("init container %q does not copy into a directory of its own (the emptyDir is world-writable)", cmd)
 	}
 	for _, m := range c.VolumeMounts {
 		if m.Name == "plugins" && (m.MountPath != "/plugins" || m.SubPath != "bin" || !m.ReadOnly) {

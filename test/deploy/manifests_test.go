@@ -90,7 +90,7 @@ func kindOf(obj runtime.Object) string {
 }
 
 // TestManifestsDaemonSetIsANodeAgent holds the DaemonSet of deploy/kubernetes
-// to issue 10 §9 (see checkDaemonSet).
+// to the node agent's shape (see checkDaemonSet).
 func TestManifestsDaemonSetIsANodeAgent(t *testing.T) {
 	checkDaemonSet(t, only[*appsv1.DaemonSet](t, plain(t, "05-daemonset.yaml")), agentWant{
 		gate: "probed.io/ready", action: "event", listen: "127.0.0.1:8089", priorityClass: "system-node-critical",
@@ -234,7 +234,7 @@ func rules(objects []runtime.Object) []rbacv1.PolicyRule {
 }
 
 // TestManifestsPolicyBindsTheAgent holds deploy/kubernetes/04-admissionpolicy.yaml
-// to issue 17 §3 (see checkPolicy), for the ServiceAccount of
+// to the admission policy (see checkPolicy), for the ServiceAccount of
 // 01-serviceaccount.yaml and the DaemonSet's --readiness-gate.
 func TestManifestsPolicyBindsTheAgent(t *testing.T) {
 	sa := only[*v1.ServiceAccount](t, plain(t, "01-serviceaccount.yaml"))

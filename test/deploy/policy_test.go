@@ -83,7 +83,7 @@ func seriesPatch() []byte {
 	return []byte(`{"series":{"count":2,"lastObservedTime":"` + time.Now().UTC().Format("2006-01-02T15:04:05.000000Z") + `"}}`)
 }
 
-// TestAgentPolicyRefusesWhatRBACAllows (issue 17 §3): under the admission
+// TestAgentPolicyRefusesWhatRBACAllows: under the admission
 // policy, the agent's identity with a token bound to a pod on its node (as the
 // DaemonSet's pod gets it) is refused, by the policy, every write of the
 // issue that RBAC lets through: another node's pod's status (Ready True, pod
@@ -202,7 +202,7 @@ func whoAmI(t *testing.T, c kubernetes.Interface) authenticationv1.UserInfo {
 	return review.Status.UserInfo
 }
 
-// TestAgentPolicyAllowsWhatTheAgentDoes (issue 17 §3): under the same
+// TestAgentPolicyAllowsWhatTheAgentDoes: under the same
 // policy, every write the agent makes still passes: the readiness-gate
 // writer's patch adding its condition to its node's pod, changing it and
 // (which the agent never does, but the policy allows: only that type)

@@ -18,7 +18,7 @@ import (
 	"github.com/probed/probed/internal/kubetest"
 )
 
-// TestAgentRoleAllowsWhatTheAgentDoes (issue 10 §8): as the agent's
+// TestAgentRoleAllowsWhatTheAgentDoes: as the agent's
 // ServiceAccount bound to deploy/kubernetes/02-clusterrole.yaml (read from the
 // file), the agent's requests succeed: list and watch the node's pods across
 // namespaces (field selector spec.nodeName), get a pod, patch its
@@ -83,7 +83,7 @@ func TestAgentRoleAllowsWhatTheAgentDoes(t *testing.T) {
 	}
 }
 
-// TestAgentRoleRefusesTheRest (issue 10 §8): the same identity is refused
+// TestAgentRoleRefusesTheRest: the same identity is refused
 // (403) everything outside the role: changing a pod's spec or metadata,
 // deleting a pod, reading secrets, listing nodes, a core/v1 Event (the role
 // grants events.k8s.io only), evicting a pod without

@@ -22,9 +22,10 @@ import (
 
 	"github.com/probed/probed/internal/critest"
 	"github.com/probed/probed/internal/kubetest"
+	"github.com/probed/probed/internal/testlog"
 )
 
-// Issue 19: the agent with --container-runtime-endpoint against a real
+// The agent with --container-runtime-endpoint against a real
 // containerd (test/cri/env.sh) and the real API server. Each container is
 // created through the CRI, and its ID written into the pod's status as the
 // kubelet would ("containerd://<id>").
@@ -360,7 +361,7 @@ func TestCRISocketOpensWithTheDaemonSetsPrivilege(t *testing.T) {
 			"--listen", "127.0.0.1:"+strconv.Itoa(freePort(t)), "--container-runtime-endpoint", ep)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65532, Gid: 65532, Groups: groups}}
 		cmd.Env = []string{"HOME=/nonexistent"}
-		var out syncBuffer
+		var out testlog.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

@@ -19,7 +19,7 @@ import (
 	"github.com/probed/probed/runtime/egress"
 )
 
-// ssrfAnnotation is the issue's reproduction (issue 17, finding 1): an
+// ssrfAnnotation is the SSRF's reproduction: an
 // annotation readiness probe that asks the node's network for the cloud
 // metadata of a stand-in on 127.0.0.2 with the metadata header.
 func ssrfAnnotation(port int) string {
@@ -53,7 +53,7 @@ func annotatedPod(t *testing.T, c kubernetes.Interface, ns, name, node, annotati
 	kubetest.SetPodRunning(t, c, ns, name, true)
 }
 
-// TestClusterProbesConnectOnlyToTheirPod is issue 17's finding 1 against
+// TestClusterProbesConnectOnlyToTheirPod is the SSRF's reproduction against
 // the real API server and the real agent binary: in a namespace that
 // enforces Pod Security "baseline", a spec probe with host is refused by
 // the API server (the premise) while the issue's annotation is accepted;

@@ -50,7 +50,7 @@ func limitsPod(ns, name, node string, n, port int, timing string) *v1.Pod {
 	return pod
 }
 
-// Issue 17 §2, through the real binary and a real API server, with the
+// The per-pod limits and the node budget, through the real binary and a real API server, with the
 // CLI's default limits: a pod whose annotation declares more probes than
 // --max-probes-per-pod (32) runs none of them, and one whose readiness
 // probe is faster than --min-probe-period (1 s) is refused: each gets a
@@ -99,7 +99,7 @@ func TestClusterLimitsArePerPodAndSaySo(t *testing.T) {
 	}
 }
 
-// Issue 17 §2: the node's budget of annotation probe runs per second
+// The node's budget of annotation probe runs per second
 // (--max-probe-rate). A pod that would take the node past it runs none of
 // its probes: a ProbeBudgetExceeded Event and condition say so; once the
 // pod before it is deleted, it is admitted at the next pod sync and turns
@@ -207,7 +207,7 @@ func TestClusterProbeBudgetShareRefusesOnlyTheNamespaceOverIt(t *testing.T) {
 	}
 }
 
-// Issue 17 §2: the two hostile pods of the review (1,000 containers each,
+// The two hostile pods of the review (1,000 containers each,
 // probes every 100 ms: 20,000 runs a second asked) are refused with the
 // CLI's defaults, and the agent (the binary without the race detector, as
 // shipped) stays far below the DaemonSet's 256Mi limit; it sets the Go

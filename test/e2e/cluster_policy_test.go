@@ -11,7 +11,7 @@ import (
 	"github.com/probed/probed/internal/kubetest"
 )
 
-// TestClusterAgentUnderAdmissionPolicy (issue 17 §3): the real binary, under
+// TestClusterAgentUnderAdmissionPolicy: the real binary, under
 // the agent's identity as the DaemonSet runs it (RBAC, a token bound to a pod
 // on its node, the admission policy of deploy/kubernetes installed), writes
 // its readiness-gate condition (True, then False when the target fails) and

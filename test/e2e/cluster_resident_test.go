@@ -15,7 +15,7 @@ import (
 	"github.com/probed/probed/internal/kubetest"
 )
 
-// Issue 21: --exec-mode resident with the real binary, the real containerd
+// --exec-mode resident with the real binary, the real containerd
 // and the real API server: exec probes run through one resident helper per
 // container, which never outlives probed (SIGTERM, kill -9).
 

@@ -15,7 +15,7 @@ import (
 	"github.com/probed/probed/agent/events"
 )
 
-// Issue 22 §3 with the real binary in manifest mode: `probed run
+// The health-event log with the real binary in manifest mode: `probed run
 // --events=transitions` and `probed events --watch` printing the
 // health-event log as JSON lines while the verdicts change, until it is
 // interrupted (exit 0).

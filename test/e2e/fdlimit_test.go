@@ -178,14 +178,14 @@ spec:
       failureThreshold: 1
 `
 
-// TestLowFileLimitNoFalseRestarts (issue 9 §1) runs the real agent under
+// TestLowFileLimitNoFalseRestarts runs the real agent under
 // RLIMIT_NOFILE 128 with 150 healthy HTTP liveness targets that take 2 s to
 // answer (150 probe sockets in flight, more than the limit leaves) and 20
 // healthy TCP ones, plus 200 idle keep-alive connections to its API:
 //
 //   - the API holds at most its connection cap (a quarter of the limit:
 //     32) open at once: a new client takes the slot of the one idle the
-//     longest (issue 17 §6), others wait in the kernel's queue, holding no
+//     longest, others wait in the kernel's queue, holding no
 //     descriptor of the agent;
 //   - probes that find no descriptor are errored, not failed: no liveness
 //     Failure (prober_probe_total), no restart, while

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// TestLogBudget (issue 17 §5): the real binary with --log-budget 2048 and
+// TestLogBudget: the real binary with --log-budget 2048 and
 // 300 pods whose probes all fail at once writes at most its burst (8 KiB)
 // plus 2 KiB a second plus its "log lines dropped" reports, whatever the
 // pods do; the drop is counted on /metrics and said in the log.

@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,6 +21,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/probed/probed/internal/probedbin"
+	"github.com/probed/probed/internal/testlog"
 )
 
 // probedBin is the probed binary of the long-running agent tests (built
@@ -57,30 +57,12 @@ func testMain(m *testing.M) int {
 // ---------------------------------------------------------------------------
 // Child processes.
 
-// syncBuffer is a bytes.Buffer safe for a child's writes and the test's reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // proc is a running probed process.
 type proc struct {
 	t      *testing.T
 	cmd    *exec.Cmd
-	stdout syncBuffer
-	stderr syncBuffer
+	stdout testlog.Buffer
+	stderr testlog.Buffer
 	done   chan struct{} // closed when the process has been waited for
 	err    error         // Wait's error, set before done is closed
 }

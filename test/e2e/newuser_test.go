@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// TestRunEmptyDirectorySaysItWaits (issue 18 §7): the real binary on an
+// TestRunEmptyDirectorySaysItWaits: the real binary on an
 // empty manifest directory says once that it waits for manifests, and
 // where (it used to say nothing after "probed running"), then picks up a
 // manifest written there and probes it; `probed -v` is not the version.

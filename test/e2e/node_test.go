@@ -25,7 +25,7 @@ import (
 	"github.com/probed/probed/internal/probetarget"
 )
 
-// Issue 20: the real node of test/node/env.sh. The kubelet v1.37.2 starts
+// The real node of test/node/env.sh. The kubelet v1.37.2 starts
 // the pods' containers (the probe target) through containerd, runs their
 // spec probes and writes their status itself; probed runs out of cluster
 // for the node (--kubeconfig, --node-name, and --container-runtime-endpoint

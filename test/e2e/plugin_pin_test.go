@@ -13,7 +13,7 @@ import (
 )
 
 // TestRunRequirePluginPin: through the real binary, with `probed plugin
-// serve tcp` as the plugin (issue 9 §6). Unpinned and without
+// serve tcp` as the plugin. Unpinned and without
 // --require-plugin-pin it runs, and one warning names it; with the flag the
 // agent refuses to start, naming the plugin and its binary's sha256; pinned
 // with the flag it runs and nothing is said about unpinned plugins.

@@ -618,7 +618,7 @@ func TestRunBundledExamples(t *testing.T) {
 		t.Errorf("demo/worker is Ready although its exec readiness probe cannot run without --allow-host-exec")
 	}
 	assertEvent(t, base, "demo", "crashy", "Killing", "Container app failed liveness probe, will be restarted")
-	// Issue 11 §3: killed every ~4 s, crashy backs off at its third kill
+	// Killed every ~4 s, crashy backs off at its third kill
 	// (kubelet doBackOff): waiting with reason CrashLoopBackOff in /pods,
 	// CrashLoopBackOff in `probed status`, a BackOff event.
 	var waiting *v1.ContainerStateWaiting

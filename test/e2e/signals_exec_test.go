@@ -39,7 +39,7 @@ func killWithCmd(cmd string) {
 	}
 }
 
-// TestSIGHUPDrainsAndWritesState (issue 9 §4): SIGHUP stops probed as
+// TestSIGHUPDrainsAndWritesState: SIGHUP stops probed as
 // SIGTERM does: exit status 0 (not 129, the default death by SIGHUP), the
 // shutdown log line, and the state file written at shutdown (--state-interval
 // 1h, so only the shutdown can have written it) with the Ready container.
@@ -103,7 +103,7 @@ spec:
 	}
 }
 
-// TestKill9KillsExecChildren (issue 9 §4): kill -9 of probed while an exec
+// TestKill9KillsExecChildren: kill -9 of probed while an exec
 // probe's command runs (a long sleep, timeoutSeconds 60) kills the command
 // too (Pdeathsig): it is gone from /proc within 2 s, instead of running on
 // as an orphan. (Period 2 s: the first run comes within 2 s; a run lasts
@@ -169,7 +169,7 @@ func treeKillMode(p *proc) string {
 	return ""
 }
 
-// TestKill9LeftoversKilledAtNextStart (issue 9 §4, cgroup mode): Pdeathsig
+// TestKill9LeftoversKilledAtNextStart (cgroup mode): Pdeathsig
 // reaches the exec command only; what it started (a child in its process
 // group, a setsid child) outlives a kill -9 of probed in the command's
 // cgroup leaf. The next probed started in the same cgroup kills them and

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Issue 9 §2 through the real binary: files that are not regular files
+// Through the real binary: files that are not regular files
 // (a FIFO without a writer, /dev/zero: size 0 but endless) in the manifest
 // directory or as the state file used to hang probed (no listener, --for
 // and SIGTERM ignored) or kill it (out of memory).

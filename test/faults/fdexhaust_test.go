@@ -20,7 +20,7 @@ import (
 	"github.com/probed/probed/runtime"
 )
 
-// TestProberOutOfDescriptors (issue 9 §1, P5): every built-in handler
+// TestProberOutOfDescriptors (P5): every built-in handler
 // (http, tcp, grpc, exec) run by the real runtime in a process whose
 // descriptor table is full ends errored with a *runtime.LocalResourceError
 // (EMFILE) after runtime.MaxAttempts attempts — never a Failure of its

@@ -2,7 +2,6 @@ package monitoring
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,11 +14,12 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/probed/probed/agent"
+	"github.com/probed/probed/internal/agenttest"
+	"github.com/probed/probed/internal/testlog"
 )
 
 // prometheusSeries are series Prometheus itself makes for every target
@@ -36,24 +36,6 @@ var (
 	exposedSample = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s`)
 	exposedLabel  = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="(?:[^"\\]|\\.)*"`)
 )
-
-// lockedBuffer collects the agent's log for a failing test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // scrape returns the metric names of the samples served at url, each with
 // the label names of its samples.
@@ -164,7 +146,7 @@ spec:
 	if err := os.WriteFile(filepath.Join(dir, "web.yaml"), []byte(manifest), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	logs := &lockedBuffer{}
+	logs := &testlog.Buffer{}
 	a, err := agent.New(agent.Options{
 		ManifestDir: dir, Listen: "127.0.0.1:0", PodIP: "127.0.0.1", PluginDir: pluginDir,
 		Rescan: time.Second, SyncFrequency: time.Second, PoolSize: 8, ExecPoolSize: 2,
@@ -173,19 +155,9 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
+	run := agenttest.Of(t, a)
 	defer func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Error("Run did not return after cancel")
-		}
+		run.Stop()
 		if t.Failed() {
 			t.Logf("agent log:\n%s", logs.String())
 		}

@@ -5,8 +5,6 @@
 package telemetry_test
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -26,6 +24,8 @@ import (
 
 	"github.com/probed/probed/agent"
 	"github.com/probed/probed/agent/history"
+	"github.com/probed/probed/internal/agenttest"
+	"github.com/probed/probed/internal/testlog"
 	"github.com/probed/probed/runtime/pluginhost/pluginhosttest"
 )
 
@@ -114,31 +114,13 @@ func (tg *target) count(path string) int {
 // ---------------------------------------------------------------------------
 // The agent.
 
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // runningAgent is an agent.Agent running in process.
 type runningAgent struct {
-	t      *testing.T
-	a      *agent.Agent
-	base   string
-	logs   *logBuffer
-	cancel context.CancelFunc
-	done   chan error
+	t    *testing.T
+	a    *agent.Agent
+	base string
+	logs *testlog.Buffer
+	run  *agenttest.Run
 }
 
 var httpClient = &http.Client{
@@ -150,7 +132,7 @@ var httpClient = &http.Client{
 // adjusts the options. t.Cleanup stops it if the test has not.
 func startAgent(t *testing.T, dir string, mutate func(*agent.Options)) *runningAgent {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	opts := agent.Options{
 		ManifestDir:   dir,
 		Listen:        "127.0.0.1:0",
@@ -169,34 +151,20 @@ func startAgent(t *testing.T, dir string, mutate func(*agent.Options)) *runningA
 	if err != nil {
 		t.Fatalf("agent.New: %v\nlogs:\n%s", err, logs.String())
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &runningAgent{t: t, a: a, base: "http://" + a.Addr().String(), logs: logs, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		if r.cancel != nil {
-			r.stop()
-		}
+	t.Cleanup(func() { // after the agent's stop
 		if t.Failed() {
 			t.Logf("agent logs (tail):\n%s", tail(logs.String(), 60))
 		}
 	})
-	return r
+	run := agenttest.Of(t, a)
+	return &runningAgent{t: t, a: a, base: run.Base, logs: logs, run: run}
 }
 
 // stop ends Run (graceful shutdown: in-flight probes finish and apply their
 // results) and checks that it returned nil.
 func (r *runningAgent) stop() {
 	r.t.Helper()
-	r.cancel()
-	r.cancel = nil
-	select {
-	case err := <-r.done:
-		if err != nil {
-			r.t.Errorf("agent Run returned %v", err)
-		}
-	case <-time.After(20 * time.Second):
-		r.t.Fatal("agent Run did not return within 20 s of cancel")
-	}
+	r.run.Stop()
 }
 
 func (r *runningAgent) get(path string) ([]byte, error) {

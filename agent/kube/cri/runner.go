@@ -60,7 +60,14 @@ type Runner struct {
 // Runner returns the exec runner of c.
 func (c *Client) Runner() *Runner { return &Runner{c: c} }
 
-var _ probeexec.Runner = (*Runner)(nil)
+var _ probeexec.ModeRunner = (*Runner)(nil)
+
+// ModeExecSync is how Runner runs every exec probe: the runtime's
+// ExecSync, the kubelet's way (--exec-mode's default).
+const ModeExecSync = "execsync"
+
+// Mode is ModeExecSync for every container.
+func (*Runner) Mode(string) string { return ModeExecSync }
 
 // RunInContainer implements exec.Runner.
 func (r *Runner) RunInContainer(ctx context.Context, containerID string, cmd []string, timeout time.Duration) ([]byte, error) {

@@ -24,6 +24,7 @@ import (
 	"github.com/probed/probed/agent/kube/evict"
 	"github.com/probed/probed/agent/kube/nsscope"
 	"github.com/probed/probed/internal/kubetest"
+	"github.com/probed/probed/internal/testlog"
 	"github.com/probed/probed/runtime"
 )
 
@@ -34,7 +35,7 @@ type evictEnv struct {
 	ns, node string
 	clock    *testingclock.FakeClock
 	requests *kubetest.Requests
-	log      *syncBuffer
+	log      *testlog.Buffer
 	events   *events.Recorder
 	act      *actuate.Queue
 }
@@ -55,7 +56,7 @@ func newEvictEnvAs(t *testing.T, identity func(admin *rest.Config, ns string) *r
 func newEvictEnvWith(t *testing.T, identity func(admin *rest.Config, ns string) *rest.Config, selector string, nsLabels map[string]string) *evictEnv {
 	t.Helper()
 	cfg := kubetest.Config(t)
-	e := &evictEnv{admin: kubetest.ClientFor(t, cfg), requests: &kubetest.Requests{}, log: &syncBuffer{},
+	e := &evictEnv{admin: kubetest.ClientFor(t, cfg), requests: &kubetest.Requests{}, log: &testlog.Buffer{},
 		clock: testingclock.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
 	e.ns, e.node = kubetest.Namespace(t), kubetest.NodeName(t)
 	if nsLabels != nil {
@@ -121,7 +122,7 @@ func (e *evictEnv) terminating(t *testing.T, name string) bool {
 	return p.DeletionTimestamp != nil
 }
 
-// Issue 10 §2.5: one Eviction per container instance. There is no kubelet,
+// One Eviction per container instance. There is no kubelet,
 // so the evicted pod stays with a deletionTimestamp (graceful deletion
 // waits for a kubelet to confirm). Repeated reports of the same instance
 // send nothing more; a report about the now terminating pod neither.
@@ -157,7 +158,7 @@ func TestEvictOncePerContainerInstance(t *testing.T) {
 	}
 }
 
-// Issue 10 §2.5: a PodDisruptionBudget that allows no disruption makes the
+// A PodDisruptionBudget that allows no disruption makes the
 // server answer 429; the actuator logs it and retries with backoff (at least
 // the server's Retry-After), and evicts once the budget is gone.
 func TestPDBBlocksEvictionUntilAllowed(t *testing.T) {
@@ -173,12 +174,12 @@ func TestPDBBlocksEvictionUntilAllowed(t *testing.T) {
 	}
 	const refused = "eviction refused (a PodDisruptionBudget allows no disruption now), will retry"
 	e.fail(p, "containerd://app-1")
-	kubetest.Eventually(t, "a 429 logged", func() bool { return e.log.count(refused) == 1 })
+	kubetest.Eventually(t, "a 429 logged", func() bool { return e.log.Count(refused) == 1 })
 	if n := e.evictions("db"); n != 1 {
 		t.Fatalf("%d eviction requests before the backoff passed, want 1", n)
 	}
 	e.clock.Step(actuate.DefaultRetryMax) // past any backoff and Retry-After
-	kubetest.Eventually(t, "a second 429 logged", func() bool { return e.log.count(refused) == 2 })
+	kubetest.Eventually(t, "a second 429 logged", func() bool { return e.log.Count(refused) == 2 })
 	if e.terminating(t, "db") {
 		t.Fatal("evicted through a budget that allows no disruption")
 	}
@@ -199,7 +200,7 @@ func TestPDBBlocksEvictionUntilAllowed(t *testing.T) {
 	}
 }
 
-// Issue 10 §2.5: DaemonSet, static and mirror pods are never evicted: no
+// DaemonSet, static and mirror pods are never evicted: no
 // eviction request is sent (counted), and the Event says why. A plain pod
 // failing after them is evicted (the worker is serial, so the exempt pods'
 // requests would have come first).
@@ -238,7 +239,7 @@ func TestExemptPodsAreNeverEvicted(t *testing.T) {
 	}
 }
 
-// Issue 10 §2.5, the rate bound per node against the real server: 5 pods
+// The rate bound per node against the real server: 5 pods
 // failing at once get 3 evictions (the burst); the 4th and 5th wait for
 // tokens, one per 10 s of the (fake) clock.
 func TestEvictionRateBoundPerNode(t *testing.T) {
@@ -272,8 +273,8 @@ func TestEvictionRateBoundPerNode(t *testing.T) {
 	}
 }
 
-// Issue 10 §2.8: eviction needs pods/eviction create and, since issue 17
-// §6, reading the namespaces' labels: as the agent's identity with the RBAC
+// Eviction needs pods/eviction create and, since the
+// namespace scope, reading the namespaces' labels: as the agent's identity with the RBAC
 // of deploy/kubernetes (options/clusterrole-eviction.yaml included), the pod is
 // evicted. Without pods/eviction the server refuses (403): retried
 // MaxAttempts (5) times, then an EvictionFailed Event.
@@ -295,7 +296,7 @@ func TestEvictionWithTheAgentsRBAC(t *testing.T) {
 		p := e.pod(t, "web", nil)
 		e.fail(p, "containerd://app-1")
 		for attempt := 1; attempt < actuate.DefaultMaxAttempts; attempt++ {
-			kubetest.Eventually(t, fmt.Sprintf("failure %d logged", attempt), func() bool { return e.log.count("eviction failed, will retry") == attempt })
+			kubetest.Eventually(t, fmt.Sprintf("failure %d logged", attempt), func() bool { return e.log.Count("eviction failed, will retry") == attempt })
 			e.clock.Step(actuate.DefaultRetryMax)
 		}
 		kubetest.Eventually(t, "the EvictionFailed event", func() bool {
@@ -315,7 +316,7 @@ func TestEvictionWithTheAgentsRBAC(t *testing.T) {
 	})
 }
 
-// Issue 17 §6: --liveness-action=evict acts only in the namespaces the
+// --liveness-action=evict acts only in the namespaces the
 // selector picks (default: labelled probed.io/liveness-actions=enabled).
 // A failure in another namespace sends no eviction request and records one
 // Event that says why nothing was done; labelling the namespace later
@@ -357,7 +358,7 @@ func TestEvictOnlyInSelectedNamespaces(t *testing.T) {
 	}
 }
 
-// Issue 17 §6: another selector (--liveness-action-namespaces=team=a) picks
+// Another selector (--liveness-action-namespaces=team=a) picks
 // other namespaces; a namespace whose label was removed after the failure
 // was queued is not evicted (the worker checks again).
 func TestEvictNamespaceSelectorAndLabelRemoved(t *testing.T) {

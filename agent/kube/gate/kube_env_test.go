@@ -1,7 +1,7 @@
 package gate
 
-// The harness of the tests against a real kube-apiserver and etcd (issue 10
-// §4): PROBED_TEST_KUBECONFIG names the kubeconfig test/kube/env.sh start
+// The harness of the tests against a real kube-apiserver and etcd:
+// PROBED_TEST_KUBECONFIG names the kubeconfig test/kube/env.sh start
 // writes; without it the tests skip. There is no kubelet: the test writes
 // the pods' statuses through the status subresource as the kubelet would.
 // A real shared informer holds the pods (the writer's PodLookup and

@@ -1,7 +1,8 @@
 package gate
 
-// Tests of the writer against the real API server (issue 10 §2.3, §2.6,
-// §2.7); they skip without PROBED_TEST_KUBECONFIG.
+// Tests of the writer against the real API server (the owned condition's
+// patches, no False at SIGTERM, an API server that goes away); they skip
+// without PROBED_TEST_KUBECONFIG.
 
 import (
 	"context"

@@ -63,7 +63,7 @@ import (
 )
 
 // ReportingController is the reportingController of every event probed
-// writes (issue 10 §2.4).
+// writes.
 const ReportingController = "probed.io/agent"
 
 // NoteLengthLimit is the API server's limit on an events.k8s.io/v1 note

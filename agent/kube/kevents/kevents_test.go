@@ -65,7 +65,7 @@ func listEvents(t *testing.T, r interface {
 	return l.Items
 }
 
-// K4, issue 10 §2.4: the kubelet's reasons and messages arrive as
+// K4: the kubelet's reasons and messages arrive as
 // events.k8s.io/v1 Events about the pod and the container they concern
 // (regarding.fieldPath spec.containers{app}, spec.initContainers{sidecar}
 // for a sidecar), reportingController probed.io/agent, reportingInstance
@@ -128,7 +128,7 @@ func keys(m map[string]eventsv1.Event) []string {
 	return out
 }
 
-// Issue 10 §2.4: 1,000 identical events about one container (the pod's
+// 1,000 identical events about one container (the pod's
 // resourceVersion changing under them, as the status writes make it) are a
 // bounded number of API writes and one Event with an EventSeries; the
 // object's bucket let 25 through and dropped the rest.
@@ -165,7 +165,7 @@ func TestIdenticalEventsAreOneSeries(t *testing.T) {
 	}
 }
 
-// Issue 10 §2.4: distinct events about one pod (no series can fold them)
+// Distinct events about one pod (no series can fold them)
 // are bounded by the pod's bucket: 25 writes for 100 events; another pod's
 // bucket is its own.
 func TestDistinctEventsBoundedPerObject(t *testing.T) {
@@ -205,7 +205,7 @@ func TestDistinctEventsBoundedPerObject(t *testing.T) {
 	}
 }
 
-// Issue 10 §2.8: sending events needs exactly events.k8s.io events create
+// Sending events needs exactly events.k8s.io events create
 // and patch (the series patch); as a ServiceAccount holding only that, the
 // event and its series arrive.
 func TestEventsWithTheAgentsRBAC(t *testing.T) {

@@ -1,6 +1,6 @@
 // Package limits decides what one pod may ask of the node in cluster mode,
-// where every probed.io/probes annotation is written by a tenant (issue 17
-// §2). It is the one place that says which of a pod's annotation probes run
+// where every probed.io/probes annotation is written by a tenant.
+// It is the one place that says which of a pod's annotation probes run
 // and, when some do not, why:
 //
 //   - the annotation's own rules and the operator's per-pod limits
@@ -53,6 +53,7 @@ import (
 	"github.com/probed/probed/manager/customprobe"
 	"github.com/probed/probed/manager/podprobes"
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/bound"
 	"github.com/probed/probed/runtime/tenant"
 )
 
@@ -324,7 +325,7 @@ func (r *Room) BudgetRefusal(uid types.UID) (string, bool) {
 	return "", false
 }
 
-// PodAdded reports the pod's refused probes (issue 10 §2.2): one Warning
+// PodAdded reports the pod's refused probes: one Warning
 // Event on the pod naming every field, and one log line per refusal naming
 // pod, container and field. The annotation's valid elements run; the
 // node's other pods are not affected. The reconciler calls it when the pod
@@ -380,16 +381,5 @@ func gatesReadiness(r *podprobes.Refusal) bool {
 // perSecond prints a rate with at most two decimals.
 func perSecond(v float64) string { return strconv.FormatFloat(math.Round(v*100)/100, 'f', -1, 64) }
 
-// cut bounds a message to MaxMessage bytes, on a rune boundary.
-func cut(s string) string {
-	if len(s) <= MaxMessage {
-		return s
-	}
-	i := MaxMessage - len("…")
-	for i > 0 && !isRuneStart(s[i]) {
-		i--
-	}
-	return s[:i] + "…"
-}
-
-func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
+// cut bounds a message to MaxMessage bytes (bound.Cut).
+func cut(s string) string { return bound.Cut(s, MaxMessage) }

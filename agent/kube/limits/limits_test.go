@@ -80,7 +80,7 @@ func periods(d time.Duration, n int) []time.Duration {
 	return out
 }
 
-// Issue 17 §2: the node's budget of annotation probe runs per second. Pods
+// The node's budget of annotation probe runs per second. Pods
 // are admitted in the order they come while they fit; one that does not
 // fit runs none of its probes, gets one Warning Event however often it is
 // asked about (the periodic pod sync asks every minute), and the gate's
@@ -286,7 +286,7 @@ func TestNoBudgetAdmitsAll(t *testing.T) {
 	}
 }
 
-// Issue 17 §2: a refused element that is (or may be) a readiness or startup
+// A refused element that is (or may be) a readiness or startup
 // probe makes the gate's condition False with the first error; a refused
 // liveness probe does not (the condition follows readiness and startup);
 // an annotation over --max-probes-per-pod is refused whole, and says so.

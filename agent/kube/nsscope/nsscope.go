@@ -3,7 +3,7 @@
 // objects selects (--liveness-action-namespaces, by default
 // probed.io/liveness-actions=enabled). Whoever may annotate a pod could
 // otherwise have it evicted or its containers stopped; the operator opts
-// namespaces in (issue 17 §6, issue 19). The shipped admission policy
+// namespaces in. The shipped admission policy
 // checks the same label for evictions.
 //
 // The namespaces are read through one informer that lists and watches only

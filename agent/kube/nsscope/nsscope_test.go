@@ -15,7 +15,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreCurrent()) }
 
-// Issue 17 §6, issue 19: against the real API server, the default scope
+// Against the real API server, the default scope
 // allows a liveness action only in a namespace labelled
 // probed.io/liveness-actions=enabled, follows a label added and removed, and
 // says how to allow it; an empty selector is refused.

@@ -51,6 +51,7 @@ import (
 
 	"github.com/probed/probed/manager/customprobe"
 	"github.com/probed/probed/manager/podprobes"
+	"github.com/probed/probed/manager/probespec"
 	"github.com/probed/probed/runtime"
 )
 
@@ -259,7 +260,7 @@ func KeepMoved(pod *v1.Pod) *v1.Pod {
 		if json.Unmarshal(el.Probe, &p) != nil {
 			continue
 		}
-		customprobe.Default(&p)
+		probespec.Default(&p)
 		for _, r := range refs {
 			if r.container.Name == el.Container && r.t.Lower() == el.Type && apiequality.Semantic.DeepEqual(runtime.ProbeOf(r.container, r.t), &p) {
 				runtime.SetProbe(r.container, r.t, nil)

@@ -343,8 +343,7 @@ func TestTransformKeepsWhatEvictReads(t *testing.T) {
 }
 
 // TestHealthzUnhealthyUntilSynced: /healthz (agent/health over the
-// source's HasSynced) is unhealthy while the informer has never synced
-// (issue 10 §2.7).
+// source's HasSynced) is unhealthy while the informer has never synced.
 func TestHealthzUnhealthyUntilSynced(t *testing.T) {
 	s, err := New(Options{Client: unusedClient(t), NodeName: "node-a"})
 	if err != nil {

@@ -20,8 +20,8 @@ import (
 	"github.com/probed/probed/manager/customprobe"
 )
 
-// memoryPods is the number of pods BenchmarkCachedPodMemory caches: issue
-// 10's density (100-500 pods a node).
+// memoryPods is the number of pods BenchmarkCachedPodMemory caches: cluster
+// mode's density (100-500 pods a node).
 const memoryPods = 500
 
 // deploymentPod is a pod as a Deployment's ReplicaSet creates it on a real

@@ -144,7 +144,7 @@ func (s *Source) Run(ctx context.Context, apply func(pods.Update)) error {
 // It is the source's part of the agent's /healthz (health.New): unhealthy
 // while the informer has never synced — the API server unreachable or
 // refusing, or Run not called — and healthy afterwards, also during a later
-// outage, when probing goes on for the pods already known (issue 10 §2.7).
+// outage, when probing goes on for the pods already known.
 func (s *Source) HasSynced() bool {
 	f := s.synced.Load()
 	return f != nil && (*f)()

@@ -99,8 +99,7 @@ func runSource(t *testing.T, cfg *rest.Config, node string, apply func(pods.Upda
 }
 
 // TestSourceSeesOnlyThisNodesPods: the field selector spec.nodeName=NODE
-// keeps other nodes' pods out, before and after the initial list (issue 10
-// §2.1, §2.8).
+// keeps other nodes' pods out, before and after the initial list.
 func TestSourceSeesOnlyThisNodesPods(t *testing.T) {
 	cfg := kubetest.Config(t)
 	c := kubetest.ClientFor(t, cfg)
@@ -411,7 +410,7 @@ func podRequests(requests *kubetest.Requests) (lists, resumed int, log []string)
 // created and one is deleted. When the server is reachable again, all three
 // changes arrive, in order, through a watch resumed from the last
 // resourceVersion: the informer listed the node's pods once, at start, and
-// never again (issue 10 §2.7: no relist storm). HasSynced (and so /healthz)
+// never again (no relist storm). HasSynced (and so /healthz)
 // stays true through the outage: probing goes on with the pods already known.
 func TestWatchResumesAfterOutageWithoutRelist(t *testing.T) {
 	outage := &kubetest.Requests{} // the informer's requests; the test's own client stays up

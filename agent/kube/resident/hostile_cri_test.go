@@ -115,7 +115,7 @@ func TestCRIHostileHelperEnvironmentFlood(t *testing.T) {
 	why := "its environment is over 64 KiB"
 	e.untilMode(t, status, resident.ModeExecSync+" ("+why+")")
 	e.untilNoSession(t)
-	evs := e.events.all()
+	evs := e.events.Lines()
 	if len(evs) != 1 || !strings.HasSuffix(evs[0], "not a resident helper: "+why) {
 		t.Fatalf("events %q, want one saying %q", evs, why)
 	}

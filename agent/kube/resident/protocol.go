@@ -16,6 +16,7 @@ import (
 	_ "embed"
 
 	"github.com/probed/probed/runtime"
+	"github.com/probed/probed/runtime/bound"
 	"github.com/probed/probed/runtime/tenant"
 )
 
@@ -448,9 +449,5 @@ func (s *stream) keep(b []byte) {
 	}
 }
 
-func cut(b []byte) []byte {
-	if len(b) > 64 {
-		return b[:64]
-	}
-	return b
-}
+// cut bounds a record quoted in an error or a log line (bound.Cut).
+func cut(b []byte) string { return bound.Cut(string(b), 64) }

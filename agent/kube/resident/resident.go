@@ -1,5 +1,5 @@
 // Package resident runs cluster mode's exec probes through a resident
-// helper per container (--exec-mode resident, issue 21; docs/cluster.md
+// helper per container (--exec-mode resident; docs/cluster.md
 // "The resident exec helper"): one more exec.Runner beside the container
 // runtime's ExecSync runner (agent/kube/cri), which it falls back to.
 //
@@ -82,7 +82,7 @@ import (
 // Exec modes: --exec-mode's values and probed_exec_runs_total's mode label.
 const (
 	ModeResident = "resident"
-	ModeExecSync = "execsync"
+	ModeExecSync = cri.ModeExecSync
 )
 
 // Reasons a run of resident mode goes through ExecSync
@@ -165,7 +165,7 @@ type entry struct {
 	busy  bool // a run holds it (or it is lost and on its way out)
 }
 
-var _ probeexec.Runner = (*Runner)(nil)
+var _ probeexec.ModeRunner = (*Runner)(nil)
 
 // New returns a Runner; helpers start on their containers' first runs.
 // Errors: no Runtime or ExecSync, a metric that cannot be registered.
@@ -368,7 +368,7 @@ func (r *Runner) destroy(h *helper, kill bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
 	defer cancel()
 	if _, stderr, err := r.opts.Runtime.ExecSync(ctx, h.ctr, h.killCommand(), killTimeout); err != nil {
-		r.opts.Log.Warn("exec helper: kill through ExecSync failed", "container", h.id, "err", err, "stderr", string(cut(stderr)))
+		r.opts.Log.Warn("exec helper: kill through ExecSync failed", "container", h.id, "err", err, "stderr", cut(stderr))
 	}
 }
 

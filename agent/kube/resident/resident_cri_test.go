@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -23,6 +22,7 @@ import (
 	"github.com/probed/probed/agent/kube/cri"
 	"github.com/probed/probed/agent/kube/resident"
 	"github.com/probed/probed/internal/critest"
+	"github.com/probed/probed/internal/testevents"
 	probeexec "github.com/probed/probed/plugins/exec"
 	"github.com/probed/probed/runtime"
 )
@@ -38,27 +38,8 @@ type criEnv struct {
 	client *cri.Client
 	rs     internalapi.RuntimeService // the test's own connection (the kubelet's side)
 	runner *resident.Runner
-	events *events
+	events *testevents.Log
 	sb     *critest.Sandbox
-}
-
-// events records the runner's Events (the agent sends them to the API
-// server: test/e2e checks that).
-type events struct {
-	mu   sync.Mutex
-	list []string
-}
-
-func (r *events) Eventf(_ k8sruntime.Object, eventtype, reason, messageFmt string, args ...any) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.list = append(r.list, eventtype+" "+reason+" "+fmt.Sprintf(messageFmt, args...))
-}
-
-func (r *events) all() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.list)
 }
 
 // newCRIEnv connects with requestTimeout as the client's bound of a call
@@ -66,7 +47,7 @@ func (r *events) all() []string {
 // ExecSync's cases that containerd 1.6 holds until then end in seconds).
 func newCRIEnv(t *testing.T, requestTimeout time.Duration, opts resident.Options) *criEnv {
 	t.Helper()
-	e := &criEnv{rs: critest.Runtime(t), events: &events{}}
+	e := &criEnv{rs: critest.Runtime(t), events: &testevents.Log{}}
 	var err error
 	e.client, err = cri.Connect(context.Background(), cri.Options{Endpoint: critest.Endpoint(t), RequestTimeout: requestTimeout,
 		Registerer: prometheus.NewRegistry(), Log: slog.New(slog.DiscardHandler)})
@@ -352,7 +333,7 @@ func TestCRIFallbackWithoutShell(t *testing.T) {
 	if n := testutil.ToFloat64(e.runner.Starts().WithLabelValues(resident.ReasonUnsupported)); n != 1 {
 		t.Fatalf("starts{unsupported} = %v, want 1", n)
 	}
-	evs := e.events.all()
+	evs := e.events.Lines()
 	if len(evs) != 1 || evs[0] != "Normal "+resident.ReasonHelperUnavailable+" Exec probes of container app run through the container runtime's ExecSync, not a resident helper: no sh in the container's PATH" {
 		t.Fatalf("events %q, want one", evs)
 	}

@@ -1,5 +1,5 @@
-// Command logflood measures what hostile pods cost the agent's log and API
-// (issue 17 §5): it runs the real probed binary in manifest mode with -pods
+// Command logflood measures what hostile pods cost the agent's log and API:
+// it runs the real probed binary in manifest mode with -pods
 // pods (default one) whose annotation readiness probe has a -path-bytes
 // long httpGet path, every -period, against a closed port (every run fails,
 // and Go's error quotes the URL), for -for; then it prints one JSON line:

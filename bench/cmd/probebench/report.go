@@ -286,7 +286,7 @@ func evaluate(results []Result) []string {
 	} else {
 		na("10% hung targets")
 	}
-	// Flat cost per probe (probed, instant): the same rule as issue 13's.
+	// Flat cost per probe (probed, instant): the same rule as the density targets'.
 	if line, ok := flatCost(results, "cost per probe flat within 1.5×", false); ok {
 		out = append(out, line)
 	}
@@ -423,7 +423,7 @@ func (c countTicks) Ticks(lo, hi float64) []plot.Tick {
 	return out
 }
 
-// evaluateDensity checks the targets of issue 13 (100k probes/s on two
+// evaluateDensity checks the density targets (100k probes/s on two
 // cores, a flat cost per probe) against the results present.
 func evaluateDensity(results []Result) []string {
 	var out []string
@@ -498,7 +498,7 @@ func saturationRun(impl, mode string) func(Result) bool {
 	return func(r Result) bool { return r.Impl == impl && r.Mode == mode && r.Label == "saturation" }
 }
 
-// againstFloor is issue 13's line for real probes of mode against their
+// againstFloor is the density targets' line for real probes of mode against their
 // floor (the saturation runs of probed and of floor): probed's throughput
 // at least 0.95× the floor's and its CPU per probe at most 1.1×.
 func againstFloor(results []Result, what, mode, floor string) string {
@@ -537,7 +537,7 @@ func netPer1k(r, base Result) float64 {
 	return (cpuMsPerSecond(r) - cpuMsPerSecond(base)) / r.ProbesPerSecond * 1000
 }
 
-// flatCost is the line of the flat-cost target (issue 13: CPU per 1,000
+// flatCost is the line of the flat-cost target (CPU per 1,000
 // probes, max over min, ≤ 1.5×) over probed's instant runs. The verdict
 // judges the raw figure, getrusage CPU of the whole process per executed
 // probe, as the issue states it. Beside it, when the suite has baseline

@@ -9,11 +9,11 @@ import (
 	"time"
 )
 
-// subsecSuite is the suite of sub-second periods (issue 13): probed only,
+// subsecSuite is the suite of sub-second periods: probed only,
 // annotation probes with periodMilliseconds.
 const subsecSuite = "subsec"
 
-// Targets of the sub-second suite (issue 13): at a 100 ms period, lateness
+// Targets of the sub-second suite: at a 100 ms period, lateness
 // p99 at most 10 ms and no skipped run.
 const subsecLatenessP99Ms = 10
 

@@ -90,7 +90,7 @@ func suites(name string) ([]spec, error) {
 		})
 		// probed alone: 500k pods, 1M probes, period 60 s (the kubelet
 		// cannot start 1M goroutines with tickers here), then period 10 s
-		// (100k probes/s, issue 13).
+		// (100k probes/s).
 		out = append(out, instant("probed", 500000, "-period", "60", "-warmup", "70s", "-window", "180s", "-drain-wait", "120s"))
 		out = append(out, instant("probed", 500000, "-period", "10", "-warmup", "15s", "-window", "30s", "-drain-wait", "120s"))
 	case subsecSuite:
@@ -103,7 +103,7 @@ func suites(name string) ([]spec, error) {
 			instant("probed", 5000, "-period-ms", "100", "-warmup", "3s", "-window", "20s"),
 			spec{"-impl", "probed", "-mode", modeTCP, "-pods", "500", "-period-ms", "100", "-warmup", "3s", "-window", "20s"})
 	case "density":
-		// Issue 13's targets: 2k–100k instant probes/s side by side, 1M
+		// The density targets: 2k–100k instant probes/s side by side, 1M
 		// probes at period 10 s (100k/s, probed alone), TCP saturation
 		// against the bare dial loop, HTTP saturation against the bare GET
 		// loop; first each implementation at rest (the baseline of the

@@ -1,5 +1,5 @@
 // Package nodebench holds what the real node's density benchmark
-// (bench/node, issue 20) measures and how it is reported: the CPU of the
+// (bench/node) measures and how it is reported: the CPU of the
 // node's processes from /proc (the kubelet, containerd, its shims with the
 // runc processes they reaped, the pods' own processes, probed, and apart
 // from them the node's control plane), the runc execs in flight, one JSON

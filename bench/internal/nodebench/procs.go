@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/probed/probed/internal/procstat"
 )
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times (100 on
@@ -21,40 +23,25 @@ type proc struct {
 
 // readProc reads /proc/<pid>/stat (false when the process is gone).
 func readProc(pid int) (proc, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
+	s, ok := procstat.Read(pid)
+	if !ok {
 		return proc{}, false
 	}
-	s := string(b)
-	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-	if open < 0 || end < open || end+2 > len(s) {
-		return proc{}, false
-	}
-	f := strings.Fields(s[end+2:])
-	if len(f) < 15 {
-		return proc{}, false
-	}
-	ticks := func(i int) time.Duration {
-		n, _ := strconv.ParseInt(f[i], 10, 64)
-		return time.Duration(n) * time.Second / clockTicks
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	// After the comm: state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14).
-	return proc{pid: pid, ppid: ppid, comm: s[open+1 : end], self: ticks(11) + ticks(12), kids: ticks(13) + ticks(14)}, true
+	return procOf(s), true
+}
+
+// procOf is a stat line with its times as durations.
+func procOf(s procstat.Stat) proc {
+	ticks := func(n uint64) time.Duration { return time.Duration(n) * time.Second / clockTicks }
+	return proc{pid: s.PID, ppid: s.PPID, comm: s.Comm, self: ticks(s.UTime + s.STime), kids: ticks(s.CUTime + s.CSTime)}
 }
 
 // allProcs reads every process of /proc.
 func allProcs() []proc {
-	entries, _ := os.ReadDir("/proc")
-	out := make([]proc, 0, len(entries))
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if p, ok := readProc(pid); ok {
-			out = append(out, p)
-		}
+	stats := procstat.All()
+	out := make([]proc, 0, len(stats))
+	for _, s := range stats {
+		out = append(out, procOf(s))
 	}
 	return out
 }

@@ -18,16 +18,16 @@ import (
 // The targets of issues 20 and 28.
 const (
 	// HTTPRatio: with HTTP/TCP probes moved to probed, the node's CPU per
-	// probe run at most this times the kubelet's (issue 20).
+	// probe run at most this times the kubelet's.
 	HTTPRatio = 0.5
 	// ProbingRatio, ProbingKeepAliveRatio: the node's CPU per run above the
 	// pods' own (probing ms / run) with probed at most this times the
-	// kubelet's, by default and with --http-keep-alive (issue 28).
+	// kubelet's, by default and with --http-keep-alive.
 	ProbingRatio          = 0.7
 	ProbingKeepAliveRatio = 0.5
 	// BareRatio and LatenessP99Ms: probed's own CPU per run at most this
 	// times the bare prober's on the same pods, with lateness p99 at most
-	// LatenessP99Ms (issue 28).
+	// LatenessP99Ms.
 	BareRatio     = 0.5
 	LatenessP99Ms = 20
 	// keepUpShare: a side keeps up when it runs at least this share of the
@@ -170,7 +170,7 @@ func keepsUp(r Result) bool {
 	return r.Lateness == nil || r.Lateness.LatenessP99Ms < float64(r.PeriodSeconds)*1000
 }
 
-// Targets says, for each target of issue 20, met or missed with the figures.
+// Targets says, for each target of the real node (the cost against the kubelet's), met or missed with the figures.
 func Targets(results []Result) []string {
 	var out []string
 	verdict := func(ok bool) string {
@@ -206,7 +206,7 @@ func Targets(results []Result) []string {
 			out = append(out, line)
 		}
 	}
-	out = append(out, issue28Targets(results, counts(KindHTTP), verdict)...)
+	out = append(out, keepAliveTargets(results, counts(KindHTTP), verdict)...)
 	for _, n := range counts(KindExec) {
 		k, okK := find(results, KindExec, SideKubelet, n)
 		p, okP := find(results, KindExec, SideProbed, n)
@@ -243,11 +243,11 @@ func Targets(results []Result) []string {
 	return out
 }
 
-// issue28Targets says, per HTTP/TCP pod count, met or missed for the
-// targets of issue 28: the probing CPU per run against the kubelet's, by
+// keepAliveTargets says, per HTTP/TCP pod count, met or missed for the
+// targets of kept connections: the probing CPU per run against the kubelet's, by
 // default and with kept connections, and probed's own CPU per run against
 // the bare prober's with its lateness.
-func issue28Targets(results []Result, counts []int, verdict func(bool) string) []string {
+func keepAliveTargets(results []Result, counts []int, verdict func(bool) string) []string {
 	var out []string
 	for _, n := range counts {
 		k, okK := find(results, KindHTTP, SideKubelet, n)

@@ -8,7 +8,7 @@ import (
 	"github.com/probed/probed/runtime"
 )
 
-// TestHostileHeadersKeepMemoryBounded (issue 9 §5): 200 http-match probes
+// TestHostileHeadersKeepMemoryBounded: 200 http-match probes
 // at once of targets answering a 10 MiB header fail at
 // runtime.MaxResponseHeaderBytes, and the plugin's heap grows by tens of
 // MiB at most, not the 2 GiB Go's default limit lets them take.

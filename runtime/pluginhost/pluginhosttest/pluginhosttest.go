@@ -12,13 +12,14 @@ import (
 	goruntime "runtime"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/probed/probed/internal/procstat"
 )
 
 // Build compiles main packages (import paths, or paths relative to the
@@ -47,49 +48,25 @@ func Build(dir string, pkgs ...string) error {
 
 // Alive reports whether process pid exists and is not a zombie.
 func Alive(pid int) bool {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// pid (comm) state ...; comm may hold spaces and parentheses.
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) {
-		return false
-	}
-	return s[i+2] != 'Z' && s[i+2] != 'X'
+	s, ok := procstat.Read(pid)
+	return ok && !s.Gone()
 }
 
 // Children returns the live (non-zombie) processes whose parent is ppid
 // and whose executable lies in dir (any, when dir is "").
 func Children(ppid int, dir string) []int {
-	entries, _ := os.ReadDir("/proc")
 	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		s := string(data)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 2 || f[0] == "Z" || f[0] == "X" || f[1] != strconv.Itoa(ppid) {
+	for _, s := range procstat.All() {
+		if s.Gone() || s.PPID != ppid {
 			continue
 		}
 		if dir != "" {
-			exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+			exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", s.PID))
 			if err != nil || !strings.HasPrefix(exe, dir) {
 				continue
 			}
 		}
-		out = append(out, pid)
+		out = append(out, s.PID)
 	}
 	return out
 }

@@ -16,13 +16,13 @@ import (
 	"github.com/probed/probed/internal/kubetest"
 )
 
-// Issue 22 with the real binary in cluster mode against the real
+// Periods by state, body checks and the health-event log with the real binary in cluster mode against the real
 // kube-apiserver: a gated pod's annotation readiness probe that runs every
 // 200 ms until ready and checks the body's JSON, the events that say where
 // its threshold stands (--events=transitions: one per verdict change) as
 // events.k8s.io Events, the health-event log through `probed events`, and
 // --min-probe-period holding for an unhealthy period too.
-func TestClusterIssue22_FastUntilReadyExpectAndTransitions(t *testing.T) {
+func TestClusterFastUntilReadyExpectAndTransitions(t *testing.T) {
 	admin := kubetest.Client(t)
 	ns, node := kubetest.Namespace(t), kubetest.NodeName(t)
 	var mu sync.Mutex
@@ -122,12 +122,12 @@ func TestClusterIssue22_FastUntilReadyExpectAndTransitions(t *testing.T) {
 	}
 }
 
-// Issue 22 §3 with the kubelet's event mode in cluster mode: the failures
+// Threshold events with the kubelet's event mode in cluster mode: the failures
 // below the threshold and the one that reached it are separate
 // events.k8s.io Events (their reasons differ: the API server folds the
 // Events of one reason and action into one series, whatever the note),
 // so the verdict's Event is seen with its own note.
-func TestClusterIssue22_ThresholdEventsStayApart(t *testing.T) {
+func TestClusterThresholdEventsStayApart(t *testing.T) {
 	admin := kubetest.Client(t)
 	ns, node := kubetest.Namespace(t), kubetest.NodeName(t)
 	port := serveHTTP(t, "127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

@@ -29,7 +29,7 @@ func wantErrors(t *testing.T, got, want []string) {
 	}
 }
 
-// Issue 22 §1: unhealthyPeriodSeconds/Milliseconds and
+// UnhealthyPeriodSeconds/Milliseconds and
 // transitionPeriodSeconds/Milliseconds decode into the probe's periods by
 // state; a period whose two fields are absent is not set (the probe's
 // period applies); Timing carries them and Shortest is the budget's.
@@ -70,7 +70,7 @@ func TestParseStatePeriods(t *testing.T) {
 	}
 }
 
-// Issue 22 §1: each period by state is at least 100 ms, as sub-second
+// Each period by state is at least 100 ms, as sub-second
 // periods are; its offset is in [-999, 999]; a transition period needs a
 // threshold above 1. Each error names the field.
 func TestParseStatePeriodsInvalid(t *testing.T) {
@@ -101,7 +101,7 @@ func TestParseStatePeriodsInvalid(t *testing.T) {
 	}
 }
 
-// Issue 22 §1 in cluster mode: --min-probe-period holds for every period a
+// In cluster mode: --min-probe-period holds for every period a
 // probe may run at, each refusal naming its field and the flag.
 func TestLimitsMinPeriodHoldsForStatePeriods(t *testing.T) {
 	const path = "metadata.annotations[probed.io/probes][0]."
@@ -117,7 +117,7 @@ func TestLimitsMinPeriodHoldsForStatePeriods(t *testing.T) {
 	}
 }
 
-// Issue 22 §2: httpGet.expect and tcpSocket.expect decode beside the v1
+// HttpGet.expect and tcpSocket.expect decode beside the v1
 // handler, strictly, into the probe's Expect; the v1 handler never carries
 // it (a spec probe cannot), and the rest of the handler decodes as before.
 func TestParseExpect(t *testing.T) {
@@ -151,7 +151,7 @@ func TestParseExpect(t *testing.T) {
 	}
 }
 
-// Issue 22 §2: an expectation that cannot be evaluated is refused at
+// An expectation that cannot be evaluated is refused at
 // validation time, the field named: a bad regular expression or JSONPath,
 // a status outside 100-599, a latency bound beyond the timeout, a
 // certificate check on plain HTTP, body checks on tcpSocket, expect on a

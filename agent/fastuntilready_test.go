@@ -17,10 +17,11 @@ import (
 	"github.com/probed/probed/agent"
 	"github.com/probed/probed/agent/events"
 	"github.com/probed/probed/agent/statusview"
+	"github.com/probed/probed/internal/testlog"
 	"github.com/probed/probed/manager"
 )
 
-// Issue 22 through the agent (manifest mode, real sockets, the real
+// Periods by state, body checks and the health-event log through the agent (manifest mode, real sockets, the real
 // clock): an annotation probe that runs fast until ready and checks the
 // body, the events that say where its threshold stands, the health-event
 // log and `probed events`.
@@ -60,7 +61,7 @@ func (tg *statusTarget) hitCount() int {
 	return len(tg.hits)
 }
 
-func issue22Pod(t *testing.T, dir string, port int) {
+func fastUntilReadyPod(t *testing.T, dir string, port int) {
 	t.Helper()
 	writeFile(t, filepath.Join(dir, "starting.yaml"), fmt.Sprintf(`apiVersion: v1
 kind: Pod
@@ -83,17 +84,17 @@ func (r *running) transitions(since uint64) events.TransitionList {
 	return out
 }
 
-// Issue 22 §1–§3 end to end in the agent: the probe runs every 200 ms
+// Fast until ready, with a body check, end to end in the agent: the probe runs every 200 ms
 // while the target says "starting" (its body check fails), the pod turns
 // Ready within a few hundred milliseconds of the target saying "up", and
 // then the probe runs once per 30 s period; the events say where the
 // threshold stood and what the verdict changed, never the body; the
 // health-event log has the two verdict changes, with the time from the
 // container's start to its first success.
-func TestAgent_Issue22_FastUntilReadyWithBodyCheck(t *testing.T) {
+func TestAgent_FastUntilReadyWithBodyCheck(t *testing.T) {
 	tg := newStatusTarget(t, "starting")
 	dir := t.TempDir()
-	issue22Pod(t, dir, tg.port)
+	fastUntilReadyPod(t, dir, tg.port)
 	r := startAgent(t, dir, nil)
 	r.eventually("three failed runs", func() bool { return tg.hitCount() >= 3 })
 	tg.set("up")
@@ -164,12 +165,12 @@ func TestAgent_Issue22_FastUntilReadyWithBodyCheck(t *testing.T) {
 	}
 }
 
-// Issue 22 §3, --events=transitions: the same pod records one event per
+// --events=transitions: the same pod records one event per
 // verdict change, whatever the runs in between.
-func TestAgent_Issue22_EventsTransitions(t *testing.T) {
+func TestAgent_EventsTransitions(t *testing.T) {
 	tg := newStatusTarget(t, "starting")
 	dir := t.TempDir()
-	issue22Pod(t, dir, tg.port)
+	fastUntilReadyPod(t, dir, tg.port)
 	r := startAgent(t, dir, func(o *agent.Options) { o.Events = manager.EventsTransitions })
 	r.eventually("five failed runs", func() bool { return tg.hitCount() >= 5 })
 	tg.set("up")
@@ -197,13 +198,13 @@ func TestAgent_Issue22_EventsTransitions(t *testing.T) {
 
 // `probed events --watch` (statusview.Transitions with Watch) prints new
 // entries as they come, then stops with its context.
-func TestAgent_Issue22_WatchTransitions(t *testing.T) {
+func TestAgent_WatchTransitions(t *testing.T) {
 	tg := newStatusTarget(t, "starting")
 	dir := t.TempDir()
-	issue22Pod(t, dir, tg.port)
+	fastUntilReadyPod(t, dir, tg.port)
 	r := startAgent(t, dir, nil)
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &logBuffer{}
+	out := &testlog.Buffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- statusview.Transitions(ctx, statusview.WatchOptions{Server: r.base, Watch: true, Interval: 50 * time.Millisecond}, out)

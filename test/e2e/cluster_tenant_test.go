@@ -32,7 +32,7 @@ func (a *clusterAgent) get(t *testing.T, path string) string {
 	return strings.ReplaceAll(string(body), "<wbr>", "")
 }
 
-// TestClusterEvictOnlyInLabelledNamespaces (issue 17 §6): the real binary
+// TestClusterEvictOnlyInLabelledNamespaces: the real binary
 // with --liveness-action=evict, under the agent's identity of deploy/
 // (options/clusterrole-eviction.yaml included), evicts a pod whose annotation
 // liveness probe fails only in a namespace labelled
@@ -74,7 +74,7 @@ func TestClusterEvictOnlyInLabelledNamespaces(t *testing.T) {
 	}
 }
 
-// TestClusterAnnotationProbeSecretsRedacted (issue 17 §4): in cluster mode
+// TestClusterAnnotationProbeSecretsRedacted: in cluster mode
 // an annotation probe's httpGet query and header values are shown nowhere
 // by the real agent: not in /pods, /pods/{namespace}/{name}, the status
 // page or the pod's page, which show the probe redacted.
