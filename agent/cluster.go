@@ -8,6 +8,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/probed/probed/agent/kube/kevents"
 	"github.com/probed/probed/agent/kube/limits"
 	"github.com/probed/probed/agent/kube/nsscope"
+	"github.com/probed/probed/agent/kube/panicthreshold"
 	"github.com/probed/probed/agent/kube/podsource"
 	"github.com/probed/probed/agent/kube/resident"
 	"github.com/probed/probed/agent/kube/restart"
@@ -157,6 +159,7 @@ type clusterParts struct {
 	source   *podsource.Source
 	statuses *podsource.Statuses
 	gate     *gate.Writer
+	panic    *panicthreshold.Guard
 	limits   *limits.Room
 	actuator *actuate.Queue
 	cri      *cri.Client      // with ContainerRuntimeEndpoint
@@ -320,6 +323,10 @@ func (a *Agent) clusterMode() (*mode, error) {
 	parts.limits = limits.New(limits.Options{MaxRate: c.MaxProbeRate, MaxRateFlag: "--max-probe-rate",
 		NamespaceShare: c.NamespaceProbeRateShare, NamespaceShareFlag: "--namespace-probe-rate-share",
 		Recorder: a.recorder, Logger: a.log})
+	if parts.panic, err = panicthreshold.New(panicthreshold.Options{Client: parts.client, Recorder: a.recorder,
+		Requeue: func(uid types.UID) { parts.gate.Requeue(uid) }, Registerer: a.reg, Log: a.log}); err != nil {
+		return nil, err
+	}
 	parts.gate, err = gate.New(gate.Options{
 		// The gate judges from the kubelet's own status (a container that
 		// survived probed's restart and is started per the kubelet keeps
@@ -334,6 +341,7 @@ func (a *Agent) clusterMode() (*mode, error) {
 		Burst:         c.StatusBurst,
 		Probes:        a.podProbes,
 		Refusal:       parts.limits.Refusal,
+		Guard:         parts.panic.Verdict,
 		Registerer:    a.reg,
 		Logger:        a.log,
 	})
@@ -356,7 +364,7 @@ func (a *Agent) clusterMode() (*mode, error) {
 		},
 		// The limits before the gate: a pod's refusal is known when the
 		// gate first decides its condition.
-		listeners: listeners{parts.statuses, parts.limits, parts.gate},
+		listeners: listeners{parts.statuses, parts.limits, parts.panic, parts.gate},
 		consumers: []verdicts.Consumer{parts.statuses, parts.gate, actuator},
 		// The verdict's event says what the actuator decided, before it
 		// acts (a refused restart is announced refused).
@@ -371,6 +379,7 @@ func (a *Agent) clusterMode() (*mode, error) {
 			// §2.6: SIGTERM writes no False anywhere).
 			{name: "condition writer", run: parts.gate.Run, stopFirst: true},
 			{name: "liveness actuator", run: parts.actuator.Run, stopFirst: true},
+			{name: "panic threshold", run: parts.panic.Run, stopFirst: true},
 			// Events flush after the drain.
 			{name: "event sink", run: parts.events.Run},
 		},
