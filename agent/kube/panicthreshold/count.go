@@ -62,13 +62,17 @@ func serviceIndex(obj any) ([]string, error) {
 	return nil, nil
 }
 
-// servicesOf are the Services (namespace/name) whose slices list the pod,
-// in the order of the slices' names. Under g.mu or not: the indexer is
-// safe for concurrent use.
-func (g *Guard) servicesOf(uid types.UID) []string {
+// servicesOf are the Services (namespace/name) whose slices in the pod's
+// namespace list the pod (a Service selects pods of its own namespace; a
+// slice another tenant wrote elsewhere naming the pod's UID does not
+// count). Under g.mu or not: the indexer is safe for concurrent use.
+func (g *Guard) servicesOf(namespace string, uid types.UID) []string {
 	objs, _ := g.indexer.ByIndex(byPod, string(uid))
 	var out []string
 	for _, obj := range objs {
+		if obj.(*discoveryv1.EndpointSlice).Namespace != namespace {
+			continue
+		}
 		keys, _ := serviceIndex(obj)
 		for _, k := range keys {
 			if !contains(out, k) {
@@ -88,11 +92,15 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// sliceReady reports whether a slice lists the pod as a ready endpoint.
-func (g *Guard) sliceReady(uid types.UID) bool {
+// sliceReady reports whether a slice of the pod's namespace lists it as a
+// ready endpoint.
+func (g *Guard) sliceReady(namespace string, uid types.UID) bool {
 	objs, _ := g.indexer.ByIndex(byPod, string(uid))
 	for _, obj := range objs {
 		s := obj.(*discoveryv1.EndpointSlice)
+		if s.Namespace != namespace {
+			continue
+		}
 		for i := range s.Endpoints {
 			e := &s.Endpoints[i]
 			if e.TargetRef != nil && e.TargetRef.UID == uid && isReady(e) {

@@ -269,10 +269,10 @@ func (g *Guard) Verdict(pod *v1.Pod, v gate.Verdict) gate.Verdict {
 	// Ready now: as this agent last decided it, else as the slices say.
 	ready := st.held
 	if !st.decided {
-		ready = g.sliceReady(pod.UID)
+		ready = g.sliceReady(pod.Namespace, pod.UID)
 	}
 	why := ""
-	for _, svc := range g.servicesOf(pod.UID) {
+	for _, svc := range g.servicesOf(pod.Namespace, pod.UID) {
 		c := g.count(svc, pod.UID)
 		keep := threshold.Of(c.total, true)
 		short := keep - c.ready // endpoints missing to the threshold without this pod
