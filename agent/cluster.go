@@ -160,6 +160,7 @@ type clusterParts struct {
 	statuses *podsource.Statuses
 	gate     *gate.Writer
 	panic    *panicthreshold.Guard
+	budget   *actuate.Budget // with LivenessActionEvict or LivenessActionRestart
 	limits   *limits.Room
 	actuator *actuate.Queue
 	cri      *cri.Client      // with ContainerRuntimeEndpoint
@@ -388,7 +389,8 @@ func (a *Agent) clusterMode() (*mode, error) {
 
 // livenessActuator builds the actuator of --liveness-action: the queue of
 // agent/actuate around the action's step (event, evict or restart through
-// the container runtime), the namespace scope around evict and restart.
+// the container runtime), the namespace scope around evict and restart,
+// and the restart budget around both.
 func (a *Agent) livenessActuator() (*actuate.Queue, error) {
 	c, parts := a.opts.Cluster, a.cluster
 	opts := actuate.Options{Recorder: a.recorder, Log: a.log}
@@ -439,7 +441,12 @@ func (a *Agent) livenessActuator() (*actuate.Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts.Step = nsscope.Guard(scope, step)
+	// The restart budget outermost: a failure the scope refuses takes no
+	// room of it.
+	if parts.budget, err = actuate.RestartBudget(nsscope.Guard(scope, step), actuate.BudgetOptions{Pods: parts.statuses.Pods, Registerer: a.reg}); err != nil {
+		return nil, err
+	}
+	opts.Step = parts.budget
 	opts.Services = []func(context.Context) error{scope.Run}
 	return actuate.New(opts)
 }
