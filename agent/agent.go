@@ -534,6 +534,7 @@ func (a *Agent) Handler() http.Handler {
 		Transitions:  a.transitions,
 		Healthy:      health.New(a.source.HasSynced, a.mgr).Check,
 		Manifests:    a.Manifests,
+		Guards:       a.guardsReport(),
 		Debug: func() any {
 			st, _ := manager.StatsOf(a.mgr)
 			return map[string]any{"scheduler": st, "plugins": a.plugins.Status()}
@@ -586,7 +587,8 @@ func (a *Agent) pageOptions() *statuspage.Options {
 	if c := a.cluster; c != nil {
 		opts.Cluster = func() statuspage.Cluster {
 			return statuspage.Cluster{Node: a.opts.Cluster.NodeName, Synced: c.source.HasSynced(),
-				WritesFailing: c.gate.WritesFailing(), WritesPending: c.gate.WritesPending(), ConditionType: string(c.gate.ConditionType())}
+				WritesFailing: c.gate.WritesFailing(), WritesPending: c.gate.WritesPending(), ConditionType: string(c.gate.ConditionType()),
+				Held: c.held()}
 		}
 	}
 	return opts

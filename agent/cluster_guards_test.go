@@ -16,7 +16,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/probed/probed/agent/guards"
 	"github.com/probed/probed/agent/kube/panicthreshold"
+	"github.com/probed/probed/agent/output"
+	"github.com/probed/probed/agent/statusview"
 	"github.com/probed/probed/internal/kubetest"
 	"github.com/probed/probed/manager/customprobe"
 )
@@ -188,8 +191,8 @@ func TestClusterPanicThresholdTwoAgents(t *testing.T) {
 		}
 	}
 	esc := startEndpointSliceController(t, admin, ns, "web")
-	startClusterAgent(t, kubetest.AgentConfig(t), nodeA, nil)
-	startClusterAgent(t, kubetest.AgentConfig(t), nodeB, nil)
+	ra := startClusterAgent(t, kubetest.AgentConfig(t), nodeA, nil)
+	rb := startClusterAgent(t, kubetest.AgentConfig(t), nodeB, nil)
 	kubetest.Eventually(t, "10 ready endpoints", func() bool { return len(esc.readyPods()) == 10 })
 
 	// One pod fails alone: it flips at once.
@@ -255,6 +258,33 @@ func TestClusterPanicThresholdTwoAgents(t *testing.T) {
 	}
 	if named < 2 {
 		t.Errorf("%d PanicThreshold events, want one per kept pod at least", named)
+	}
+	// Visible: GET /guards, `probed status` and the status page of each
+	// agent list the pods it keeps, 2 in all.
+	var keptPods []string
+	for _, r := range []*running{ra, rb} {
+		var rep guards.Report
+		r.get("/guards", &rep)
+		var out strings.Builder
+		if err := statusview.Print(kubetest.Context(t), statusview.Options{Server: r.base, Output: output.Wide}, &out); err != nil {
+			t.Fatal(err)
+		}
+		page := r.getPage("/")
+		for _, h := range rep.Held {
+			keptPods = append(keptPods, h.Pod)
+			if h.Guard != guards.PanicThreshold || !strings.Contains(h.Why, "has 4 of 10 endpoints ready without it") {
+				t.Errorf("/guards: %+v", h)
+			}
+			if !strings.Contains(out.String(), "HELD BY THE GUARDS") || !strings.Contains(out.String(), h.Pod) {
+				t.Errorf("probed status does not list %s:\n%s", h.Pod, out.String())
+			}
+			if !strings.Contains(page, `data-guard="panic-threshold" data-pod="`+ns+"/"+h.Pod+`"`) {
+				t.Errorf("the status page does not list %s", h.Pod)
+			}
+		}
+	}
+	if len(keptPods) != 2 {
+		t.Errorf("the agents list %v as kept, want 2 pods", keptPods)
 	}
 
 	// Recovery: every pod ready again, the kept ones with ProbeSucceeded.

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 
+	"github.com/probed/probed/agent/guards"
 	"github.com/probed/probed/agent/kube/share"
 )
 
@@ -55,7 +56,7 @@ type Budget struct {
 	// waiting: the failures held now, by instance (at most
 	// DefaultRememberInstances: one beyond drops another), for the status
 	// views and the counter.
-	waiting map[string]HeldFailure
+	waiting map[string]guards.Held
 }
 
 // RestartBudget puts the restart budget around next: for a pod that opts
@@ -76,7 +77,7 @@ func RestartBudget(next Step, opts BudgetOptions) (*Budget, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	b := &Budget{next: next, opts: opts, acted: map[string]map[string]time.Time{}, waiting: map[string]HeldFailure{},
+	b := &Budget{next: next, opts: opts, acted: map[string]map[string]time.Time{}, waiting: map[string]guards.Held{},
 		held: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "probed_restarts_held_total",
 			Help: "Liveness or startup failures whose action (restart or evict) the restart budget (" + RestartBudgetAnnotation + ") held back, each counted once.",
@@ -89,22 +90,15 @@ func RestartBudget(next Step, opts BudgetOptions) (*Budget, error) {
 	return b, nil
 }
 
-// HeldFailure is a failure the budget holds back now.
-type HeldFailure struct {
-	Namespace, Pod, Container string
-	// Why: "held back by the restart budget: …".
-	Why string
-}
-
 // Held lists the failures held back now, by namespace, pod and container.
-func (b *Budget) Held() []HeldFailure {
+func (b *Budget) Held() []guards.Held {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var out []HeldFailure
+	var out []guards.Held
 	for _, h := range b.waiting {
 		out = append(out, h)
 	}
-	slices.SortFunc(out, func(a, c HeldFailure) int {
+	slices.SortFunc(out, func(a, c guards.Held) int {
 		return strings.Compare(a.Namespace+"/"+a.Pod+"/"+a.Container, c.Namespace+"/"+c.Pod+"/"+c.Container)
 	})
 	return out
@@ -183,7 +177,7 @@ func (b *Budget) Plan(f Failure) Plan {
 			}
 		}
 	}
-	b.waiting[inst] = HeldFailure{Namespace: f.Pod.Namespace, Pod: f.Pod.Name, Container: f.Container, Why: why}
+	b.waiting[inst] = guards.Held{Guard: guards.RestartBudget, Namespace: f.Pod.Namespace, Pod: f.Pod.Name, Container: f.Container, Why: why}
 	return Plan{Decision: Decision{Do: Hold, Why: why, After: after}}
 }
 

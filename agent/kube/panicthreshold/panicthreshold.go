@@ -36,10 +36,12 @@
 package panicthreshold
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,6 +53,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/probed/probed/agent/guards"
 	"github.com/probed/probed/agent/kube/gate"
 	"github.com/probed/probed/agent/kube/share"
 	"github.com/probed/probed/agent/pods"
@@ -308,41 +311,21 @@ func (g *Guard) Verdict(pod *v1.Pod, v gate.Verdict) gate.Verdict {
 	return gate.Verdict{Known: true, Status: v1.ConditionTrue, Reason: Reason, Message: v.Message + "; kept ready: " + why}
 }
 
-// HeldPod is a pod the threshold keeps ready, for the status views.
-type HeldPod struct {
-	Namespace, Name string
-	// Why gives the counts: "Service ns/web has 4 of 10 endpoints ready
-	// without it, probed.io/panic-threshold=50% keeps 5".
-	Why string
-}
-
-// Held lists the pods the threshold keeps ready now, by namespace and name.
-func (g *Guard) Held() []HeldPod {
+// Held lists the pods the threshold keeps ready now, by namespace and name
+// (the status views).
+func (g *Guard) Held() []guards.Held {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	var out []HeldPod
+	var out []guards.Held
 	for _, st := range g.pods {
 		if st.held {
-			out = append(out, HeldPod{Namespace: st.namespace, Name: st.name, Why: st.why})
+			out = append(out, guards.Held{Guard: guards.PanicThreshold, Namespace: st.namespace, Pod: st.name, Why: st.why})
 		}
 	}
-	slices.SortFunc(out, func(a, b HeldPod) int {
-		if a.Namespace != b.Namespace {
-			return cmpString(a.Namespace, b.Namespace)
-		}
-		return cmpString(a.Name, b.Name)
+	slices.SortFunc(out, func(a, b guards.Held) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Pod, b.Pod))
 	})
 	return out
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // forget drops the pod's decision.

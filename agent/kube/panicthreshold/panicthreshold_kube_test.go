@@ -193,7 +193,7 @@ func TestHoldsTheThresholdAndLetsGoWhenAbove(t *testing.T) {
 	if got := gauge(t, h.reg, "probed_panic_threshold_held_pods"); got != 2 {
 		t.Errorf("probed_panic_threshold_held_pods %v, want 2", got)
 	}
-	if held := h.g.Held(); len(held) != 2 || held[0].Name != "web-5" || !strings.Contains(held[0].Why, "4 of 10") {
+	if held := h.g.Held(); len(held) != 2 || held[0].Pod != "web-5" || !strings.Contains(held[0].Why, "4 of 10") {
 		t.Errorf("Held() = %+v", held)
 	}
 
@@ -375,7 +375,7 @@ func TestHostileThresholds(t *testing.T) {
 		}
 	}
 	for _, held := range h.g.Held() {
-		if strings.HasPrefix(held.Name, "many") {
+		if strings.HasPrefix(held.Pod, "many") {
 			t.Fatalf("removed pod still held: %+v", held)
 		}
 	}
