@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/probed/probed/agent"
+	"github.com/probed/probed/agent/actuate"
 	"github.com/probed/probed/agent/guards"
 	"github.com/probed/probed/agent/kube/panicthreshold"
 	"github.com/probed/probed/agent/output"
@@ -283,6 +285,19 @@ func TestClusterPanicThresholdTwoAgents(t *testing.T) {
 			}
 		}
 	}
+	gauges := 0
+	for _, r := range []*running{ra, rb} {
+		for _, line := range strings.Split(r.text("/metrics"), "\n") {
+			if n, ok := strings.CutPrefix(line, "probed_panic_threshold_held_pods "); ok {
+				var v int
+				fmt.Sscan(n, &v)
+				gauges += v
+			}
+		}
+	}
+	if gauges != 2 {
+		t.Errorf("probed_panic_threshold_held_pods of the two agents sum to %d, want 2", gauges)
+	}
 	if len(keptPods) != 2 {
 		t.Errorf("the agents list %v as kept, want 2 pods", keptPods)
 	}
@@ -294,5 +309,73 @@ func TestClusterPanicThresholdTwoAgents(t *testing.T) {
 		if c.Status != v1.ConditionTrue || c.Reason != "ProbeSucceeded" {
 			kubetest.Eventually(t, name+" ProbeSucceeded", func() bool { return gateStates(t, admin, ns)[name].Reason == "ProbeSucceeded" })
 		}
+	}
+}
+
+// Issue 30 item 2 through the agent with --liveness-action=evict on a real
+// API server: 3 pods of one ReplicaSet with probed.io/restart-budget "1"
+// fail their liveness probe together: one is evicted, the other two are
+// held back with a Warning Event saying so (and no announcement that they
+// are to be evicted), listed by GET /guards and counted by
+// probed_restarts_held_total.
+func TestClusterRestartBudgetHoldsEvictions(t *testing.T) {
+	admin := kubetest.Client(t)
+	cfg := kubetest.AgentConfigWithEviction(t)
+	ns, node := kubetest.Namespace(t), kubetest.NodeName(t)
+	kubetest.LabelNamespace(t, ns, map[string]string{"probed.io/liveness-actions": "enabled"})
+	tg := newSwitchableTarget(t)
+	tg.close()
+	yes := true
+	for i := range 3 {
+		pod := kubetest.NewPod(ns, fmt.Sprintf("web-%d", i), node, "app")
+		pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-5d8f", UID: "0b5c1f3e-rs", Controller: &yes}}
+		pod.Annotations = map[string]string{actuate.RestartBudgetAnnotation: "1", customprobe.Annotation: fmt.Sprintf(
+			`[{"container":"app","type":"liveness","periodSeconds":1,"failureThreshold":1,"tcpSocket":{"port":%d}}]`, tg.port)}
+		kubetest.CreatePod(t, admin, pod)
+		kubetest.SetPodRunning(t, admin, ns, pod.Name, true)
+	}
+	r := startClusterAgent(t, cfg, node, func(c *agent.ClusterOptions) { c.LivenessAction = agent.LivenessActionEvict })
+
+	var held, evicting, announcedEvict []string
+	kubetest.Eventually(t, "one eviction and two holds", func() bool {
+		held, evicting, announcedEvict = nil, nil, nil
+		evs, err := admin.EventsV1().Events(ns).List(kubetest.Context(t), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs.Items {
+			switch {
+			case ev.Reason == actuate.ReasonLivenessProbeFailed && strings.Contains(ev.Note, "held back by the restart budget: 1 of ReplicaSet "+ns+"/web-5d8f's 3 pods on this node acted on in the last 5m0s, probed.io/restart-budget=1 allows 1"):
+				held = append(held, ev.Regarding.Name)
+			case strings.Contains(ev.Note, "is to be evicted"):
+				announcedEvict = append(announcedEvict, ev.Regarding.Name)
+			}
+		}
+		list, err := admin.CoreV1().Pods(ns).List(kubetest.Context(t), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range list.Items {
+			if p.DeletionTimestamp != nil {
+				evicting = append(evicting, p.Name)
+			}
+		}
+		return len(held) == 2 && len(evicting) == 1
+	})
+	for _, name := range announcedEvict {
+		if slices.Contains(held, name) {
+			t.Errorf("%s was announced to be evicted and held: events of %v", name, announcedEvict)
+		}
+	}
+	if slices.Contains(held, evicting[0]) {
+		t.Errorf("the evicted pod %s was also held", evicting[0])
+	}
+	var rep guards.Report
+	r.get("/guards", &rep)
+	if len(rep.Held) != 2 || rep.Held[0].Guard != guards.RestartBudget || rep.Held[0].Container != "app" {
+		t.Errorf("/guards: %+v", rep)
+	}
+	if m := r.text("/metrics"); !strings.Contains(m, "probed_restarts_held_total 2") {
+		t.Errorf("/metrics has no probed_restarts_held_total 2")
 	}
 }
