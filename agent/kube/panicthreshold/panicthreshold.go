@@ -25,8 +25,9 @@
 // pods it sees only through the slices (docs/cluster.md "When a whole
 // Service fails": the race between agents and its bound). When the slices
 // show the Service below the threshold (agents let go on the same stale
-// count), the pods let go are taken back in the order of their UIDs, the
-// same order on every node, until the threshold is met.
+// count), the pods this agent let go are taken back in the order of their
+// UIDs, the same order on every node, until the threshold is met; a pod
+// that was never ready is never taken.
 //
 // Only a readiness probe's failure (reason ProbeFailed) is held: a
 // container that is not running, or a pod refused by the node's limits,
@@ -115,9 +116,10 @@ type Guard struct {
 type state struct {
 	namespace, name string
 	// decided: the guard decided it with the slices listed; held: it
-	// keeps it ready, why gives the counts.
-	decided, held bool
-	why           string
+	// keeps it ready, why gives the counts; letGo: it was ready and the
+	// guard let it go (it may be taken back).
+	decided, held, letGo bool
+	why                  string
 }
 
 var _ pods.Listener = (*Guard)(nil)
@@ -284,10 +286,12 @@ func (g *Guard) Verdict(pod *v1.Pod, v gate.Verdict) gate.Verdict {
 		case short <= 0:
 		case ready:
 			hold = true // taking it out leaves the Service below
-		default:
+		case st.letGo:
 			// The Service is below already (agents let go on the same
-			// stale count): the pods let go are taken back in the order
-			// of their UIDs, the same on every node.
+			// stale count): the pods this guard let go are taken back in
+			// the order of their UIDs, the same on every node. A pod that
+			// was never ready (a new one, whose first result is a Failure,
+			// W1) is never taken.
 			hold = c.rank < short
 		}
 		if hold {
@@ -295,6 +299,7 @@ func (g *Guard) Verdict(pod *v1.Pod, v gate.Verdict) gate.Verdict {
 			break
 		}
 	}
+	st.letGo = why == "" && (ready || st.letGo)
 	st.decided, st.held, st.why = true, why != "", why
 	g.mu.Unlock()
 
