@@ -159,7 +159,7 @@ type clusterParts struct {
 	source   *podsource.Source
 	statuses *podsource.Statuses
 	gate     *gate.Writer
-	panic    *panicthreshold.Guard
+	guard    *panicthreshold.Guard // the readiness panic threshold
 	budget   *actuate.Budget // with LivenessActionEvict or LivenessActionRestart
 	limits   *limits.Room
 	actuator *actuate.Queue
@@ -324,7 +324,7 @@ func (a *Agent) clusterMode() (*mode, error) {
 	parts.limits = limits.New(limits.Options{MaxRate: c.MaxProbeRate, MaxRateFlag: "--max-probe-rate",
 		NamespaceShare: c.NamespaceProbeRateShare, NamespaceShareFlag: "--namespace-probe-rate-share",
 		Recorder: a.recorder, Logger: a.log})
-	if parts.panic, err = panicthreshold.New(panicthreshold.Options{Client: parts.client, Recorder: a.recorder,
+	if parts.guard, err = panicthreshold.New(panicthreshold.Options{Client: parts.client, Recorder: a.recorder,
 		Requeue: func(uid types.UID) { parts.gate.Requeue(uid) }, Registerer: a.reg, Log: a.log}); err != nil {
 		return nil, err
 	}
@@ -342,7 +342,7 @@ func (a *Agent) clusterMode() (*mode, error) {
 		Burst:         c.StatusBurst,
 		Probes:        a.podProbes,
 		Refusal:       parts.limits.Refusal,
-		Guard:         parts.panic.Verdict,
+		Guard:         parts.guard.Verdict,
 		Registerer:    a.reg,
 		Logger:        a.log,
 	})
@@ -365,7 +365,7 @@ func (a *Agent) clusterMode() (*mode, error) {
 		},
 		// The limits before the gate: a pod's refusal is known when the
 		// gate first decides its condition.
-		listeners: listeners{parts.statuses, parts.limits, parts.panic, parts.gate},
+		listeners: listeners{parts.statuses, parts.limits, parts.guard, parts.gate},
 		consumers: []verdicts.Consumer{parts.statuses, parts.gate, actuator},
 		// The verdict's event says what the actuator decided, before it
 		// acts (a refused restart is announced refused).
@@ -380,7 +380,7 @@ func (a *Agent) clusterMode() (*mode, error) {
 			// §2.6: SIGTERM writes no False anywhere).
 			{name: "condition writer", run: parts.gate.Run, stopFirst: true},
 			{name: "liveness actuator", run: parts.actuator.Run, stopFirst: true},
-			{name: "panic threshold", run: parts.panic.Run, stopFirst: true},
+			{name: "panic threshold", run: parts.guard.Run, stopFirst: true},
 			// Events flush after the drain.
 			{name: "event sink", run: parts.events.Run},
 		},

@@ -7,8 +7,8 @@ import "github.com/probed/probed/agent/guards"
 // (none without an action that acts).
 func (p *clusterParts) held() []guards.Held {
 	out := []guards.Held{}
-	if p.panic != nil {
-		out = append(out, p.panic.Held()...)
+	if p.guard != nil {
+		out = append(out, p.guard.Held()...)
 	}
 	if p.budget != nil {
 		out = append(out, p.budget.Held()...)
