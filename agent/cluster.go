@@ -160,7 +160,7 @@ type clusterParts struct {
 	statuses *podsource.Statuses
 	gate     *gate.Writer
 	guard    *panicthreshold.Guard // the readiness panic threshold
-	budget   *actuate.Budget // with LivenessActionEvict or LivenessActionRestart
+	budget   *actuate.Budget       // with LivenessActionEvict or LivenessActionRestart
 	limits   *limits.Room
 	actuator *actuate.Queue
 	cri      *cri.Client      // with ContainerRuntimeEndpoint
