@@ -30,6 +30,7 @@ import (
 
 	"github.com/probed/probed/agent/api"
 	"github.com/probed/probed/agent/events"
+	"github.com/probed/probed/agent/guards"
 	"github.com/probed/probed/agent/history"
 	"github.com/probed/probed/agent/pods"
 	"github.com/probed/probed/agent/reconciler"
@@ -150,6 +151,9 @@ type mode struct {
 	// held lists the probes of a pod's view the mode holds back beyond the
 	// view's own refusals (cluster mode: the node's probe budget).
 	held func(*v1.Pod, *podprobes.View) []history.Refused
+	// guards is GET /guards' report (cluster mode: what the panic
+	// threshold and the restart budget hold back); nil: none.
+	guards func() guards.Report
 	// startMsg and startLog are the start log line and its fields (Run
 	// adds the listen address).
 	startMsg string

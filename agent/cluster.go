@@ -8,11 +8,13 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/probed/probed/agent/actuate"
 	"github.com/probed/probed/agent/events"
+	"github.com/probed/probed/agent/guards"
 	"github.com/probed/probed/agent/history"
 	"github.com/probed/probed/agent/kube/cri"
 	"github.com/probed/probed/agent/kube/evict"
@@ -20,6 +22,7 @@ import (
 	"github.com/probed/probed/agent/kube/kevents"
 	"github.com/probed/probed/agent/kube/limits"
 	"github.com/probed/probed/agent/kube/nsscope"
+	"github.com/probed/probed/agent/kube/panicthreshold"
 	"github.com/probed/probed/agent/kube/podsource"
 	"github.com/probed/probed/agent/kube/resident"
 	"github.com/probed/probed/agent/kube/restart"
@@ -163,6 +166,8 @@ type clusterParts struct {
 	source   *podsource.Source
 	statuses *podsource.Statuses
 	gate     *gate.Writer
+	guard    *panicthreshold.Guard // the readiness panic threshold
+	budget   *actuate.Budget       // with LivenessActionEvict or LivenessActionRestart
 	limits   *limits.Room
 	actuator *actuate.Queue
 	cri      *cri.Client      // with ContainerRuntimeEndpoint
@@ -245,6 +250,10 @@ func clusterMode(d deps) (*mode, error) {
 	parts.limits = limits.New(limits.Options{MaxRate: c.MaxProbeRate, MaxRateFlag: "--max-probe-rate",
 		NamespaceShare: c.NamespaceProbeRateShare, NamespaceShareFlag: "--namespace-probe-rate-share",
 		Recorder: parts.recorder, Logger: d.log})
+	if parts.guard, err = panicthreshold.New(panicthreshold.Options{Client: parts.client, Recorder: parts.recorder,
+		Requeue: func(uid types.UID) { parts.gate.Requeue(uid) }, Registerer: d.reg, Log: d.log}); err != nil {
+		return nil, err
+	}
 	parts.gate, err = gate.New(gate.Options{
 		// The gate judges from the kubelet's own status (a container that
 		// survived probed's restart and is started per the kubelet keeps
@@ -259,6 +268,7 @@ func clusterMode(d deps) (*mode, error) {
 		Burst:         c.StatusBurst,
 		Probes:        d.podProbes,
 		Refusal:       parts.limits.Refusal,
+		Guard:         parts.guard.Verdict,
 		Registerer:    d.reg,
 		Logger:        d.log,
 	})
@@ -287,7 +297,7 @@ func clusterMode(d deps) (*mode, error) {
 		},
 		// The limits before the gate: a pod's refusal is known when the
 		// gate first decides its condition.
-		listeners: listeners{parts.statuses, parts.limits, parts.gate},
+		listeners: listeners{parts.statuses, parts.limits, parts.guard, parts.gate},
 		consumers: []verdicts.Consumer{parts.statuses, parts.gate, actuator},
 		// The verdict's event says what the actuator decided, before it
 		// acts (a refused restart is announced refused).
@@ -302,15 +312,18 @@ func clusterMode(d deps) (*mode, error) {
 			// (SIGTERM writes no False anywhere).
 			{name: "condition writer", run: parts.gate.Run, stopFirst: true},
 			livenessActuator,
+			{name: "panic threshold", run: parts.guard.Run, stopFirst: true},
 			eventSink,
 		},
 		manifests: func() source.Report { return source.NewReport(source.SourceCluster, "") },
 		page: func(o *statuspage.Options) {
 			o.Cluster = func() statuspage.Cluster {
 				return statuspage.Cluster{Node: c.NodeName, Synced: parts.source.HasSynced(),
-					WritesFailing: parts.gate.WritesFailing(), WritesPending: parts.gate.WritesPending(), ConditionType: string(parts.gate.ConditionType())}
+					WritesFailing: parts.gate.WritesFailing(), WritesPending: parts.gate.WritesPending(), ConditionType: string(parts.gate.ConditionType()),
+					Held: parts.guardsHeld()}
 			}
 		},
+		guards:   func() guards.Report { return guards.Report{Held: parts.guardsHeld()} },
 		held:     parts.budgetHeld,
 		startMsg: "probed running in cluster mode",
 		startLog: []any{"node", c.NodeName, "readinessGate", c.ReadinessGate, "allowProbeHost", parts.egress.Allowed(),
@@ -430,7 +443,12 @@ func (p *clusterParts) livenessActuator(d deps) (*actuate.Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts.Step = nsscope.Guard(scope, step)
+	// The restart budget outermost: a failure the scope refuses takes no
+	// room of it.
+	if p.budget, err = actuate.RestartBudget(nsscope.Guard(scope, step), actuate.BudgetOptions{Pods: p.statuses.Pods, Registerer: d.reg}); err != nil {
+		return nil, err
+	}
+	opts.Step = p.budget
 	opts.Services = []func(context.Context) error{scope.Run}
 	return actuate.New(opts)
 }

@@ -34,6 +34,7 @@ func (a *Agent) Handler() http.Handler {
 		Transitions:  a.transitions,
 		Healthy:      health.New(a.mode.source.HasSynced, a.mgr).Check,
 		Manifests:    a.Manifests,
+		Guards:       a.mode.guards,
 		Debug: func() any {
 			st, _ := manager.StatsOf(a.mgr)
 			return map[string]any{"scheduler": st, "plugins": a.plugins.Status()}

@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/probed/probed/agent/events"
+	"github.com/probed/probed/agent/guards"
 	"github.com/probed/probed/agent/history"
 	"github.com/probed/probed/agent/source"
 	"github.com/probed/probed/agent/statuspage"
@@ -86,6 +87,9 @@ type Options struct {
 	// Manifests, when set, serves GET /manifests: the manifests rejected
 	// and skipped (source.Report, its JSON as docs/operations.md shows).
 	Manifests func() source.Report
+	// Guards, when set, serves GET /guards: what cluster mode's guards
+	// hold back now (guards.Report).
+	Guards func() guards.Report
 	// Version is the build served on GET /version and in
 	// /healthz?verbose; the zero value: version.Get().
 	Version version.Info
@@ -170,6 +174,11 @@ func New(opts Options) http.Handler {
 	if opts.Manifests != nil {
 		mux.HandleFunc("GET /manifests", func(w http.ResponseWriter, _ *http.Request) {
 			writeJSON(w, opts.Manifests())
+		})
+	}
+	if opts.Guards != nil {
+		mux.HandleFunc("GET /guards", func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, opts.Guards())
 		})
 	}
 	if opts.Page != nil && opts.History != nil {

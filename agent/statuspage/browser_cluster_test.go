@@ -5,16 +5,20 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/probed/probed/agent"
+	"github.com/probed/probed/agent/kube/panicthreshold"
 	"github.com/probed/probed/internal/kubetest"
 	"github.com/probed/probed/manager/customprobe"
 )
@@ -138,4 +142,52 @@ func text(ctx context.Context, t *testing.T, css string) string {
 		return ""
 	}
 	return strings.Join(strings.Fields(texts[0]), " ")
+}
+
+// TestBrowser_ClusterModeShowsHeldPods (cluster mode against a real API
+// server, in a real browser): a pod of a Service whose readiness probe
+// fails, kept ready by its panic threshold, is listed in the header's
+// "held by the guards" with the guard and the counts; once its probe
+// passes the header says none.
+func TestBrowser_ClusterModeShowsHeldPods(t *testing.T) {
+	ctx := browser(t)
+	admin := kubetest.Client(t)
+	cfg := kubetest.AgentConfig(t)
+	ns, node := kubetest.Namespace(t), kubetest.NodeName(t)
+	// A port nothing listens on, until the probe is to pass.
+	tcp := newTCPServer(t)
+	port := tcp.port
+	tcp.down()
+	annotatedPod(t, admin, ns, "web-0", node, fmt.Sprintf(`[{"container":"app","type":"readiness","periodSeconds":1,"tcpSocket":{"port":%d}}]`, port))
+	pod, err := admin.CoreV1().Pods(ns).Get(kubetest.Context(t), "web-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Annotations[panicthreshold.Annotation] = "100%"
+	if _, err := admin.CoreV1().Pods(ns).Update(kubetest.Context(t), pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ready := true
+	slice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web-abcde", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+		AddressType: discoveryv1.AddressTypeIPv4, Endpoints: []discoveryv1.Endpoint{
+			{Addresses: []string{"10.2.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}, TargetRef: &v1.ObjectReference{Kind: "Pod", Namespace: ns, Name: "web-0", UID: pod.UID}},
+			{Addresses: []string{"10.2.0.2"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}, TargetRef: &v1.ObjectReference{Kind: "Pod", Namespace: ns, Name: "web-1", UID: "other-node-pod"}}}}
+	if _, err := admin.DiscoveryV1().EndpointSlices(ns).Create(kubetest.Context(t), slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	base := runClusterAgent(t, cfg, agent.ClusterOptions{NodeName: node})
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/?refresh=1")); err != nil {
+		t.Fatal(err)
+	}
+	held := `#held li[data-guard="panic-threshold"][data-pod="` + ns + `/web-0"]`
+	waitFor(t, 20*time.Second, "web-0 listed as held", func() bool { return text(ctx, t, held) != "" })
+	if got := text(ctx, t, held); !strings.Contains(got, "Service "+ns+"/web has 1 of 2 endpoints ready without it, probed.io/panic-threshold=100% keeps 2") {
+		t.Errorf("held row %q", got)
+	}
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	waitFor(t, 20*time.Second, "the header says none", func() bool { return text(ctx, t, "#held dd") == "none" })
 }

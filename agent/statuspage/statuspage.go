@@ -25,6 +25,7 @@ package statuspage
 
 import (
 	"embed"
+	"github.com/probed/probed/agent/guards"
 	"html/template"
 	"io/fs"
 	"iter"
@@ -115,6 +116,8 @@ type Cluster struct {
 	WritesPending int
 	// ConditionType is the readiness-gate condition probed owns.
 	ConditionType string
+	// Held is what the guards hold back now (GET /guards).
+	Held []guards.Held
 }
 
 // Page serves the status page.

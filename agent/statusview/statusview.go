@@ -19,6 +19,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/probed/probed/agent/guards"
 	"github.com/probed/probed/agent/history"
 	"github.com/probed/probed/agent/output"
 	"github.com/probed/probed/agent/source"
@@ -100,8 +101,22 @@ func Fetch(ctx context.Context, opts Options) (*Status, error) {
 		pod.Refused = hist.Refused
 		st.Pods = append(st.Pods, pod)
 	}
-	var rep source.Report
+	var held guards.Report
 	var notServed *httpError
+	switch err := getJSON(ctx, opts.Client, base+"/guards", &held); {
+	case errors.As(err, &notServed) && notServed.code == http.StatusNotFound:
+		// Manifest mode, or an older agent: no section.
+	case err != nil:
+		return nil, err
+	default:
+		st.Guards = &guards.Report{Held: []guards.Held{}}
+		for _, h := range held.Held {
+			if opts.Namespace == "" || h.Namespace == opts.Namespace {
+				st.Guards.Held = append(st.Guards.Held, h)
+			}
+		}
+	}
+	var rep source.Report
 	switch err := getJSON(ctx, opts.Client, base+"/manifests", &rep); {
 	case errors.As(err, &notServed) && notServed.code == http.StatusNotFound:
 		// An agent without the endpoint: no section, no error.

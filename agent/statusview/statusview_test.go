@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/probed/probed/agent/history"
+	"github.com/probed/probed/agent/output"
 	"github.com/probed/probed/agent/statusview"
 )
 
@@ -38,6 +39,8 @@ type agentStub struct {
 	// manifests is the body of GET /manifests; "": 404, as an agent
 	// without the endpoint answers.
 	manifests string
+	// guards is the body of GET /guards; "": 404 (manifest mode).
+	guards string
 }
 
 func newAgentStub(t *testing.T, pods []v1.Pod, hists map[string][]history.Probe) *agentStub {
@@ -67,6 +70,16 @@ func newAgentStub(t *testing.T, pods []v1.Pod, hists map[string][]history.Probe)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(body))
+	})
+	mux.HandleFunc("GET /guards", func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		body := a.guards
+		a.mu.Unlock()
+		if body == "" {
+			http.NotFound(w, r)
+			return
+		}
 		_, _ = w.Write([]byte(body))
 	})
 	a.srv = httptest.NewServer(mux)
@@ -437,5 +450,38 @@ func TestContainerStates(t *testing.T) {
 	pod.Status.ContainerStatuses[0] = crashing
 	if got := statusview.ContainerStates(pod)[1].Summary(now); got != "waiting: CrashLoopBackOff" {
 		t.Errorf("unparsed back-off: %q", got)
+	}
+}
+
+// Cluster mode's GET /guards: the held pods follow the pods' table in a
+// section of their own, the -n filter keeps those of the namespace, and an
+// agent without the endpoint prints no section.
+func TestPrintHeldByTheGuards(t *testing.T) {
+	a := newAgentStub(t, nil, nil)
+	_, _, out := print(t, a.srv.URL)
+	if strings.Contains(out, "HELD BY THE GUARDS") {
+		t.Fatalf("section without GET /guards:\n%s", out)
+	}
+	a.mu.Lock()
+	a.guards = `{"held":[{"guard":"panic-threshold","namespace":"shop","pod":"web-5","why":"Service shop/web has 4 of 10 endpoints ready without it, probed.io/panic-threshold=50% keeps 5"},
+		{"guard":"restart-budget","namespace":"team","pod":"api-1","container":"app","why":"held back by the restart budget: 1 of ReplicaSet team/api's 4 pods on this node acted on in the last 5m0s, probed.io/restart-budget=1 allows 1"}]}`
+	a.mu.Unlock()
+	_, _, out = print(t, a.srv.URL)
+	for _, want := range []string{"HELD BY THE GUARDS (2)", "NAMESPACE  NAME   CONTAINER  GUARD            WHY",
+		"shop       web-5  -          panic-threshold  Service shop/web has 4 of 10", "team       api-1  app        restart-budget   held back by the restart budget"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output misses %q:\n%s", want, out)
+		}
+	}
+	var doc strings.Builder
+	if err := statusview.Print(context.Background(), statusview.Options{Server: a.srv.URL, Namespace: "team", Output: output.JSON}, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var st statusview.Status
+	if err := json.Unmarshal([]byte(doc.String()), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Guards == nil || len(st.Guards.Held) != 1 || st.Guards.Held[0].Pod != "api-1" || st.Guards.Held[0].Container != "app" {
+		t.Errorf("-n team: guards %+v", st.Guards)
 	}
 }

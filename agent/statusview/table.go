@@ -41,6 +41,18 @@ func writeTable(out io.Writer, st *Status, wide bool, now time.Time) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if st.Guards != nil && len(st.Guards.Held) > 0 {
+		fmt.Fprintf(out, "\nHELD BY THE GUARDS (%d)\n", len(st.Guards.Held))
+		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAMESPACE\tNAME\tCONTAINER\tGUARD\tWHY")
+		for _, h := range st.Guards.Held {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", output.Printable(h.Namespace), output.Printable(h.Pod), orDash(output.Printable(h.Container)),
+				output.Printable(h.Guard), cut(h.Why, wide))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
 	if st.Manifests == nil {
 		return nil
 	}

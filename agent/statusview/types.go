@@ -3,6 +3,7 @@ package statusview
 import (
 	"time"
 
+	"github.com/probed/probed/agent/guards"
 	"github.com/probed/probed/agent/history"
 	"github.com/probed/probed/agent/output"
 	"github.com/probed/probed/agent/source"
@@ -32,6 +33,11 @@ type Status struct {
 	// documents after the -n filter (those whose pod is in the namespace
 	// or unknown); absent when the agent does not serve it.
 	Manifests *source.Report `json:"manifests,omitempty"`
+	// Guards is the agent's GET /guards (cluster mode: the pods the
+	// readiness panic threshold keeps ready, the failures the restart
+	// budget holds back), after the -n filter; absent when the agent does
+	// not serve it.
+	Guards *guards.Report `json:"guards,omitempty"`
 }
 
 // Pod is one pod's row.

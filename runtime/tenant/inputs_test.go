@@ -13,6 +13,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/probed/probed/agent/actuate"
+	"github.com/probed/probed/agent/kube/panicthreshold"
 	"github.com/probed/probed/manager/customprobe"
 )
 
@@ -110,6 +112,10 @@ var inputs = []input{
 		"pod:spec.initContainers[].livenessProbe", "pod:spec.initContainers[].readinessProbe", "pod:spec.initContainers[].startupProbe",
 		"pod:spec.ephemeralContainers[].livenessProbe", "pod:spec.ephemeralContainers[].readinessProbe", "pod:spec.ephemeralContainers[].startupProbe"},
 		Doc: "spec probes", Tests: []string{"manager.TestSkipSpecProbes", "agent/statuspage.TestPod_HostileValuesAreText"}},
+	{Fields: []string{"guard:" + panicthreshold.Annotation}, Doc: "`probed.io/panic-threshold`",
+		Tests: []string{"agent/kube/share.TestParseHostile", "agent/kube/panicthreshold.TestHostileThresholds", "agent.TestClusterPanicThresholdTwoAgents"}},
+	{Fields: []string{"guard:" + actuate.RestartBudgetAnnotation, "guard:" + actuate.RestartBudgetWindowAnnotation}, Doc: "`probed.io/restart-budget`, `probed.io/restart-budget-window`",
+		Tests: []string{"agent/kube/share.TestParseHostile", "agent/actuate.TestRestartBudgetShareAndHostileValues", "agent.TestClusterRestartBudgetHoldsEvictions"}},
 	{Fields: []string{"pod:metadata.annotations{}"}, Doc: "the pod's other annotations",
 		Tests:   []string{"agent/kube/podsource.TestTransformDropsWhatProbedNeverReads"},
 		Pending: "the cache keeps every annotation (250 KB a pod): the informer's transform is to keep only probed's"},
@@ -125,6 +131,10 @@ var inputs = []input{
 		Pending: "not read, yet cached: the informer's transform is to drop it"},
 }
 
+// guardAnnotations are the annotations cluster mode's guards read, each a
+// value a tenant writes (docs/cluster.md "When a whole Service fails").
+var guardAnnotations = []string{panicthreshold.Annotation, actuate.RestartBudgetAnnotation, actuate.RestartBudgetWindowAnnotation}
+
 // root is the module's root, from this package's directory.
 const root = "../.."
 
@@ -135,6 +145,10 @@ func TestEveryTenantInputHasAHostileCase(t *testing.T) {
 	walk(reflect.TypeFor[customprobe.Offloaded](), "offloaded:", &leaves, map[reflect.Type]bool{})
 	leaves = append(leaves, "offloaded:[]")
 	walk(reflect.TypeFor[v1.Pod](), "pod:", &leaves, map[reflect.Type]bool{})
+	// The guards' annotations: read by key, not fields of a type.
+	for _, key := range guardAnnotations {
+		leaves = append(leaves, "guard:"+key)
+	}
 
 	covered := map[string]int{} // field of a row → leaves it covers
 	for _, leaf := range leaves {

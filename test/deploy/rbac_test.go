@@ -6,6 +6,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,7 +24,7 @@ import (
 // file), the agent's requests succeed: list and watch the node's pods across
 // namespaces (field selector spec.nodeName), get a pod, patch its
 // readiness-gate condition on the status subresource, create and patch an
-// events.k8s.io Event.
+// events.k8s.io Event, list and watch the Services' EndpointSlices.
 func TestAgentRoleAllowsWhatTheAgentDoes(t *testing.T) {
 	admin := kubetest.Client(t)
 	agent := kubetest.ClientFor(t, kubetest.AgentConfig(t))
@@ -81,6 +82,19 @@ func TestAgentRoleAllowsWhatTheAgentDoes(t *testing.T) {
 	if _, err := agent.EventsV1().Events(ns).Patch(ctx, event.Name, types.MergePatchType, series, metav1.PatchOptions{}); err != nil {
 		t.Errorf("patch events.k8s.io event (its series): %v", err)
 	}
+
+	// The panic threshold's informer: every Service's EndpointSlices.
+	services := metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName}
+	slices, err := agent.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).List(ctx, services)
+	if err != nil {
+		t.Fatalf("list endpointslices: %v", err)
+	}
+	services.ResourceVersion = slices.ResourceVersion
+	sw, err := agent.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).Watch(ctx, services)
+	if err != nil {
+		t.Fatalf("watch endpointslices: %v", err)
+	}
+	sw.Stop()
 }
 
 // TestAgentRoleRefusesTheRest: the same identity is refused

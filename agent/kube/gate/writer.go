@@ -138,6 +138,14 @@ type Options struct {
 	// probe budget): the condition then carries that reason and message.
 	// The message must be short (it is written as it is).
 	Refusal func(pod *v1.Pod, probes *podprobes.View) (reason, message string, refused bool)
+	// Guard, when set, decorates the verdict of a pod with known probes
+	// (after Refusal and Decide): the one place where a verdict may be
+	// kept from flipping for a reason beyond the pod (cluster mode: the
+	// readiness panic threshold, agent/kube/panicthreshold). It is called
+	// once or twice per write the writer plans, from its workers, and must
+	// not block. Requeue asks the writer to decide a pod again when what
+	// the guard reads changed.
+	Guard func(pod *v1.Pod, v Verdict) Verdict
 	// ProberStart is when the prober manager started (W6c); zero: the
 	// clock's now when New is called.
 	ProberStart time.Time
@@ -474,15 +482,25 @@ func (w *Writer) plan(uid types.UID) (write, bool) {
 	}, true
 }
 
-// verdict is the pod's refusal (Options.Refusal), else Decide's verdict.
+// verdict is the pod's refusal (Options.Refusal), else Decide's verdict as
+// Options.Guard decorates it.
 func (w *Writer) verdict(pod *v1.Pod, probes *podprobes.View) Verdict {
 	if w.opts.Refusal != nil {
 		if reason, msg, refused := w.opts.Refusal(pod, probes); refused {
 			return Verdict{Known: true, Status: v1.ConditionFalse, Reason: reason, Message: msg}
 		}
 	}
-	return Decide(pod, probes, Results{Readiness: w.opts.Readiness, Startup: w.opts.Startup}, w.proberStart)
+	v := Decide(pod, probes, Results{Readiness: w.opts.Readiness, Startup: w.opts.Startup}, w.proberStart)
+	if w.opts.Guard != nil && v.Known {
+		v = w.opts.Guard(pod, v)
+	}
+	return v
 }
+
+// Requeue asks the writer to decide the pod's condition again (Guard's
+// input changed); a pod without the gate, or gone, is dropped when its
+// key is taken.
+func (w *Writer) Requeue(uid types.UID) { w.enqueue(uid) }
 
 // current returns the pod's condition: the one last sent while the
 // informer has not moved past the pod version that write was based on,
