@@ -234,7 +234,7 @@ func New(opts Options) (*Agent, error) {
 	var err error
 	a.plugins, err = pluginhost.New(context.Background(), pluginhost.Options{
 		Dir: opts.PluginDir, ConfigFile: opts.PluginConfig, RequirePin: opts.RequirePluginPin, Logger: opts.Logger,
-		MetricsRegisterer: a.reg, HostVersion: opts.Version, TracerProvider: opts.TracerProvider,
+		Registerer: a.reg, HostVersion: opts.Version, TracerProvider: opts.TracerProvider,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("plugins: %w", err)

@@ -157,8 +157,8 @@ type ClusterOptions struct {
 	ExecMode string
 }
 
-// clusterParts are the rooms of cluster mode.
-type clusterParts struct {
+// clusterRooms are the rooms of cluster mode.
+type clusterRooms struct {
 	client   kubernetes.Interface
 	events   *kevents.Recorder
 	recorder runtime.Recorder // the local ring and log, and the API server (events.Tee)
@@ -168,7 +168,7 @@ type clusterParts struct {
 	gate     *gate.Writer
 	guard    *panicthreshold.Guard // the readiness panic threshold
 	budget   *actuate.Budget       // with LivenessActionEvict or LivenessActionRestart
-	limits   *limits.Room
+	limits   *limits.Admission
 	actuator *actuate.Queue
 	cri      *cri.Client      // with ContainerRuntimeEndpoint
 	resident *resident.Runner // with ExecModeResident
@@ -218,115 +218,115 @@ func clusterMode(d deps) (*mode, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster mode: %w", err)
 	}
-	kev, err := kevents.New(kevents.Options{Client: client, NodeName: c.NodeName, Log: d.log})
+	kev, err := kevents.New(kevents.Options{Client: client, NodeName: c.NodeName, Logger: d.log})
 	if err != nil {
 		return nil, fmt.Errorf("cluster mode: %w", err)
 	}
 	// Events flush after the drain.
 	eventSink := &service{name: "event sink", run: kev.Run}
 	d.onClose(eventSink.stopUnstarted)
-	parts := &clusterParts{client: client, events: kev, recorder: events.Tee(d.events, kev),
+	rooms := &clusterRooms{client: client, events: kev, recorder: events.Tee(d.events, kev),
 		// A probe connects only to its pod's IPs and the operator's
 		// ranges (runtime/egress; docs/cluster.md "Where probes connect").
 		egress: egress.NewRule(c.AllowProbeHost)}
-	runner, err := parts.execRunner(d)
+	runner, err := rooms.execRunner(d)
 	if err != nil {
 		return nil, err
 	}
-	if parts.source, err = podsource.New(podsource.Options{Client: parts.client, NodeName: c.NodeName, ReadinessGate: c.ReadinessGate, Logger: d.log}); err != nil {
+	if rooms.source, err = podsource.New(podsource.Options{Client: rooms.client, NodeName: c.NodeName, ReadinessGate: c.ReadinessGate, Logger: d.log}); err != nil {
 		return nil, err
 	}
-	parts.statuses = podsource.NewStatuses()
+	rooms.statuses = podsource.NewStatuses()
 	// Cluster mode's policy, applied once per pod and spec change where
 	// pods come in (the reconciler): the kubelet runs the spec's probes;
 	// the annotation's and those the offload webhook moved run under the
 	// egress rule and the per-pod limits, exec ones only with the
 	// container runtime.
 	execRefused := ""
-	if parts.cri == nil {
+	if rooms.cri == nil {
 		execRefused = ExecUnavailable
 	}
-	policy := podprobes.Cluster(ClusterAnnotationOptions(parts.egress, c.MaxProbesPerPod, c.MinProbePeriod), execRefused)
-	parts.limits = limits.New(limits.Options{MaxRate: c.MaxProbeRate, MaxRateFlag: "--max-probe-rate",
+	policy := podprobes.Cluster(ClusterAnnotationOptions(rooms.egress, c.MaxProbesPerPod, c.MinProbePeriod), execRefused)
+	rooms.limits = limits.New(limits.Options{MaxRate: c.MaxProbeRate, MaxRateFlag: "--max-probe-rate",
 		NamespaceShare: c.NamespaceProbeRateShare, NamespaceShareFlag: "--namespace-probe-rate-share",
-		Recorder: parts.recorder, Logger: d.log})
-	if parts.guard, err = panicthreshold.New(panicthreshold.Options{Client: parts.client, Recorder: parts.recorder,
-		Requeue: func(uid types.UID) { parts.gate.Requeue(uid) }, Registerer: d.reg, Log: d.log}); err != nil {
+		Recorder: rooms.recorder, Logger: d.log})
+	if rooms.guard, err = panicthreshold.New(panicthreshold.Options{Client: rooms.client, Recorder: rooms.recorder,
+		Requeue: func(uid types.UID) { rooms.gate.Requeue(uid) }, Registerer: d.reg, Logger: d.log}); err != nil {
 		return nil, err
 	}
-	parts.gate, err = gate.New(gate.Options{
+	rooms.gate, err = gate.New(gate.Options{
 		// The gate judges from the kubelet's own status (a container that
 		// survived probed's restart and is started per the kubelet keeps
 		// its condition until probed's first verdict), not from the
 		// overlay the manager reads.
-		Pods:          gate.PodLookupFunc(parts.statuses.KubeletPod),
-		Client:        parts.client,
+		Pods:          gate.PodLookupFunc(rooms.statuses.KubeletPod),
+		Client:        rooms.client,
 		Readiness:     d.results[runtime.Readiness],
 		Startup:       d.results[runtime.Startup],
 		ConditionType: v1.PodConditionType(c.ReadinessGate),
 		QPS:           c.StatusQPS,
 		Burst:         c.StatusBurst,
 		Probes:        d.podProbes,
-		Refusal:       parts.limits.Refusal,
-		Guard:         parts.guard.Verdict,
+		Refusal:       rooms.limits.Refusal,
+		Guard:         rooms.guard.Condition,
 		Registerer:    d.reg,
 		Logger:        d.log,
 	})
 	if err != nil {
 		return nil, err
 	}
-	if parts.actuator, err = parts.livenessActuator(d); err != nil {
+	if rooms.actuator, err = rooms.livenessActuator(d); err != nil {
 		return nil, err
 	}
-	livenessActuator := &service{name: "liveness actuator", run: parts.actuator.Run, stopFirst: true}
+	livenessActuator := &service{name: "liveness actuator", run: rooms.actuator.Run, stopFirst: true}
 	d.onClose(livenessActuator.stopUnstarted)
-	actuator := actuate.OnFailure(parts.statuses.Pod, parts.actuator)
+	actuator := actuate.OnFailure(rooms.statuses.Pod, rooms.actuator)
 	return &mode{
-		source:    parts.source,
-		status:    parts.statuses,
-		pods:      parts.statuses,
+		source:    rooms.source,
+		status:    rooms.statuses,
+		pods:      rooms.statuses,
 		runner:    runner,
-		egress:    parts.egress,
-		recorder:  parts.recorder,
+		egress:    rooms.egress,
+		recorder:  rooms.recorder,
 		runEvents: events.Tee(d.events.Unlogged(), kev),
 		probes:    policy,
-		bind:      func(m manager.Manager) { parts.statuses.SetProber(m) },
+		bind:      func(m manager.Manager) { rooms.statuses.SetProber(m) },
 		managerOptions: func(o *manager.Options) {
 			o.AnyRunningSurvives = true // the gate's existing condition is kept until probed's first verdict
-			o.Admit = parts.limits.Admit
+			o.Admit = rooms.limits.Admit
 		},
 		// The limits before the gate: a pod's refusal is known when the
 		// gate first decides its condition.
-		listeners: listeners{parts.statuses, parts.limits, parts.guard, parts.gate},
-		consumers: []verdicts.Consumer{parts.statuses, parts.gate, actuator},
+		listeners: listeners{rooms.statuses, rooms.limits, rooms.guard, rooms.gate},
+		consumers: []verdicts.Consumer{rooms.statuses, rooms.gate, actuator},
 		// The verdict's event says what the actuator decided, before it
 		// acts (a refused restart is announced refused).
 		consequence: func(rec manager.RunRecord) string {
 			what, _ := actuator.Consequence(rec.ProbeType, rec.PodUID, rec.ContainerID)
 			return what
 		},
-		onSync: parts.statuses.Resync,
+		onSync: rooms.statuses.Resync,
 		services: []*service{
 			// The condition writer and the liveness actions stop as
 			// shutdown begins: nothing is written while the probes drain
 			// (SIGTERM writes no False anywhere).
-			{name: "condition writer", run: parts.gate.Run, stopFirst: true},
+			{name: "condition writer", run: rooms.gate.Run, stopFirst: true},
 			livenessActuator,
-			{name: "panic threshold", run: parts.guard.Run, stopFirst: true},
+			{name: "panic threshold", run: rooms.guard.Run, stopFirst: true},
 			eventSink,
 		},
 		manifests: func() source.Report { return source.NewReport(source.SourceCluster, "") },
 		page: func(o *statuspage.Options) {
 			o.Cluster = func() statuspage.Cluster {
-				return statuspage.Cluster{Node: c.NodeName, Synced: parts.source.HasSynced(),
-					WritesFailing: parts.gate.WritesFailing(), WritesPending: parts.gate.WritesPending(), ConditionType: string(parts.gate.ConditionType()),
-					Held: parts.guardsHeld()}
+				return statuspage.Cluster{Node: c.NodeName, Synced: rooms.source.HasSynced(),
+					WritesFailing: rooms.gate.WritesFailing(), WritesPending: rooms.gate.WritesPending(), ConditionType: string(rooms.gate.ConditionType()),
+					Held: rooms.guardsHeld()}
 			}
 		},
-		guards:   func() guards.Report { return guards.Report{Held: parts.guardsHeld()} },
-		held:     parts.budgetHeld,
+		guards:   func() guards.Report { return guards.Report{Held: rooms.guardsHeld()} },
+		held:     rooms.budgetHeld,
 		startMsg: "probed running in cluster mode",
-		startLog: []any{"node", c.NodeName, "readinessGate", c.ReadinessGate, "allowProbeHost", parts.egress.Allowed(),
+		startLog: []any{"node", c.NodeName, "readinessGate", c.ReadinessGate, "allowProbeHost", rooms.egress.Allowed(),
 			"livenessAction", c.LivenessAction, "containerRuntime", c.ContainerRuntimeEndpoint},
 	}, nil
 }
@@ -335,7 +335,7 @@ func clusterMode(d deps) (*mode, error) {
 // and builds the exec probes' runner: the resident helpers' (ExecModeResident),
 // the runtime's ExecSync, or none without the runtime (the annotation
 // refuses exec then, ExecUnavailable).
-func (p *clusterParts) execRunner(d deps) (probeexec.ModeRunner, error) {
+func (p *clusterRooms) execRunner(d deps) (probeexec.ModeRunner, error) {
 	c := d.opts.Cluster
 	if c.ContainerRuntimeEndpoint == "" {
 		return probeexec.DisabledRunner{}, nil
@@ -343,7 +343,7 @@ func (p *clusterParts) execRunner(d deps) (probeexec.ModeRunner, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), cri.DefaultRequestTimeout)
 	defer cancel()
 	var err error
-	if p.cri, err = cri.Connect(ctx, cri.Options{Endpoint: c.ContainerRuntimeEndpoint, Registerer: d.reg, Log: d.log}); err != nil {
+	if p.cri, err = cri.Connect(ctx, cri.Options{Endpoint: c.ContainerRuntimeEndpoint, Registerer: d.reg, Logger: d.log}); err != nil {
 		return nil, fmt.Errorf("cluster mode: %w", err)
 	}
 	// After the drain: exec probes and restarts use it.
@@ -362,7 +362,7 @@ func (p *clusterParts) execRunner(d deps) (probeexec.ModeRunner, error) {
 			return p.statuses.ContainerPod(statusID)
 		},
 		Registerer: d.reg,
-		Log:        d.log,
+		Logger:     d.log,
 	}); err != nil {
 		return nil, fmt.Errorf("cluster mode: %w", err)
 	}
@@ -378,7 +378,7 @@ func (p *clusterParts) execRunner(d deps) (probeexec.ModeRunner, error) {
 
 // budgetHeld lists every probe of the pod's view that the node's probe
 // budget holds back (mode.held).
-func (p *clusterParts) budgetHeld(pod *v1.Pod, view *podprobes.View) []history.Refused {
+func (p *clusterRooms) budgetHeld(pod *v1.Pod, view *podprobes.View) []history.Refused {
 	msg, held := p.limits.BudgetRefusal(pod.UID)
 	if !held {
 		return nil
@@ -396,9 +396,9 @@ func (p *clusterParts) budgetHeld(pod *v1.Pod, view *podprobes.View) []history.R
 // livenessActuator builds the actuator of --liveness-action: the queue of
 // agent/actuate around the action's step (event, evict or restart through
 // the container runtime), the namespace scope around evict and restart.
-func (p *clusterParts) livenessActuator(d deps) (*actuate.Queue, error) {
+func (p *clusterRooms) livenessActuator(d deps) (*actuate.Queue, error) {
 	c := d.opts.Cluster
-	opts := actuate.Options{Recorder: p.recorder, Log: d.log}
+	opts := actuate.Options{Recorder: p.recorder, Logger: d.log}
 	var step actuate.Step
 	var err error
 	switch c.LivenessAction {
@@ -407,7 +407,7 @@ func (p *clusterParts) livenessActuator(d deps) (*actuate.Queue, error) {
 		return actuate.New(opts)
 	case LivenessActionEvict:
 		opts.Texts = evict.Texts
-		step, err = evict.New(evict.Options{Client: p.client, Recorder: p.recorder, Log: d.log})
+		step, err = evict.New(evict.Options{Client: p.client, Recorder: p.recorder, Logger: d.log})
 	case LivenessActionRestart:
 		if p.cri == nil {
 			return nil, fmt.Errorf("--liveness-action=restart needs the container runtime: --container-runtime-endpoint")
@@ -431,7 +431,7 @@ func (p *clusterParts) livenessActuator(d deps) (*actuate.Queue, error) {
 				}
 				return nil
 			},
-			Log: d.log,
+			Logger: d.log,
 		})
 	default:
 		return nil, fmt.Errorf("--liveness-action %q: want event, evict or restart", c.LivenessAction)

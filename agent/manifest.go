@@ -25,7 +25,7 @@ import (
 func manifestMode(d deps) (*mode, error) {
 	opts := d.opts
 	src, err := source.New(source.Options{Path: opts.ManifestDir, Logger: opts.Logger, Rescan: opts.Rescan,
-		Manifest: manifest.Options{KnownPluginKind: d.knownProbeKind}, MetricsRegisterer: d.reg})
+		Manifest: manifest.Options{KnownPluginKind: d.knownProbeKind}, Registerer: d.reg})
 	if err != nil {
 		return nil, err
 	}

@@ -56,9 +56,9 @@ type Options struct {
 	// Services run beside the workers, until Run's context ends: what the
 	// guards read (the namespace scope's informer).
 	Services []func(ctx context.Context) error
-	// Log receives one line per decision and attempt (default
+	// Logger receives one line per decision and attempt (default
 	// slog.Default()).
-	Log *slog.Logger
+	Logger *slog.Logger
 }
 
 // Queue is the Actuator (and Announcer) of one action: the skeleton of the
@@ -117,8 +117,8 @@ func New(opts Options) (*Queue, error) {
 	if opts.NamespaceShare == 0 {
 		opts.NamespaceShare = DefaultNamespaceShare
 	}
-	if opts.Log == nil {
-		opts.Log = slog.Default()
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
 	}
 	perNamespace := max(1, int64(math.Floor(float64(opts.Workers)*opts.NamespaceShare)))
 	q := &Queue{
@@ -247,7 +247,7 @@ func (q *Queue) eventf(it *item, format string, args ...any) {
 }
 
 func (q *Queue) log(it *item) *slog.Logger {
-	return q.opts.Log.With("pod", it.f.Pod.Namespace+"/"+it.f.Pod.Name, "container", it.f.Container, "containerID", it.f.ContainerID,
+	return q.opts.Logger.With("pod", it.f.Pod.Namespace+"/"+it.f.Pod.Name, "container", it.f.Container, "containerID", it.f.ContainerID,
 		"probe", it.f.Probe.Lower())
 }
 

@@ -42,7 +42,7 @@ func newEnv(t *testing.T, step actuate.Step, mutate func(*actuate.Options)) *env
 	t.Helper()
 	e := &env{clock: testingclock.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)),
 		events: events.New(1000, slog.New(slog.DiscardHandler), nil), log: &lines{}}
-	opts := actuate.Options{Step: step, Texts: testTexts, Recorder: e.events, Clock: e.clock, Log: slog.New(e.log)}
+	opts := actuate.Options{Step: step, Texts: testTexts, Recorder: e.events, Clock: e.clock, Logger: slog.New(e.log)}
 	if mutate != nil {
 		mutate(&opts)
 	}

@@ -31,7 +31,7 @@ func reportSource(t *testing.T, path string, logs *testlog.Buffer, clk *clocktes
 		c = clk
 	}
 	s, err := source.New(source.Options{Path: path, Logger: slog.New(slog.NewTextHandler(logs, nil)),
-		Rescan: time.Hour, Debounce: 20 * time.Millisecond, Clock: c, MetricsRegisterer: reg})
+		Rescan: time.Hour, Debounce: 20 * time.Millisecond, Clock: c, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

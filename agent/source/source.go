@@ -94,9 +94,9 @@ type Options struct {
 	Debounce time.Duration
 	// Clock dates the rejections (Rejection.Since); nil: the real clock.
 	Clock clock.PassiveClock
-	// MetricsRegisterer, when set, gets the gauge
+	// Registerer, when set, gets the gauge
 	// probed_manifest_documents_rejected (the report's rejections).
-	MetricsRegisterer prometheus.Registerer
+	Registerer prometheus.Registerer
 }
 
 type fileState struct {
@@ -163,12 +163,12 @@ func New(opts Options) (*Source, error) {
 	s := &Source{opts: opts, log: opts.Logger, file: !fi.IsDir(), files: map[string]*fileState{},
 		delivered: map[string][]*Pod{}, since: map[string]time.Time{}, reported: map[string]bool{},
 		report: NewReport(SourceDirectory, opts.Path)}
-	if opts.MetricsRegisterer != nil {
+	if opts.Registerer != nil {
 		g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "probed_manifest_documents_rejected",
 			Help: "Manifest documents (or whole files) the last scan rejected: not readable, not decoding, not valid, or in conflict (GET /manifests).",
 		}, func() float64 { return float64(s.Report().RejectedDocuments()) })
-		if err := opts.MetricsRegisterer.Register(g); err != nil {
+		if err := opts.Registerer.Register(g); err != nil {
 			return nil, fmt.Errorf("source metrics: %w", err)
 		}
 	}

@@ -94,7 +94,7 @@ func BenchmarkExecProbes(b *testing.B) {
 	if s := os.Getenv("PROBED_BENCH_CRI_MODES"); s != "" {
 		modes = strings.Split(s, ",")
 	}
-	client, err := cri.Connect(context.Background(), cri.Options{Endpoint: ep, Log: slog.New(slog.DiscardHandler)})
+	client, err := cri.Connect(context.Background(), cri.Options{Endpoint: ep, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -352,7 +352,7 @@ func probed(b *testing.B, c *cri.Client, runner exec.Runner, ids []string, rec *
 // measures the heap and goroutines the helpers hold in the probing process
 // (with them, then after the runner's Close), and closes it.
 func residentProbed(b *testing.B, c *cri.Client, ids []string, rec *recorder) func() {
-	r, err := resident.New(resident.Options{Runtime: c, ExecSync: c.Runner(), Log: slog.New(slog.DiscardHandler)})
+	r, err := resident.New(resident.Options{Runtime: c, ExecSync: c.Runner(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
 	}

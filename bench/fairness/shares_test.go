@@ -37,7 +37,7 @@ func everySecond(n int) []time.Duration {
 // BenchmarkBudgetShare is the review's budget case at the CLI's defaults
 // (--max-probe-rate 1000): a namespace's 32 pods of 32 probes at 1 s
 // (1,024 runs/s asked) come first, then 10 pods of 2 probes each in
-// another namespace. It admits them through the real limits.Room, first
+// another namespace. It admits them through the real limits.Admission, first
 // come, first served but for the fair share among namespaces waiting at
 // once (--namespace-probe-rate-share 1: no namespace cap) and with the
 // default share of 0.25, and reports the
@@ -128,7 +128,7 @@ func restartWait(b *testing.B, hostile bool) (time.Duration, int64) {
 		}}
 	})
 	q, err := actuate.New(actuate.Options{Step: step, Recorder: events.New(1000, slog.New(slog.DiscardHandler), nil),
-		Workers: 8, Log: slog.New(slog.DiscardHandler),
+		Workers: 8, Logger: slog.New(slog.DiscardHandler),
 		Texts: actuate.Texts{Acting: "the container is to be restarted", Not: "the container is not restarted", Work: "restart"}})
 	if err != nil {
 		b.Fatal(err)

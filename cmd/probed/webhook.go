@@ -191,7 +191,7 @@ func (w *webhookFlags) options(cmd *cobra.Command, log *slog.Logger) (*webhook.O
 		Listen:                   w.listen,
 		Registerer:               reg,
 		Gatherer:                 reg,
-		Log:                      log,
+		Logger:                   log,
 	}
 	if w.tlsCertFile != "" {
 		for _, name := range []string{"tls-secret", "webhook-configuration", "tls-dns-name", "tls-ip"} {
@@ -206,7 +206,7 @@ func (w *webhookFlags) options(cmd *cobra.Command, log *slog.Logger) (*webhook.O
 	}
 	dns := append([]string{w.service + "." + w.namespace + ".svc", w.service + "." + w.namespace + ".svc.cluster.local"}, w.tlsDNSNames...)
 	keeper, err := servingcert.New(servingcert.Options{Client: client, Namespace: w.namespace, Secret: w.tlsSecret,
-		DNSNames: dns, IPs: w.tlsIPs, WebhookConfiguration: w.configuration, Log: log})
+		DNSNames: dns, IPs: w.tlsIPs, WebhookConfiguration: w.configuration, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -95,10 +95,10 @@ type Options struct {
 	// probe's span; the trace context propagates into the plugin). Nil: the
 	// global provider.
 	TracerProvider trace.TracerProvider
-	// MetricsRegisterer, when set, receives probed_plugin_up,
+	// Registerer, when set, receives probed_plugin_up,
 	// probed_plugin_restarts_total and probed_plugin_in_flight (label
 	// plugin); Close unregisters them.
-	MetricsRegisterer prometheus.Registerer
+	Registerer prometheus.Registerer
 
 	// NodeName and HostVersion are sent to plugins with Configure.
 	NodeName, HostVersion string
@@ -218,7 +218,7 @@ func New(ctx context.Context, opts Options) (*Host, error) {
 		}
 		h.plugins = append(h.plugins, in)
 	}
-	if h.metrics, err = newMetrics(opts.MetricsRegisterer, h); err != nil {
+	if h.metrics, err = newMetrics(opts.Registerer, h); err != nil {
 		_ = h.removeSocketDir()
 		return nil, err
 	}

@@ -310,7 +310,7 @@ func TestStartErrors(t *testing.T) {
 func TestKillRestartsWithin2s(t *testing.T) {
 	// Not parallel: it measures time.
 	reg := prometheus.NewPedanticRegistry()
-	h, logs := startHost(t, pluginhost.Options{Plugins: []pluginhost.PluginConfig{testConfig("t")}, MetricsRegisterer: reg})
+	h, logs := startHost(t, pluginhost.Options{Plugins: []pluginhost.PluginConfig{testConfig("t")}, Registerer: reg})
 	old := pidOf(t, h, "t")
 	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
 		t.Fatal(err)

@@ -90,9 +90,9 @@ type Options struct {
 	RequestTimeout time.Duration
 	// Registerer receives probed_cri_calls_total (nil: not registered).
 	Registerer prometheus.Registerer
-	// Log receives the runtime's identity at start (default
+	// Logger receives the runtime's identity at start (default
 	// slog.Default()).
-	Log *slog.Logger
+	Logger *slog.Logger
 }
 
 // Client is a connection to the node's container runtime. Its methods are
@@ -127,13 +127,13 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 	if opts.RequestTimeout <= 0 {
 		opts.RequestTimeout = DefaultRequestTimeout
 	}
-	if opts.Log == nil {
-		opts.Log = slog.Default()
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
 	}
 	c := &Client{
 		endpoint: opts.Endpoint,
 		timeout:  opts.RequestTimeout,
-		log:      opts.Log,
+		log:      opts.Logger,
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "probed_cri_calls_total",
 			Help: "Calls probed made to the container runtime (CRI), by method and gRPC status code.",

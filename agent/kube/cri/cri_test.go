@@ -51,7 +51,7 @@ func (e *env) app(ctx context.Context) context.Context {
 func connect(t *testing.T) (*cri.Client, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	c, err := cri.Connect(context.Background(), cri.Options{Endpoint: critest.Endpoint(t), Registerer: reg, Log: slog.New(slog.DiscardHandler)})
+	c, err := cri.Connect(context.Background(), cri.Options{Endpoint: critest.Endpoint(t), Registerer: reg, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestConnectNamesTheRuntime(t *testing.T) {
 // within the request timeout.
 func TestConnectRefusesAnEndpointWithoutRuntime(t *testing.T) {
 	ep := "unix://" + t.TempDir() + "/none.sock"
-	_, err := cri.Connect(context.Background(), cri.Options{Endpoint: ep, RequestTimeout: time.Second, Log: slog.New(slog.DiscardHandler)})
+	_, err := cri.Connect(context.Background(), cri.Options{Endpoint: ep, RequestTimeout: time.Second, Logger: slog.New(slog.DiscardHandler)})
 	if err == nil || !strings.Contains(err.Error(), "--container-runtime-endpoint "+ep) {
 		t.Fatalf("err %v", err)
 	}
@@ -343,7 +343,7 @@ func newShortEnv(t *testing.T) *env {
 	e.pod = podOf(sb)
 	var err error
 	e.client, err = cri.Connect(context.Background(), cri.Options{Endpoint: critest.Endpoint(t), RequestTimeout: 2 * time.Second,
-		Registerer: prometheus.NewRegistry(), Log: slog.New(slog.DiscardHandler)})
+		Registerer: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

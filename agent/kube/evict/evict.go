@@ -93,8 +93,8 @@ type Options struct {
 	// RequestTimeout bounds one eviction request; default
 	// DefaultRequestTimeout.
 	RequestTimeout time.Duration
-	// Log receives one line per eviction (default slog.Default()).
-	Log *slog.Logger
+	// Logger receives one line per eviction (default slog.Default()).
+	Logger *slog.Logger
 }
 
 // Step is the eviction step (actuate.Step).
@@ -115,8 +115,8 @@ func New(opts Options) (*Step, error) {
 	if opts.RequestTimeout <= 0 {
 		opts.RequestTimeout = DefaultRequestTimeout
 	}
-	if opts.Log == nil {
-		opts.Log = slog.Default()
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
 	}
 	return &Step{opts: opts}, nil
 }
@@ -129,7 +129,7 @@ func (s *Step) Plan(f actuate.Failure) actuate.Plan {
 	}
 	e := &eviction{step: s, namespace: f.Pod.Namespace, name: f.Pod.Name, uid: f.Pod.UID, container: f.Container, probe: f.Probe,
 		ref: runtime.ContainerRef(f.Pod, f.Container),
-		log: s.opts.Log.With("pod", f.Pod.Namespace+"/"+f.Pod.Name, "container", f.Container, "containerID", f.ContainerID)}
+		log: s.opts.Logger.With("pod", f.Pod.Namespace+"/"+f.Pod.Name, "container", f.Container, "containerID", f.ContainerID)}
 	return actuate.Plan{Decision: actuate.Decision{Do: actuate.Act}, Act: e.attempt}
 }
 

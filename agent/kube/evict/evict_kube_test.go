@@ -67,7 +67,7 @@ func newEvictEnvWith(t *testing.T, identity func(admin *rest.Config, ns string) 
 	// the eviction step in the namespace scope.
 	client := kubetest.ClientFor(t, e.requests.Wrap(identity(cfg, e.ns)))
 	log := slog.New(slog.NewTextHandler(e.log, nil))
-	step, err := evict.New(evict.Options{Client: client, Recorder: e.events, Log: log})
+	step, err := evict.New(evict.Options{Client: client, Recorder: e.events, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func newEvictEnvWith(t *testing.T, identity func(admin *rest.Config, ns string) 
 		t.Fatal(err)
 	}
 	act, err := actuate.New(actuate.Options{Step: nsscope.Guard(scope, step), Texts: evict.Texts, Recorder: e.events, Clock: e.clock,
-		Services: []func(context.Context) error{scope.Run}, Log: log})
+		Services: []func(context.Context) error{scope.Run}, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

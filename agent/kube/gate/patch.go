@@ -29,16 +29,16 @@ func findCondition(pod *v1.Pod, conditionType v1.PodConditionType) (v1.PodCondit
 	return v1.PodCondition{}, false
 }
 
-// sameVerdict reports whether the condition already says what the verdict
-// says: then nothing is written (status, reason and message compared, as the
-// AWS load balancer controller does).
-func sameVerdict(c v1.PodCondition, v Verdict) bool {
+// sameCondition reports whether the written condition c already says what
+// the wanted one v says: then nothing is written (status, reason and
+// message compared, as the AWS load balancer controller does).
+func sameCondition(c v1.PodCondition, v Condition) bool {
 	return c.Status == v.Status && c.Reason == v.Reason && c.Message == v.Message
 }
 
-// newCondition is the condition written for the verdict: lastTransitionTime
+// newCondition is the condition written for the wanted one: lastTransitionTime
 // moves (to now) only when the status flips or the condition is new.
-func newCondition(conditionType v1.PodConditionType, v Verdict, current v1.PodCondition, haveCurrent bool, now metav1.Time) v1.PodCondition {
+func newCondition(conditionType v1.PodConditionType, v Condition, current v1.PodCondition, haveCurrent bool, now metav1.Time) v1.PodCondition {
 	c := v1.PodCondition{Type: conditionType, Status: v.Status, Reason: v.Reason, Message: v.Message, LastTransitionTime: now}
 	if haveCurrent && current.Status == v.Status && !current.LastTransitionTime.IsZero() {
 		c.LastTransitionTime = current.LastTransitionTime

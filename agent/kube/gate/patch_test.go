@@ -32,11 +32,11 @@ func TestNewConditionKeepsTransitionTimeUnlessFlipped(t *testing.T) {
 	then := metav1.NewTime(time.Date(2026, 12, 1, 11, 0, 0, 0, time.UTC))
 	now := metav1.NewTime(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
 	current := v1.PodCondition{Type: DefaultConditionType, Status: v1.ConditionFalse, Reason: ReasonProbeFailed, Message: "a", LastTransitionTime: then}
-	sameStatus := Verdict{Known: true, Status: v1.ConditionFalse, Reason: ReasonContainerNotStarted, Message: "b"}
+	sameStatus := Condition{Known: true, Status: v1.ConditionFalse, Reason: ReasonContainerNotStarted, Message: "b"}
 	if c := newCondition(DefaultConditionType, sameStatus, current, true, now); !c.LastTransitionTime.Equal(&then) || c.Message != "b" {
 		t.Errorf("same status: %+v, want lastTransitionTime %v kept and the new message", c, then)
 	}
-	flipped := Verdict{Known: true, Status: v1.ConditionTrue, Reason: ReasonProbeSucceeded, Message: MessageProbesSucceeded}
+	flipped := Condition{Known: true, Status: v1.ConditionTrue, Reason: ReasonProbeSucceeded, Message: MessageProbesSucceeded}
 	if c := newCondition(DefaultConditionType, flipped, current, true, now); !c.LastTransitionTime.Equal(&now) {
 		t.Errorf("flip: lastTransitionTime %v, want %v", c.LastTransitionTime, now)
 	}

@@ -1,17 +1,17 @@
 // Package gate is the readiness-gate condition writer of cluster mode: for
 // every pod of the node that lists probed's condition type in
 // spec.readinessGates (KEP-580; default probed.io/ready), it keeps that one
-// pod condition equal to the verdict of the pod's annotation probes, and
+// pod condition equal to what the pod's annotation probes decide, and
 // writes nothing else. The kubelet derives Ready from the gate (Ready is True
 // only when ContainersReady is and every gate condition is True), so probed
 // never writes Ready.
 //
-// The way of a verdict: a readiness or startup result changes (the Writer is
+// The way of a wanted condition: a readiness or startup result changes (the Writer is
 // a verdicts.Consumer) or the informer's pod changes (a pods.Listener) → the
 // pod's UID is added to a rate-limited work queue (a key, not a value: a
 // pod changing ten times while it waits is written once, with its latest
-// verdict) → a worker takes the key, looks the pod up as the informer holds
-// it, computes the verdict (Decide) and, when status, reason or message
+// condition) → a worker takes the key, looks the pod up as the informer holds
+// it, computes the condition (Decide) and, when status, reason or message
 // differ from the pod's condition, takes a token from the write bucket
 // (--status-qps, --status-burst), computes again and sends a strategic-merge
 // patch of that condition alone to the status subresource, with the pod's UID
@@ -22,9 +22,9 @@
 // throttling, timeouts) is retried per pod with exponential backoff, capped,
 // while further changes of that pod only wait for the scheduled retry (they
 // coalesce). When the server is back every gated pod's condition equals its
-// current verdict.
+// current condition.
 //
-// Restarts: a verdict is not known while a deciding probe has no result,
+// Restarts: a condition is not known while a deciding probe has no result,
 // e.g. for a container that survived a restart of probed (W6c gives it no
 // initial result); then the pod's condition is kept as it is until probed's
 // first verdict, as the kubelet keeps Ready across its own restart (M8, M9):
@@ -126,9 +126,9 @@ type Options struct {
 	// Probes returns the probes probed runs for a pod, as the agent worked
 	// them out where the pod came in (reconciler.Probes: podprobes.View,
 	// the mode's policy applied, so a probe that never runs does not hold
-	// the verdict back), or false when it does not know the pod: then
+	// the condition back), or false when it does not know the pod: then
 	// nothing is written. Default: the view worked out from the pod on
-	// each verdict with cluster mode's policy without limits
+	// each condition with cluster mode's policy without limits
 	// (podprobes.Cluster: the kubelet runs the spec's probes), for a
 	// Writer used alone.
 	Probes func(pod *v1.Pod) (*podprobes.View, bool)
@@ -138,14 +138,14 @@ type Options struct {
 	// probe budget): the condition then carries that reason and message.
 	// The message must be short (it is written as it is).
 	Refusal func(pod *v1.Pod, probes *podprobes.View) (reason, message string, refused bool)
-	// Guard, when set, decorates the verdict of a pod with known probes
-	// (after Refusal and Decide): the one place where a verdict may be
+	// Guard, when set, decorates the condition of a pod with known probes
+	// (after Refusal and Decide): the one place where a condition may be
 	// kept from flipping for a reason beyond the pod (cluster mode: the
 	// readiness panic threshold, agent/kube/panicthreshold). It is called
 	// once or twice per write the writer plans, from its workers, and must
 	// not block. Requeue asks the writer to decide a pod again when what
 	// the guard reads changed.
-	Guard func(pod *v1.Pod, v Verdict) Verdict
+	Guard func(pod *v1.Pod, v Condition) Condition
 	// ProberStart is when the prober manager started (W6c); zero: the
 	// clock's now when New is called.
 	ProberStart time.Time
@@ -331,7 +331,7 @@ func (w *Writer) PodRemoved(p *pods.Pod) {
 // WritesPending returns how many gated pods may still need a condition
 // write: queued, being written, or waiting for a retry (for /healthz
 // details, metrics and the status page). It is zero when every gated pod's
-// condition equals its verdict as far as the writer knows.
+// written condition equals the wanted one as far as the writer knows.
 func (w *Writer) WritesPending() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -457,7 +457,7 @@ type write struct {
 	condition           v1.PodCondition
 }
 
-// plan computes the pod's verdict and returns the write it needs, if any.
+// plan computes the pod's condition and returns the write it needs, if any.
 func (w *Writer) plan(uid types.UID) (write, bool) {
 	pod, ok := w.opts.Pods.Pod(uid)
 	if !ok || !HasGate(pod, w.opts.ConditionType) {
@@ -467,12 +467,12 @@ func (w *Writer) plan(uid types.UID) (write, bool) {
 	if !ok {
 		return write{}, false // the reconciler does not know it (yet, or any more)
 	}
-	v := w.verdict(pod, probes)
+	v := w.condition(pod, probes)
 	if !v.Known {
 		return write{}, false // keep the pod's condition (M8, M9 analogue)
 	}
 	current, have := w.current(pod)
-	if have && sameVerdict(current, v) {
+	if have && sameCondition(current, v) {
 		return write{}, false
 	}
 	return write{
@@ -482,12 +482,12 @@ func (w *Writer) plan(uid types.UID) (write, bool) {
 	}, true
 }
 
-// verdict is the pod's refusal (Options.Refusal), else Decide's verdict as
+// condition is the pod's refusal (Options.Refusal), else Decide's condition as
 // Options.Guard decorates it.
-func (w *Writer) verdict(pod *v1.Pod, probes *podprobes.View) Verdict {
+func (w *Writer) condition(pod *v1.Pod, probes *podprobes.View) Condition {
 	if w.opts.Refusal != nil {
 		if reason, msg, refused := w.opts.Refusal(pod, probes); refused {
-			return Verdict{Known: true, Status: v1.ConditionFalse, Reason: reason, Message: msg}
+			return Condition{Known: true, Status: v1.ConditionFalse, Reason: reason, Message: msg}
 		}
 	}
 	v := Decide(pod, probes, Results{Readiness: w.opts.Readiness, Startup: w.opts.Startup}, w.proberStart)
@@ -519,7 +519,7 @@ func (w *Writer) current(pod *v1.Pod) (v1.PodCondition, bool) {
 	return findCondition(pod, w.opts.ConditionType)
 }
 
-// sync brings one pod's condition to its verdict.
+// sync brings one pod's written condition to the wanted one.
 func (w *Writer) sync(ctx context.Context, uid types.UID) outcome {
 	if ctx.Err() != nil {
 		return stopping
@@ -530,7 +530,7 @@ func (w *Writer) sync(ctx context.Context, uid types.UID) outcome {
 	if err := w.takeToken(ctx); err != nil {
 		return stopping
 	}
-	// Latest wins: the verdict may have changed while waiting.
+	// Latest wins: the condition may have changed while waiting.
 	wr, ok := w.plan(uid)
 	if !ok {
 		return settled

@@ -118,8 +118,8 @@ type Options struct {
 	// FlushTimeout bounds how long Run waits, after its context ends, for
 	// events already accepted to be written.
 	FlushTimeout time.Duration
-	// Log receives the drop and shutdown lines (default slog.Default()).
-	Log *slog.Logger
+	// Logger receives the drop and shutdown lines (default slog.Default()).
+	Logger *slog.Logger
 }
 
 var _ runtime.ProbeRecorder = (*Recorder)(nil)
@@ -177,8 +177,8 @@ func New(opts Options) (*Recorder, error) {
 	if opts.FlushTimeout <= 0 {
 		opts.FlushTimeout = DefaultFlushTimeout
 	}
-	if opts.Log == nil {
-		opts.Log = slog.Default()
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
 	}
 	s := &sink{inner: &events.EventSinkImpl{Interface: opts.Client.EventsV1()}, instance: opts.NodeName, origins: lru.New(opts.MaxObjects)}
 	b := events.NewBroadcaster(s)
@@ -221,7 +221,7 @@ func (r *Recorder) Run(ctx context.Context) error {
 	r.broadcaster.Shutdown() // delivers the queued events to the sink's watcher
 	r.sink.waitIdle(r.opts.FlushTimeout)
 	if n := r.sink.inflight.Load(); n > 0 {
-		r.opts.Log.Warn("events: flush bound reached, unsent events dropped", "inFlight", n, "bound", r.opts.FlushTimeout)
+		r.opts.Logger.Warn("events: flush bound reached, unsent events dropped", "inFlight", n, "bound", r.opts.FlushTimeout)
 	}
 	r.cancelSink()
 	return nil
@@ -254,7 +254,7 @@ func (r *Recorder) ProbeEventf(origin runtime.Origin, object k8sruntime.Object, 
 func (r *Recorder) eventf(origin string, object k8sruntime.Object, eventtype, reason, messageFmt string, args ...interface{}) {
 	regarding, key, ok := reference(object)
 	if !ok {
-		r.opts.Log.Warn("events: event about an object that is not a pod or container reference, not sent", "object", fmt.Sprintf("%T", object), "reason", reason)
+		r.opts.Logger.Warn("events: event about an object that is not a pod or container reference, not sent", "object", fmt.Sprintf("%T", object), "reason", reason)
 		return
 	}
 	note := bound.Cut(fmt.Sprintf(messageFmt, args...), NoteLengthLimit)

@@ -8,7 +8,7 @@
 //     under Limits.MinPeriod, ...) and the mode's transforms (exec without
 //     a container runtime) are applied where the pod comes in, in its
 //     probes' view (manager/podprobes: cluster mode's Policy): an invalid
-//     element does not run; the others do. The Room reads the view's
+//     element does not run; the others do. The Admission reads the view's
 //     refusals — container, type, field and reason, each as the element
 //     said it — and reports them;
 //   - a node-wide budget of annotation probe runs per second (MaxRate),
@@ -74,7 +74,7 @@ const (
 // error, then how many more): the whole list is in the Event.
 const MaxMessage = 512
 
-// Options configure a Room.
+// Options configure an Admission.
 type Options struct {
 	// MaxRate is the node's budget of annotation probe runs per second,
 	// the sum of 1/period over every admitted pod's annotation probes;
@@ -97,11 +97,11 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Room admits pods' annotation probes. It is a pods.Listener (an arriving
+// Admission admits pods' annotation probes. It is a pods.Listener (an arriving
 // pod's refused probes are reported; a removed pod's budget is freed) and
 // gives the manager its Admit and the condition writer its Refusal. It is
 // safe for concurrent use.
-type Room struct {
+type Admission struct {
 	opts Options
 	log  *slog.Logger
 	// shares is the budget in thousandths of a run a second (nil: none).
@@ -127,14 +127,14 @@ type charge struct {
 // unitsPerRun are the budget's units in one run a second.
 const unitsPerRun = 1000
 
-var _ pods.Listener = (*Room)(nil)
+var _ pods.Listener = (*Admission)(nil)
 
-// New returns a Room with no pod admitted.
-func New(opts Options) *Room {
+// New returns an Admission with no pod admitted.
+func New(opts Options) *Admission {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	r := &Room{opts: opts, log: opts.Logger, pods: map[types.UID]*charge{}}
+	r := &Admission{opts: opts, log: opts.Logger, pods: map[types.UID]*charge{}}
 	if opts.MaxRate > 0 {
 		units := max(int64(math.Round(opts.MaxRate*unitsPerRun)), 1)
 		var capUnits int64
@@ -155,7 +155,7 @@ func New(opts Options) *Room {
 // the pod waits in line again for the whole). The first refusal of a pod
 // (for a given rate) is a Warning Event and a log line; its admission
 // after a refusal a Normal Event.
-func (r *Room) Admit(pod *v1.Pod, periods []time.Duration) bool {
+func (r *Admission) Admit(pod *v1.Pod, periods []time.Duration) bool {
 	if r.shares == nil || len(periods) == 0 {
 		return true
 	}
@@ -232,7 +232,7 @@ func (r *Room) Admit(pod *v1.Pod, periods []time.Duration) bool {
 	return false
 }
 
-func (r *Room) admittedEvent(pod *v1.Pod, n int, rate float64) {
+func (r *Admission) admittedEvent(pod *v1.Pod, n int, rate float64) {
 	r.opts.Recorder.Eventf(runtime.ContainerRef(pod, ""), v1.EventTypeNormal, ReasonProbesAdmitted,
 		"%s annotation: its %d probes (%s runs/s) fit the node's budget now and run", customprobe.Annotation, n, perSecond(rate))
 }
@@ -241,7 +241,7 @@ func (r *Room) admittedEvent(pod *v1.Pod, n int, rate float64) {
 // runs a second (units) is refused: it can never fit (tooLarge), its
 // namespace would go over its fair share, or the node has too little left
 // (r.mu held; the pod's ask is in line already).
-func (r *Room) refusalLocked(ns string, n int, units int64, rate float64, tooLarge bool) string {
+func (r *Admission) refusalLocked(ns string, n int, units int64, rate float64, tooLarge bool) string {
 	ask := fmt.Sprintf("%s annotation: its %d probes ask for %s runs/s", customprobe.Annotation, n, perSecond(rate))
 	budget := fmt.Sprintf("this node's budget of annotation probe runs (%s %s/s)", r.opts.MaxRateFlag, perSecond(r.opts.MaxRate))
 	if tooLarge {
@@ -268,7 +268,7 @@ func (r *Room) refusalLocked(ns string, n int, units int64, rate float64, tooLar
 }
 
 // shareText names the namespace share: "--namespace-probe-rate-share 0.25".
-func (r *Room) shareText() string {
+func (r *Admission) shareText() string {
 	return r.opts.NamespaceShareFlag + " " + strconv.FormatFloat(r.opts.NamespaceShare, 'f', -1, 64)
 }
 
@@ -280,7 +280,7 @@ func runs(units int64) string { return perSecond(float64(units) / unitsPerRun) }
 // (ProbeBudgetExceeded), or a refused probe of its view (probes) is, or may
 // be, a readiness or startup probe (InvalidProbeAnnotation, with the first
 // such error). The message is at most MaxMessage bytes.
-func (r *Room) Refusal(pod *v1.Pod, probes *podprobes.View) (reason, message string, refused bool) {
+func (r *Admission) Refusal(pod *v1.Pod, probes *podprobes.View) (reason, message string, refused bool) {
 	if msg, overBudget := r.BudgetRefusal(pod.UID); overBudget {
 		return ReasonProbeBudgetExceeded, cut(msg), true
 	}
@@ -316,7 +316,7 @@ func (r *Room) Refusal(pod *v1.Pod, probes *podprobes.View) (reason, message str
 
 // BudgetRefusal returns the message of the pod's refusal for the node's
 // budget, if its probes are refused for it now.
-func (r *Room) BudgetRefusal(uid types.UID) (string, bool) {
+func (r *Admission) BudgetRefusal(uid types.UID) (string, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if c := r.pods[uid]; c != nil && !c.admitted {
@@ -330,7 +330,7 @@ func (r *Room) BudgetRefusal(uid types.UID) (string, bool) {
 // pod, container and field. The annotation's valid elements run; the
 // node's other pods are not affected. The reconciler calls it when the pod
 // arrives and when its probes change.
-func (r *Room) PodAdded(p *pods.Pod) {
+func (r *Admission) PodAdded(p *pods.Pod) {
 	errs := p.Probes.Errors()
 	if len(errs) == 0 {
 		return
@@ -344,10 +344,10 @@ func (r *Room) PodAdded(p *pods.Pod) {
 }
 
 // PodStatusChanged does nothing: a status never changes what is admitted.
-func (r *Room) PodStatusChanged(*pods.Pod) {}
+func (r *Admission) PodStatusChanged(*pods.Pod) {}
 
 // PodRemoved frees the pod's share of the budget, or its place in line.
-func (r *Room) PodRemoved(p *pods.Pod) {
+func (r *Admission) PodRemoved(p *pods.Pod) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c := r.pods[p.Pod.UID]
@@ -365,7 +365,7 @@ func (r *Room) PodRemoved(p *pods.Pod) {
 }
 
 // Used returns the admitted runs per second and the budget (0: none).
-func (r *Room) Used() (used, budget float64) {
+func (r *Admission) Used() (used, budget float64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return float64(r.used) / unitsPerRun, r.opts.MaxRate

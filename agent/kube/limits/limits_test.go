@@ -34,13 +34,13 @@ func pod(uid, annotation string, containers ...string) *v1.Pod {
 	return p
 }
 
-func newRoom(maxRate float64) (*Room, *record.FakeRecorder) {
+func newRoom(maxRate float64) (*Admission, *record.FakeRecorder) {
 	return newSharedRoom(maxRate, 0)
 }
 
-// newSharedRoom is a Room whose namespaces may each hold at most share of
+// newSharedRoom is an Admission whose namespaces may each hold at most share of
 // the budget.
-func newSharedRoom(maxRate, share float64) (*Room, *record.FakeRecorder) {
+func newSharedRoom(maxRate, share float64) (*Admission, *record.FakeRecorder) {
 	rec := record.NewFakeRecorder(100)
 	return New(Options{MaxRate: maxRate, MaxRateFlag: "--max-probe-rate", NamespaceShare: share, NamespaceShareFlag: "--namespace-probe-rate-share",
 		Recorder: rec, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}), rec

@@ -8,8 +8,8 @@
 // endpoint and a partial outage becomes a total one; the threshold keeps
 // enough of them in.
 //
-// The decision lives in one place, Guard.Verdict, a decorator of the
-// readiness gate's verdict (gate.Options.Guard): the condition stays True
+// The decision lives in one place, Guard.Condition, a decorator of the
+// readiness gate's condition (gate.Options.Guard): the condition stays True
 // with reason PanicThreshold and a message with the counts, a Warning
 // Event (reason PanicThreshold) says so once per hold, and the pod is
 // decided again whenever an EndpointSlice that lists it changes, so it
@@ -85,12 +85,12 @@ type Options struct {
 	// Registerer takes the metric probed_panic_threshold_held_pods; nil:
 	// none registered.
 	Registerer prometheus.Registerer
-	// Log; nil: slog.Default().
-	Log *slog.Logger
+	// Logger; nil: slog.Default().
+	Logger *slog.Logger
 }
 
 // Guard decides whether a failing pod is kept ready. Create it with New
-// and Run it; Verdict is its one decision. It is a pods.Listener (it
+// and Run it; Condition is its one decision. It is a pods.Listener (it
 // forgets removed pods).
 type Guard struct {
 	opts      Options
@@ -106,7 +106,7 @@ type Guard struct {
 
 	mu sync.Mutex
 	// pods: the node's opted-in pods whose readiness probe fails, as the
-	// guard last decided them; a pod whose verdict is True is not here.
+	// guard last decided them; a pod whose condition is True is not here.
 	pods map[types.UID]*state
 	// invalid: the value last warned about, by pod.
 	invalid map[types.UID]string
@@ -135,10 +135,10 @@ func New(opts Options) (*Guard, error) {
 	if opts.Client == nil || opts.Recorder == nil {
 		return nil, fmt.Errorf("panicthreshold: Options.Client and Recorder are required")
 	}
-	if opts.Log == nil {
-		opts.Log = slog.Default()
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
 	}
-	g := &Guard{opts: opts, log: opts.Log, wanted: make(chan struct{}), listed: make(chan struct{}),
+	g := &Guard{opts: opts, log: opts.Logger, wanted: make(chan struct{}), listed: make(chan struct{}),
 		pods: map[types.UID]*state{}, invalid: map[types.UID]string{}}
 	// Only slices that belong to a Service (the EndpointSlice controller's
 	// and any other controller's that names one).
@@ -231,12 +231,12 @@ func (g *Guard) sliceChanged(objs ...any) {
 	}
 }
 
-// Verdict is the guard's decision about pod's verdict v (gate.Options.Guard):
+// Condition is the guard's decision about pod's condition v (gate.Options.Guard):
 // v itself, or, for a pod that opted in and whose readiness probe fails,
 // True with reason PanicThreshold while taking it out would leave one of
 // its Services below the threshold (or while the slices, not listed yet,
 // cannot tell: then nothing is known and the condition is kept as it is).
-func (g *Guard) Verdict(pod *v1.Pod, v gate.Verdict) gate.Verdict {
+func (g *Guard) Condition(pod *v1.Pod, v gate.Condition) gate.Condition {
 	raw, opted := pod.Annotations[Annotation]
 	if !opted {
 		g.forget(pod.UID)
@@ -261,7 +261,7 @@ func (g *Guard) Verdict(pod *v1.Pod, v gate.Verdict) gate.Verdict {
 			g.pods[pod.UID] = &state{namespace: pod.Namespace, name: pod.Name}
 		}
 		g.mu.Unlock()
-		return gate.Verdict{} // keep the condition until the slices are listed
+		return gate.Condition{} // keep the condition until the slices are listed
 	}
 
 	g.mu.Lock()
@@ -313,7 +313,7 @@ func (g *Guard) Verdict(pod *v1.Pod, v gate.Verdict) gate.Verdict {
 		g.opts.Recorder.Eventf(podRef(pod), v1.EventTypeWarning, Reason, "Readiness probe failed, the pod is kept ready: %s", why)
 		g.log.Warn("panic threshold: pod kept ready", "pod", pod.Namespace+"/"+pod.Name, "why", why)
 	}
-	return gate.Verdict{Known: true, Status: v1.ConditionTrue, Reason: Reason, Message: v.Message + "; kept ready: " + why}
+	return gate.Condition{Known: true, Status: v1.ConditionTrue, Reason: Reason, Message: v.Message + "; kept ready: " + why}
 }
 
 // Held lists the pods the threshold keeps ready now, by namespace and name

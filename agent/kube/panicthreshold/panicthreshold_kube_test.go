@@ -113,8 +113,8 @@ func (s *service) set(ready func(i int) bool) {
 	}
 }
 
-var failed = gate.Verdict{Known: true, Status: v1.ConditionFalse, Reason: gate.ReasonProbeFailed, Message: "readiness probe of container app failed"}
-var passed = gate.Verdict{Known: true, Status: v1.ConditionTrue, Reason: gate.ReasonProbeSucceeded, Message: gate.MessageProbesSucceeded}
+var failed = gate.Condition{Known: true, Status: v1.ConditionFalse, Reason: gate.ReasonProbeFailed, Message: "readiness probe of container app failed"}
+var passed = gate.Condition{Known: true, Status: v1.ConditionTrue, Reason: gate.ReasonProbeSucceeded, Message: gate.MessageProbesSucceeded}
 
 type harness struct {
 	g       *panicthreshold.Guard
@@ -148,7 +148,7 @@ func (h *harness) requeued(uid types.UID) int {
 // listed decides pod until the slices are listed (the verdict is not
 // known before).
 func (h *harness) listed(t *testing.T, pod *v1.Pod) {
-	kubetest.Eventually(t, "the EndpointSlices listed", func() bool { return h.g.Verdict(pod, failed).Known })
+	kubetest.Eventually(t, "the EndpointSlices listed", func() bool { return h.g.Condition(pod, failed).Known })
 }
 
 // 10 endpoints at 50%: of 7 pods failing together, 5 flip and 2 are kept
@@ -163,12 +163,12 @@ func TestHoldsTheThresholdAndLetsGoWhenAbove(t *testing.T) {
 	svc := newService(t, c, ns, "web", 10, "50%")
 	h := start(t)
 	h.listed(t, svc.pods[9])
-	h.g.Verdict(svc.pods[9], passed) // the probe passes: not held, forgotten
+	h.g.Condition(svc.pods[9], passed) // the probe passes: not held, forgotten
 
 	var flipped, held []int
 	for i := range 7 {
-		v := h.g.Verdict(svc.pods[i], failed)
-		if again := h.g.Verdict(svc.pods[i], failed); again != v {
+		v := h.g.Condition(svc.pods[i], failed)
+		if again := h.g.Condition(svc.pods[i], failed); again != v {
 			t.Fatalf("pod %d decided twice: %+v then %+v", i, v, again)
 		}
 		switch {
@@ -201,7 +201,7 @@ func TestHoldsTheThresholdAndLetsGoWhenAbove(t *testing.T) {
 	// again (Requeue) and stay kept.
 	svc.set(func(i int) bool { return i > 4 })
 	kubetest.Eventually(t, "the kept pods requeued", func() bool { return h.requeued(svc.pods[5].UID) > 0 && h.requeued(svc.pods[6].UID) > 0 })
-	if v := h.g.Verdict(svc.pods[5], failed); v.Reason != panicthreshold.Reason {
+	if v := h.g.Condition(svc.pods[5], failed); v.Reason != panicthreshold.Reason {
 		t.Fatalf("kept pod let go on the caught-up slice: %+v", v)
 	}
 
@@ -209,10 +209,10 @@ func TestHoldsTheThresholdAndLetsGoWhenAbove(t *testing.T) {
 	// kept; the kept ones go as soon as each leaves 5.
 	svc.set(func(i int) bool { return i > 1 })
 	for _, i := range []int{2, 3, 4} {
-		h.g.Verdict(svc.pods[i], passed)
+		h.g.Condition(svc.pods[i], passed)
 	}
-	kubetest.Eventually(t, "the slice seen", func() bool { return h.g.Verdict(svc.pods[5], failed) == failed })
-	if v := h.g.Verdict(svc.pods[6], failed); v != failed {
+	kubetest.Eventually(t, "the slice seen", func() bool { return h.g.Condition(svc.pods[5], failed) == failed })
+	if v := h.g.Condition(svc.pods[6], failed); v != failed {
 		t.Errorf("pod 6 still kept with 7 others ready: %+v", v)
 	}
 	if len(h.g.Held()) != 0 {
@@ -229,23 +229,23 @@ func TestSingleFailureFlipsAtOnce(t *testing.T) {
 	plain := newService(t, c, ns, "plain", 2, "")
 	h := start(t)
 	h.listed(t, svc.pods[3])
-	h.g.Verdict(svc.pods[3], passed)
-	if v := h.g.Verdict(svc.pods[0], failed); v != failed {
+	h.g.Condition(svc.pods[3], passed)
+	if v := h.g.Condition(svc.pods[0], failed); v != failed {
 		t.Errorf("single failure held: %+v", v)
 	}
 	for range 3 {
-		if v := h.g.Verdict(plain.pods[0], failed); v != failed {
+		if v := h.g.Condition(plain.pods[0], failed); v != failed {
 			t.Errorf("pod without the annotation held: %+v", v)
 		}
 	}
 	lonely := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "lonely", UID: "lonely-uid",
 		Annotations: map[string]string{panicthreshold.Annotation: "100%"}}}
-	if v := h.g.Verdict(lonely, failed); v != failed {
+	if v := h.g.Condition(lonely, failed); v != failed {
 		t.Errorf("pod of no Service held: %+v", v)
 	}
 	// A container not running is not a probe's failure: never held.
-	notStarted := gate.Verdict{Known: true, Status: v1.ConditionFalse, Reason: gate.ReasonContainerNotStarted, Message: "container app is not running"}
-	if v := h.g.Verdict(svc.pods[1], notStarted); v != notStarted {
+	notStarted := gate.Condition{Known: true, Status: v1.ConditionFalse, Reason: gate.ReasonContainerNotStarted, Message: "container app is not running"}
+	if v := h.g.Condition(svc.pods[1], notStarted); v != notStarted {
 		t.Errorf("a container not running held: %+v", v)
 	}
 }
@@ -259,11 +259,11 @@ func TestTakesBackInUIDOrderWhenBelow(t *testing.T) {
 	svc := newService(t, c, ns, "db", 10, "50%")
 	h := start(t)
 	h.listed(t, svc.pods[9])
-	h.g.Verdict(svc.pods[9], passed)
+	h.g.Condition(svc.pods[9], passed)
 	// This agent's pods: 0, 2, 4, 6 (let go: the slice shows them ready
 	// and others'); the others' pods 1, 3, 5 were let go by another node.
 	for _, i := range []int{0, 2, 4, 6} {
-		if v := h.g.Verdict(svc.pods[i], failed); v != failed {
+		if v := h.g.Condition(svc.pods[i], failed); v != failed {
 			t.Fatalf("pod %d: %+v", i, v)
 		}
 	}
@@ -271,13 +271,13 @@ func TestTakesBackInUIDOrderWhenBelow(t *testing.T) {
 	// Ready now: 7, 8, 9 → 3 of 10, 2 missing. Not ready in UID order: 0
 	// (ours), 1, 2 (ours), 3, ... The first two are 0 and 1: this agent
 	// takes back 0 only; 1 is the other node's.
-	kubetest.Eventually(t, "the slice seen", func() bool { return h.g.Verdict(svc.pods[0], failed).Reason == panicthreshold.Reason })
+	kubetest.Eventually(t, "the slice seen", func() bool { return h.g.Condition(svc.pods[0], failed).Reason == panicthreshold.Reason })
 	for _, i := range []int{2, 4, 6} {
-		if v := h.g.Verdict(svc.pods[i], failed); v != failed {
+		if v := h.g.Condition(svc.pods[i], failed); v != failed {
 			t.Errorf("pod %d taken back: %+v", i, v)
 		}
 	}
-	if v := h.g.Verdict(svc.pods[0], failed); !strings.Contains(v.Message, "has 3 of 10 endpoints ready without it") {
+	if v := h.g.Condition(svc.pods[0], failed); !strings.Contains(v.Message, "has 3 of 10 endpoints ready without it") {
 		t.Errorf("pod 0: %+v", v)
 	}
 }
@@ -292,10 +292,10 @@ func TestNeverReadyIsNeverTaken(t *testing.T) {
 	svc.set(func(i int) bool { return i == 3 })
 	h := start(t)
 	h.listed(t, svc.pods[3])
-	h.g.Verdict(svc.pods[3], passed)
+	h.g.Condition(svc.pods[3], passed)
 	for range 2 {
 		for i := range 3 {
-			if v := h.g.Verdict(svc.pods[i], failed); v != failed {
+			if v := h.g.Condition(svc.pods[i], failed); v != failed {
 				t.Errorf("never-ready pod %d taken in: %+v", i, v)
 			}
 		}
@@ -317,7 +317,7 @@ func TestHostileThresholds(t *testing.T) {
 		pod := bad.pods[i%len(bad.pods)].DeepCopy()
 		pod.Annotations = map[string]string{panicthreshold.Annotation: val}
 		for range 3 {
-			if v := h.g.Verdict(pod, failed); v != failed {
+			if v := h.g.Condition(pod, failed); v != failed {
 				t.Errorf("%.20q: %+v", val, v)
 			}
 		}
@@ -337,13 +337,13 @@ func TestHostileThresholds(t *testing.T) {
 	huge := newService(t, c, ns, "huge", 3, "2147483647")
 	h.listed(t, zero.pods[0])
 	for _, s := range []*service{all, huge} {
-		v := h.g.Verdict(s.pods[0], failed)
+		v := h.g.Condition(s.pods[0], failed)
 		if v.Reason != panicthreshold.Reason || !strings.Contains(v.Message, "has 2 of 3 endpoints ready without it") || !strings.Contains(v.Message, "keeps 3") {
 			t.Errorf("%s: %+v", s.name, v)
 		}
 	}
 	for i := range 3 {
-		if v := h.g.Verdict(zero.pods[i], failed); v != failed {
+		if v := h.g.Condition(zero.pods[i], failed); v != failed {
 			t.Errorf("0%% held pod %d: %+v", i, v)
 		}
 	}
@@ -358,12 +358,12 @@ func TestHostileThresholds(t *testing.T) {
 	sentinel := foreign.pods[1].DeepCopy()
 	sentinel.Annotations = map[string]string{panicthreshold.Annotation: "100%"}
 	kubetest.Eventually(t, "the forged slice seen", func() bool {
-		v := h.g.Verdict(sentinel, failed)
-		h.g.Verdict(sentinel, passed) // forgotten: not let go on a slice not seen yet
+		v := h.g.Condition(sentinel, failed)
+		h.g.Condition(sentinel, passed) // forgotten: not let go on a slice not seen yet
 		return v.Reason == panicthreshold.Reason && strings.Contains(v.Message, "has 1 of 10")
 	})
-	h.g.Verdict(sentinel, passed)
-	if v := h.g.Verdict(victim.pods[0], failed); v != failed {
+	h.g.Condition(sentinel, passed)
+	if v := h.g.Condition(victim.pods[0], failed); v != failed {
 		t.Errorf("a forged slice of another namespace held the pod: %+v", v)
 	}
 
@@ -375,14 +375,14 @@ func TestHostileThresholds(t *testing.T) {
 	sentinel = many[len(many)-1].pods[0].DeepCopy()
 	sentinel.Annotations[panicthreshold.Annotation] = "100%"
 	kubetest.Eventually(t, "the slices seen", func() bool {
-		held := h.g.Verdict(sentinel, failed).Reason == panicthreshold.Reason
-		h.g.Verdict(sentinel, passed)
+		held := h.g.Condition(sentinel, failed).Reason == panicthreshold.Reason
+		h.g.Condition(sentinel, passed)
 		return held
 	})
 	keptPerService := map[string]int{}
 	for _, s := range many {
 		for _, pod := range s.pods {
-			if h.g.Verdict(pod, failed).Reason == panicthreshold.Reason {
+			if h.g.Condition(pod, failed).Reason == panicthreshold.Reason {
 				keptPerService[s.name]++
 			}
 		}

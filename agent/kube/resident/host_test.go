@@ -167,8 +167,8 @@ func newHostEnv(t *testing.T, shell []string, opts resident.Options) *hostEnv {
 // closed when the test ends.
 func newRunner(t *testing.T, opts resident.Options) *resident.Runner {
 	t.Helper()
-	if opts.Log == nil {
-		opts.Log = slog.New(slog.DiscardHandler)
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	r, err := resident.New(opts)
 	if err != nil {

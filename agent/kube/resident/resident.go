@@ -124,9 +124,9 @@ type Options struct {
 	Pod func(statusID string) (*v1.Pod, string, bool)
 	// Registerer receives the probed_exec_* metrics; nil: not registered.
 	Registerer prometheus.Registerer
-	// Log receives helper starts, failures and replacements; default
+	// Logger receives helper starts, failures and replacements; default
 	// slog.Default().
-	Log *slog.Logger
+	Logger *slog.Logger
 	// StartTimeout bounds a helper's start: the streaming exec and the
 	// handshake.
 	StartTimeout time.Duration
@@ -188,8 +188,8 @@ func New(opts Options) (*Runner, error) {
 	if opts.Remember <= 0 {
 		opts.Remember = DefaultRemember
 	}
-	if opts.Log == nil {
-		opts.Log = slog.Default()
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
 	}
 	m, err := newMetrics(opts.Registerer)
 	if err != nil {
@@ -257,7 +257,7 @@ func (r *Runner) release(e *entry, l *lost) {
 		return
 	}
 	r.metrics.lost.WithLabelValues(l.reason).Inc()
-	r.opts.Log.Warn("exec helper replaced", "container", e.h.id, "reason", l.reason, "detail", l.detail)
+	r.opts.Logger.Warn("exec helper replaced", "container", e.h.id, "reason", l.reason, "detail", l.detail)
 	r.mu.Lock()
 	r.backoff.Next(e.h.id, r.backoff.Clock.Now())
 	r.mu.Unlock()
@@ -296,7 +296,7 @@ func (r *Runner) serve(ctx context.Context, e *entry) {
 		r.mu.Lock()
 		r.unsupported.Add(h.id, unsup.why)
 		r.mu.Unlock()
-		r.opts.Log.Info("exec helper unavailable: exec probes of the container run through ExecSync", "container", h.id, "reason", unsup.why)
+		r.opts.Logger.Info("exec helper unavailable: exec probes of the container run through ExecSync", "container", h.id, "reason", unsup.why)
 		r.event(h.statusID, unsup.why)
 		// Its session ends now, whether or not the helper exits: one
 		// that said "unsupported" and held its stream would keep the
@@ -309,7 +309,7 @@ func (r *Runner) serve(ctx context.Context, e *entry) {
 		r.backoff.Next(h.id, r.backoff.Clock.Now())
 		r.mu.Unlock()
 		if !closed {
-			r.opts.Log.Warn("exec helper did not start", "container", h.id, "err", err)
+			r.opts.Logger.Warn("exec helper did not start", "container", h.id, "err", err)
 		}
 		r.destroy(h, len(h.procs) > 0)
 	}
@@ -337,7 +337,7 @@ func (r *Runner) serve(ctx context.Context, e *entry) {
 	if lostNow {
 		// Ended between runs: killed from outside, its container stopped.
 		r.metrics.lost.WithLabelValues(LostEnded).Inc()
-		r.opts.Log.Info("exec helper ended", "container", h.id, "err", h.end)
+		r.opts.Logger.Info("exec helper ended", "container", h.id, "err", h.end)
 		r.mu.Lock()
 		r.backoff.Next(h.id, r.backoff.Clock.Now())
 		r.mu.Unlock()
@@ -368,7 +368,7 @@ func (r *Runner) destroy(h *helper, kill bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
 	defer cancel()
 	if _, stderr, err := r.opts.Runtime.ExecSync(ctx, h.ctr, h.killCommand(), killTimeout); err != nil {
-		r.opts.Log.Warn("exec helper: kill through ExecSync failed", "container", h.id, "err", err, "stderr", cut(stderr))
+		r.opts.Logger.Warn("exec helper: kill through ExecSync failed", "container", h.id, "err", err, "stderr", cut(stderr))
 	}
 }
 

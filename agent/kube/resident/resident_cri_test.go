@@ -50,7 +50,7 @@ func newCRIEnv(t *testing.T, requestTimeout time.Duration, opts resident.Options
 	e := &criEnv{rs: critest.Runtime(t), events: &testevents.Log{}}
 	var err error
 	e.client, err = cri.Connect(context.Background(), cri.Options{Endpoint: critest.Endpoint(t), RequestTimeout: requestTimeout,
-		Registerer: prometheus.NewRegistry(), Log: slog.New(slog.DiscardHandler)})
+		Registerer: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

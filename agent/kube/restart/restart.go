@@ -139,8 +139,8 @@ type Options struct {
 	// MinimumGracePeriod seconds; default DefaultMaxGracePeriod. It is
 	// counted in whole seconds.
 	MaxGracePeriod time.Duration
-	// Log receives one line per decision (default slog.Default()).
-	Log *slog.Logger
+	// Logger receives one line per decision (default slog.Default()).
+	Logger *slog.Logger
 }
 
 // Step is the restart step (actuate.Step).
@@ -171,8 +171,8 @@ func New(opts Options) (*Step, error) {
 	if opts.MaxGracePeriod == 0 {
 		opts.MaxGracePeriod = DefaultMaxGracePeriod
 	}
-	if opts.Log == nil {
-		opts.Log = slog.Default()
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
 	}
 	return &Step{opts: opts, cap: int64(opts.MaxGracePeriod / time.Second)}, nil
 }
@@ -212,7 +212,7 @@ func (s *Step) Plan(f actuate.Failure) actuate.Plan {
 	}
 	it := &item{step: s, pod: f.Pod, name: f.Container, container: container, statusID: f.ContainerID, probe: f.Probe,
 		ref: runtime.ContainerRef(f.Pod, f.Container),
-		log: s.opts.Log.With("pod", f.Pod.Namespace+"/"+f.Pod.Name, "container", f.Container, "containerID", f.ContainerID, "probe", f.Probe.Lower())}
+		log: s.opts.Logger.With("pod", f.Pod.Namespace+"/"+f.Pod.Name, "container", f.Container, "containerID", f.ContainerID, "probe", f.Probe.Lower())}
 	it.asked = s.gracePeriod(it)
 	it.grace = min(it.asked, s.cap)
 	return actuate.Plan{Decision: actuate.Decision{Do: actuate.Act}, Act: it.attempt}

@@ -42,17 +42,17 @@ func newCRIEnv(t *testing.T) *criEnv {
 	e := &criEnv{reg: prometheus.NewRegistry(), events: events.New(100, slog.New(slog.DiscardHandler), nil)}
 	rs := critest.Runtime(t)
 	var err error
-	e.client, err = cri.Connect(context.Background(), cri.Options{Endpoint: critest.Endpoint(t), Registerer: e.reg, Log: slog.New(slog.DiscardHandler)})
+	e.client, err = cri.Connect(context.Background(), cri.Options{Endpoint: critest.Endpoint(t), Registerer: e.reg, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.client.Close() })
-	step, err := restart.New(restart.Options{Runtime: e.client, Recorder: e.events, Log: slog.New(slog.DiscardHandler)})
+	step, err := restart.New(restart.Options{Runtime: e.client, Recorder: e.events, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.act, err = actuate.New(actuate.Options{Step: step, Texts: restart.Texts, Recorder: e.events, Workers: restart.DefaultWorkers,
-		Log: slog.New(slog.DiscardHandler)})
+		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -113,7 +113,7 @@ func newEnvWith(t *testing.T, probe *v1.Probe, mutate func(*restart.Options)) *e
 		Recorder: e.events,
 		Probe:    func(*v1.Pod, string, runtime.ProbeType) *v1.Probe { return probe },
 		Clock:    e.clock,
-		Log:      slog.New(slog.DiscardHandler),
+		Logger:   slog.New(slog.DiscardHandler),
 	}
 	if mutate != nil {
 		mutate(&opts)
@@ -125,7 +125,7 @@ func newEnvWith(t *testing.T, probe *v1.Probe, mutate func(*restart.Options)) *e
 	// The agent's actuator of --liveness-action=restart: the queue
 	// around the step in a namespace scope (e.allowed's).
 	act, err := actuate.New(actuate.Options{Step: nsscope.Guard(namespaces(e.allowed), step), Texts: restart.Texts, Recorder: e.events,
-		Clock: e.clock, Workers: restart.DefaultWorkers, Log: slog.New(slog.DiscardHandler)})
+		Clock: e.clock, Workers: restart.DefaultWorkers, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -99,8 +99,8 @@ type Options struct {
 	CALifetime, CertLifetime, CheckInterval time.Duration
 	// Clock; nil: the real clock.
 	Clock clock.WithTicker
-	// Log; nil: slog.Default().
-	Log *slog.Logger
+	// Logger; nil: slog.Default().
+	Logger *slog.Logger
 }
 
 // Keeper keeps the Secret, the served certificate and the configuration's
@@ -136,10 +136,10 @@ func New(opts Options) (*Keeper, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	if opts.Log == nil {
-		opts.Log = slog.Default()
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
 	}
-	return &Keeper{opts: opts, log: opts.Log, wake: make(chan struct{}, 1)}, nil
+	return &Keeper{opts: opts, log: opts.Logger, wake: make(chan struct{}, 1)}, nil
 }
 
 // GetCertificate serves the current certificate (tls.Config.GetCertificate);

@@ -46,8 +46,8 @@ type Admission struct {
 	// Excluded are namespaces whose pods are never moved, whatever
 	// Selected says: kube-system and probed's own.
 	Excluded []string
-	// Log; nil: slog.Default().
-	Log *slog.Logger
+	// Logger; nil: slog.Default().
+	Logger *slog.Logger
 
 	metrics *metrics
 }
@@ -230,10 +230,10 @@ func warn(msg string) *admissionv1.AdmissionResponse {
 }
 
 func (a *Admission) log() *slog.Logger {
-	if a.Log == nil {
+	if a.Logger == nil {
 		return slog.Default()
 	}
-	return a.Log
+	return a.Logger
 }
 
 // name is the pod's name, or its generateName with a "*".

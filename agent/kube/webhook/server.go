@@ -91,8 +91,8 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Gatherer serves /metrics; nil: prometheus.DefaultGatherer.
 	Gatherer prometheus.Gatherer
-	// Log; nil: slog.Default().
-	Log *slog.Logger
+	// Logger; nil: slog.Default().
+	Logger *slog.Logger
 	// Ready, when set, is told the listener's address once it listens
 	// (tests use port 0).
 	Ready func(addr net.Addr)
@@ -110,8 +110,8 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.Client == nil || opts.Certificates == nil || opts.OwnNamespace == "" {
 		return errors.New("webhook: a client, certificates and probed's own namespace are required")
 	}
-	if opts.Log == nil {
-		opts.Log = slog.Default()
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
 	}
 	if opts.Namespaces == "" {
 		opts.Namespaces = offload.DefaultNamespaceSelector
@@ -149,7 +149,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	adm := &Admission{Config: cfg, Selected: selected.Selects, Excluded: []string{KubeSystem, opts.OwnNamespace}, Log: opts.Log, metrics: m}
+	adm := &Admission{Config: cfg, Selected: selected.Selects, Excluded: []string{KubeSystem, opts.OwnNamespace}, Logger: opts.Logger, metrics: m}
 
 	ready := func() bool {
 		for _, s := range scopes {
@@ -185,7 +185,7 @@ func Run(ctx context.Context, opts Options) error {
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       90 * time.Second,
-		ErrorLog:          slog.NewLogLogger(opts.Log.Handler(), slog.LevelDebug),
+		ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -198,13 +198,13 @@ func Run(ctx context.Context, opts Options) error {
 	if r, ok := opts.Certificates.(runner); ok {
 		wg.Go(func() {
 			if err := r.Run(ctx); err != nil {
-				opts.Log.Error("webhook: serving certificate", "err", err)
+				opts.Logger.Error("webhook: serving certificate", "err", err)
 			}
 		})
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.ServeTLS(ln, "", "") }()
-	opts.Log.Info("offload webhook serving", "addr", ln.Addr().String(), "namespaces", opts.Namespaces, "livenessRestarts", opts.LivenessRestarts)
+	opts.Logger.Info("offload webhook serving", "addr", ln.Addr().String(), "namespaces", opts.Namespaces, "livenessRestarts", opts.LivenessRestarts)
 	if opts.Ready != nil {
 		opts.Ready(ln.Addr())
 	}

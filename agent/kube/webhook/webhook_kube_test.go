@@ -70,7 +70,7 @@ func start(t *testing.T, c kubernetes.Interface, own, name string) *running {
 			Listen:           "127.0.0.1:0",
 			Certificates:     keeper,
 			Ready:            func(a net.Addr) { addr <- a },
-			Log:              slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
 		})
 		if err != nil {
 			t.Errorf("webhook.Run: %v", err)

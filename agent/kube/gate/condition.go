@@ -33,15 +33,15 @@ const (
 	ReasonNoProbes = "NoProbes"
 )
 
-// The messages of the True verdicts.
+// The messages of the True conditions.
 const (
 	MessageProbesSucceeded = "all readiness probes succeeded"
 	MessageNoProbes        = "no readiness probe in the " + customprobe.Annotation + " annotation or the " + customprobe.OffloadedAnnotation + " record"
 )
 
-// Verdict is the readiness-gate condition probed wants on a pod.
-type Verdict struct {
-	// Known is false while some probe that decides the verdict has no
+// Condition is the readiness-gate condition probed wants on a pod.
+type Condition struct {
+	// Known is false while some probe that decides the condition has no
 	// result yet (a container that survived a restart of probed, W6c, or
 	// a worker that has not seen its container): the pod's existing
 	// condition is kept and nothing is written, as the kubelet keeps Ready
@@ -57,12 +57,12 @@ type Verdict struct {
 	Message string
 }
 
-// Results are the results managers a verdict reads.
+// Results are the results managers a condition reads.
 type Results struct {
 	Readiness, Startup results.Manager
 }
 
-// Decide computes the readiness-gate verdict of pod from the probes probed
+// Decide computes the readiness-gate condition of pod from the probes probed
 // runs for it (its view, podprobes.View: in cluster mode the elements of
 // the probed.io/probes annotation that were not refused), its container
 // statuses as the kubelet wrote them, and the results managers; proberStart
@@ -75,16 +75,16 @@ type Results struct {
 //     Success; Failure or Unknown (W1) is False, ContainerNotStarted. With
 //     no result, a container that survived a restart of probed and that the
 //     pod's status reports started counts as started (M8); otherwise the
-//     verdict is not known, unless its readiness result is Failure (then
+//     condition is not known, unless its readiness result is Failure (then
 //     False, ContainerNotStarted);
 //   - readiness probe: Success passes, Failure is False (ProbeFailed, or
 //     ContainerNotStarted when the container has not started); no result
 //     is not known.
 //
-// Any False makes the verdict False (the first failure gives the reason);
+// Any False makes the condition False (the first failure gives the reason);
 // else anything not known makes it not known; else True, ProbeSucceeded, or
 // NoProbes when the pod has no annotation readiness probe.
-func Decide(pod *v1.Pod, probes *podprobes.View, res Results, proberStart time.Time) Verdict {
+func Decide(pod *v1.Pod, probes *podprobes.View, res Results, proberStart time.Time) Condition {
 	type want struct{ readiness, startup bool }
 	wanted := map[string]*want{}
 	readinessProbes := 0
@@ -120,13 +120,13 @@ func Decide(pod *v1.Pod, probes *podprobes.View, res Results, proberStart time.T
 	}
 	switch {
 	case len(d.failures) > 0:
-		return Verdict{Known: true, Status: v1.ConditionFalse, Reason: d.reason, Message: strings.Join(d.failures, "; ")}
+		return Condition{Known: true, Status: v1.ConditionFalse, Reason: d.reason, Message: strings.Join(d.failures, "; ")}
 	case d.unknown:
-		return Verdict{}
+		return Condition{}
 	case readinessProbes == 0:
-		return Verdict{Known: true, Status: v1.ConditionTrue, Reason: ReasonNoProbes, Message: MessageNoProbes}
+		return Condition{Known: true, Status: v1.ConditionTrue, Reason: ReasonNoProbes, Message: MessageNoProbes}
 	}
-	return Verdict{Known: true, Status: v1.ConditionTrue, Reason: ReasonProbeSucceeded, Message: MessageProbesSucceeded}
+	return Condition{Known: true, Status: v1.ConditionTrue, Reason: ReasonProbeSucceeded, Message: MessageProbesSucceeded}
 }
 
 // decision collects the per-container outcomes of Decide.

@@ -67,7 +67,7 @@ func (r *resultsSet) startup(name string, v results.Result) *resultsSet {
 	return r
 }
 
-func decide(t *testing.T, pod *v1.Pod, r *resultsSet) Verdict {
+func decide(t *testing.T, pod *v1.Pod, r *resultsSet) Condition {
 	t.Helper()
 	probes, _ := viewOf(pod)
 	if len(probes.Refused) > 0 {
@@ -94,90 +94,90 @@ func TestDecide(t *testing.T) {
 		name    string
 		pod     *v1.Pod
 		results *resultsSet
-		want    Verdict
+		want    Condition
 	}{
 		{"readiness Success → True ProbeSucceeded",
 			gatedPod(fresh, probeJSON("app", "readiness")), newResults().readiness("app", results.Success),
-			Verdict{true, v1.ConditionTrue, ReasonProbeSucceeded, MessageProbesSucceeded}},
+			Condition{true, v1.ConditionTrue, ReasonProbeSucceeded, MessageProbesSucceeded}},
 		{"readiness Failure (also W1's initial value) → False ProbeFailed",
 			gatedPod(fresh, probeJSON("app", "readiness")), newResults().readiness("app", results.Failure),
-			Verdict{true, v1.ConditionFalse, ReasonProbeFailed, "readiness probe of container app failed"}},
+			Condition{true, v1.ConditionFalse, ReasonProbeFailed, "readiness probe of container app failed"}},
 		{"two failing readiness probes are both named, in pod order",
 			gatedPod(fresh, probeJSON("side", "readiness"), probeJSON("app", "readiness")),
 			newResults().readiness("app", results.Failure).readiness("side", results.Failure),
-			Verdict{true, v1.ConditionFalse, ReasonProbeFailed, "readiness probe of container app failed; readiness probe of container side failed"}},
+			Condition{true, v1.ConditionFalse, ReasonProbeFailed, "readiness probe of container app failed; readiness probe of container side failed"}},
 		{"one Success and one Failure → False naming the failing one",
 			gatedPod(fresh, probeJSON("app", "readiness"), probeJSON("side", "readiness")),
 			newResults().readiness("app", results.Success).readiness("side", results.Failure),
-			Verdict{true, v1.ConditionFalse, ReasonProbeFailed, "readiness probe of container side failed"}},
+			Condition{true, v1.ConditionFalse, ReasonProbeFailed, "readiness probe of container side failed"}},
 		{"no annotation probe → True NoProbes (never stranded)",
 			gatedPod(fresh), newResults(),
-			Verdict{true, v1.ConditionTrue, ReasonNoProbes, MessageNoProbes}},
+			Condition{true, v1.ConditionTrue, ReasonNoProbes, MessageNoProbes}},
 		{"only a liveness probe → True NoProbes",
 			gatedPod(fresh, probeJSON("app", "liveness")), newResults(),
-			Verdict{true, v1.ConditionTrue, ReasonNoProbes, MessageNoProbes}},
+			Condition{true, v1.ConditionTrue, ReasonNoProbes, MessageNoProbes}},
 		{"startup probe succeeded, no readiness probe → True NoProbes",
 			gatedPod(fresh, probeJSON("app", "startup")), newResults().startup("app", results.Success),
-			Verdict{true, v1.ConditionTrue, ReasonNoProbes, MessageNoProbes}},
+			Condition{true, v1.ConditionTrue, ReasonNoProbes, MessageNoProbes}},
 		{"startup Unknown (W1) → False ContainerNotStarted",
 			gatedPod(fresh, probeJSON("app", "startup"), probeJSON("app", "readiness")),
 			newResults().startup("app", results.Unknown).readiness("app", results.Failure),
-			Verdict{true, v1.ConditionFalse, ReasonContainerNotStarted, "startup probe of container app has not succeeded"}},
+			Condition{true, v1.ConditionFalse, ReasonContainerNotStarted, "startup probe of container app has not succeeded"}},
 		{"startup Failure → False ContainerNotStarted, readiness not judged",
 			gatedPod(fresh, probeJSON("app", "startup"), probeJSON("app", "readiness")),
 			newResults().startup("app", results.Failure).readiness("app", results.Success),
-			Verdict{true, v1.ConditionFalse, ReasonContainerNotStarted, "startup probe of container app has not succeeded"}},
+			Condition{true, v1.ConditionFalse, ReasonContainerNotStarted, "startup probe of container app has not succeeded"}},
 		{"startup Success and readiness Success → True",
 			gatedPod(fresh, probeJSON("app", "startup"), probeJSON("app", "readiness")),
 			newResults().startup("app", results.Success).readiness("app", results.Success),
-			Verdict{true, v1.ConditionTrue, ReasonProbeSucceeded, MessageProbesSucceeded}},
+			Condition{true, v1.ConditionTrue, ReasonProbeSucceeded, MessageProbesSucceeded}},
 		{"no startup result yet, readiness Failure → False ContainerNotStarted",
 			gatedPod(fresh, probeJSON("app", "startup"), probeJSON("app", "readiness")),
 			newResults().readiness("app", results.Failure),
-			Verdict{true, v1.ConditionFalse, ReasonContainerNotStarted, "startup probe of container app has not succeeded"}},
+			Condition{true, v1.ConditionFalse, ReasonContainerNotStarted, "startup probe of container app has not succeeded"}},
 		{"container not running → False ContainerNotStarted",
 			notRunning(gatedPod(fresh, probeJSON("app", "readiness"))), newResults().readiness("app", results.Success),
-			Verdict{true, v1.ConditionFalse, ReasonContainerNotStarted, "container app is not running"}},
+			Condition{true, v1.ConditionFalse, ReasonContainerNotStarted, "container app is not running"}},
 		{"no container status yet (a new pod) → False ContainerNotStarted",
 			noStatus(gatedPod(fresh, probeJSON("app", "readiness"))), newResults(),
-			Verdict{true, v1.ConditionFalse, ReasonContainerNotStarted, "container app is not running"}},
+			Condition{true, v1.ConditionFalse, ReasonContainerNotStarted, "container app is not running"}},
 		{"the kubelet reports the container not started → False ContainerNotStarted",
 			notStartedByKubelet(gatedPod(fresh, probeJSON("app", "readiness"))), newResults().readiness("app", results.Failure),
-			Verdict{true, v1.ConditionFalse, ReasonContainerNotStarted, "container app has not started"}},
+			Condition{true, v1.ConditionFalse, ReasonContainerNotStarted, "container app has not started"}},
 		{"a stopped container fails the pod even when another is unknown",
 			notRunning(gatedPod(fresh, probeJSON("app", "readiness"), probeJSON("side", "readiness"))), newResults(),
-			Verdict{true, v1.ConditionFalse, ReasonContainerNotStarted, "container app is not running"}},
+			Condition{true, v1.ConditionFalse, ReasonContainerNotStarted, "container app is not running"}},
 
 		// Not known: keep the pod's condition (M8, M9 analogue).
 		{"no readiness result yet → not known",
-			gatedPod(fresh, probeJSON("app", "readiness")), newResults(), Verdict{}},
+			gatedPod(fresh, probeJSON("app", "readiness")), newResults(), Condition{}},
 		{"survivor of a restart without results → not known (W6c)",
-			gatedPod(survivor, probeJSON("app", "readiness")), newResults(), Verdict{}},
+			gatedPod(survivor, probeJSON("app", "readiness")), newResults(), Condition{}},
 		{"one Success, one without result → not known",
 			gatedPod(fresh, probeJSON("app", "readiness"), probeJSON("side", "readiness")),
-			newResults().readiness("app", results.Success), Verdict{}},
+			newResults().readiness("app", results.Success), Condition{}},
 		{"no startup result on a fresh container, readiness Success → not known",
 			gatedPod(fresh, probeJSON("app", "startup"), probeJSON("app", "readiness")),
-			newResults().readiness("app", results.Success), Verdict{}},
+			newResults().readiness("app", results.Success), Condition{}},
 		{"startup-only fresh container without result → not known",
-			gatedPod(fresh, probeJSON("app", "startup")), newResults(), Verdict{}},
+			gatedPod(fresh, probeJSON("app", "startup")), newResults(), Condition{}},
 		{"survivor reported started, no startup result, readiness Success → True (M8)",
 			gatedPod(survivor, probeJSON("app", "startup"), probeJSON("app", "readiness")),
 			newResults().readiness("app", results.Success),
-			Verdict{true, v1.ConditionTrue, ReasonProbeSucceeded, MessageProbesSucceeded}},
+			Condition{true, v1.ConditionTrue, ReasonProbeSucceeded, MessageProbesSucceeded}},
 		{"survivor started 3 s before probed (inside the kubelet's 10 s window: cluster mode's is 0), no startup result → True (M8)",
 			gatedPod(proberStart.Add(-3*time.Second), probeJSON("app", "startup"), probeJSON("app", "readiness")),
 			newResults().readiness("app", results.Success),
-			Verdict{true, v1.ConditionTrue, ReasonProbeSucceeded, MessageProbesSucceeded}},
+			Condition{true, v1.ConditionTrue, ReasonProbeSucceeded, MessageProbesSucceeded}},
 		{"survivor reported not started, no startup result → not known",
 			notStartedByKubelet(gatedPod(survivor, probeJSON("app", "startup"), probeJSON("app", "readiness"))),
-			newResults().readiness("app", results.Success), Verdict{}},
+			newResults().readiness("app", results.Success), Condition{}},
 		{"a result of an earlier container instance does not count",
 			func() *v1.Pod {
 				pod := gatedPod(fresh, probeJSON("app", "readiness"))
 				pod.Status.ContainerStatuses[0].ContainerID = "containerd://app-2"
 				return pod
-			}(), newResults().readiness("app", results.Success), Verdict{}},
+			}(), newResults().readiness("app", results.Success), Condition{}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -200,7 +200,7 @@ func TestDecideSidecar(t *testing.T) {
 		State: v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: metav1.NewTime(proberStart.Add(time.Minute))}},
 	}}
 	r := newResults().readiness("app", results.Failure).readiness("proxy", results.Failure)
-	want := Verdict{true, v1.ConditionFalse, ReasonProbeFailed, "readiness probe of container proxy failed; readiness probe of container app failed"}
+	want := Condition{true, v1.ConditionFalse, ReasonProbeFailed, "readiness probe of container proxy failed; readiness probe of container app failed"}
 	if got := decide(t, pod, r); got != want {
 		t.Errorf("Decide:\n got %+v\nwant %+v", got, want)
 	}
@@ -244,7 +244,7 @@ func TestDecideIgnoresBadElements(t *testing.T) {
 	}
 	r := newResults().readiness("app", results.Success)
 	got := Decide(pod, probes, r.res, proberStart)
-	want := Verdict{true, v1.ConditionTrue, ReasonProbeSucceeded, MessageProbesSucceeded}
+	want := Condition{true, v1.ConditionTrue, ReasonProbeSucceeded, MessageProbesSucceeded}
 	if got != want {
 		t.Errorf("Decide:\n got %+v\nwant %+v", got, want)
 	}
