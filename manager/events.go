@@ -131,22 +131,21 @@ func (e *ProbeEvents) ProbeRan(r RunRecord) {
 	thresholds := r.Origin == runtime.OriginAnnotation
 	perRun := !transitions && !thresholds // the kubelet's K4: every run, before its threshold
 	typ := r.ProbeType.String()
-	ref := runtime.ContainerRef(r.Pod, r.ContainerName)
 	switch {
 	case r.Err != nil:
 		if transitions && r.ErroredBefore {
 			return
 		}
-		e.eventf(r, ref, v1.EventTypeWarning, ReasonUnhealthy, "%s probe errored and resulted in %s state: %s", typ, r.Result, r.Message)
+		e.eventf(r, v1.EventTypeWarning, ReasonUnhealthy, "%s probe errored and resulted in %s state: %s", typ, r.Result, r.Message)
 		return
 	case r.Discarded:
 		return
 	case r.Result == runtime.Warning && !transitions:
-		e.eventf(r, ref, v1.EventTypeWarning, ReasonProbeWarning, "%s probe warning: %s", typ, r.Message)
+		e.eventf(r, v1.EventTypeWarning, ReasonProbeWarning, "%s probe warning: %s", typ, r.Message)
 	case r.Result != runtime.Success && r.Result != runtime.Warning:
 		if perRun {
 			if r.Result == runtime.Failure { // P6: an unknown result without an error records nothing
-				e.eventf(r, ref, v1.EventTypeWarning, ReasonUnhealthy, "%s probe failed: %s", typ, r.Message)
+				e.eventf(r, v1.EventTypeWarning, ReasonUnhealthy, "%s probe failed: %s", typ, r.Message)
 			}
 			return
 		}
@@ -154,19 +153,19 @@ func (e *ProbeEvents) ProbeRan(r RunRecord) {
 			return
 		}
 		if !thresholds {
-			e.eventf(r, ref, v1.EventTypeWarning, ReasonUnhealthy, "%s probe failed: %s", typ, r.Message)
+			e.eventf(r, v1.EventTypeWarning, ReasonUnhealthy, "%s probe failed: %s", typ, r.Message)
 			return
 		}
 		switch {
 		case r.Count < r.Threshold:
-			e.eventf(r, ref, v1.EventTypeWarning, ReasonBelowThreshold, "%s probe failed (%d/%d, threshold not reached): %s", typ, r.Count, r.Threshold, r.Message)
+			e.eventf(r, v1.EventTypeWarning, ReasonBelowThreshold, "%s probe failed (%d/%d, threshold not reached): %s", typ, r.Count, r.Threshold, r.Message)
 		case r.Transition:
-			e.eventf(r, ref, v1.EventTypeWarning, ReasonUnhealthy, "%s probe failed (%d/%d): %s: %s", typ, r.Count, r.Threshold, e.failed(r), r.Message)
+			e.eventf(r, v1.EventTypeWarning, ReasonUnhealthy, "%s probe failed (%d/%d): %s: %s", typ, r.Count, r.Threshold, e.failed(r), r.Message)
 		default:
 			// No count past the threshold: the repeats of a failing probe
 			// are one text, folded into one event with a count (the
 			// event ring, client-go's EventSeries), as the kubelet's are.
-			e.eventf(r, ref, v1.EventTypeWarning, ReasonUnhealthy, "%s probe failed (threshold %d reached): %s: %s", typ, r.Threshold, standing(r.ProbeType), r.Message)
+			e.eventf(r, v1.EventTypeWarning, ReasonUnhealthy, "%s probe failed (threshold %d reached): %s: %s", typ, r.Threshold, standing(r.ProbeType), r.Message)
 		}
 		return
 	}
@@ -174,15 +173,18 @@ func (e *ProbeEvents) ProbeRan(r RunRecord) {
 		return
 	}
 	if r.Failures > 0 {
-		e.eventf(r, ref, v1.EventTypeNormal, ReasonProbeSucceeded, "%s probe succeeded after %d %s: %s", typ, r.Failures, plural(r.Failures, "failure", "failures"), succeeded(r.ProbeType))
+		e.eventf(r, v1.EventTypeNormal, ReasonProbeSucceeded, "%s probe succeeded after %d %s: %s", typ, r.Failures, plural(r.Failures, "failure", "failures"), succeeded(r.ProbeType))
 		return
 	}
-	e.eventf(r, ref, v1.EventTypeNormal, ReasonProbeSucceeded, "%s probe succeeded: %s", typ, succeeded(r.ProbeType))
+	e.eventf(r, v1.EventTypeNormal, ReasonProbeSucceeded, "%s probe succeeded: %s", typ, succeeded(r.ProbeType))
 }
 
 // eventf records one event of a run, with its probe's origin when the
-// recorder keeps it.
-func (e *ProbeEvents) eventf(r RunRecord, ref *v1.ObjectReference, eventtype, reason, format string, args ...any) {
+// recorder keeps it. The container's reference is made here, for the runs
+// that record one: most runs (every Success that changes nothing) record
+// none, and ProbeRan is on every run's path.
+func (e *ProbeEvents) eventf(r RunRecord, eventtype, reason, format string, args ...any) {
+	ref := runtime.ContainerRef(r.Pod, r.ContainerName)
 	if pr, ok := e.recorder.(runtime.ProbeRecorder); ok && r.Origin != 0 {
 		pr.ProbeEventf(r.Origin, ref, eventtype, reason, format, args...)
 		return
