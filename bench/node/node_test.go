@@ -17,7 +17,9 @@
 // probed as it is by default, probed with --http-keep-alive, the bare
 // prober of cmd/bareprober, the kubelet, and the kubelet's manifests
 // moved to probed by the offload webhook; the pods without probes always
-// run); PROBED_BENCH_NODE_PROBED_ARGS, more flags for probed (e.g.
+// run); PROBED_BENCH_NODE_EXEC_SIDES, the sides of the exec runs (default
+// "probed,probed-resident,kubelet": probed through ExecSync, probed with
+// --exec-mode resident, the kubelet); PROBED_BENCH_NODE_PROBED_ARGS, more flags for probed (e.g.
 // "--scheduler-coalesce=0"); PROBED_BENCH_NODE_WINDOW (default 60s);
 // PROBED_BENCH_NODE_OUT, the JSON lines (default out/node.jsonl, emptied
 // first). It skips without PROBED_TEST_NODE.
@@ -93,7 +95,13 @@ func BenchmarkNodeDensity(b *testing.B) {
 			b.Fatalf("PROBED_BENCH_NODE_SIDES: %q is not one of %v", side, nodebench.Sides)
 		}
 	}
-	e := &env{n: n, bin: nodebench.ProbedBinary(b, filepath.Join("..", "..")), window: window, out: out, admin: kubetest.Client(b), sides: sides,
+	execSides := envStrings(b, "PROBED_BENCH_NODE_EXEC_SIDES", nodebench.ExecSides)
+	for _, side := range execSides {
+		if !slices.Contains(nodebench.ExecSides, side) {
+			b.Fatalf("PROBED_BENCH_NODE_EXEC_SIDES: %q is not one of %v", side, nodebench.ExecSides)
+		}
+	}
+	e := &env{n: n, bin: nodebench.ProbedBinary(b, filepath.Join("..", "..")), window: window, out: out, admin: kubetest.Client(b), sides: sides, execSides: execSides,
 		probedArgs: strings.Fields(os.Getenv("PROBED_BENCH_NODE_PROBED_ARGS"))}
 	if slices.Contains(sides, nodebench.SideBare) {
 		e.bare = bareBinary(b)
@@ -125,6 +133,7 @@ type env struct {
 	out        string
 	admin      kubernetes.Interface
 	sides      []string   // of the HTTP/TCP runs (nodebench.Sides)
+	execSides  []string   // of the exec runs (nodebench.ExecSides)
 	probedArgs []string   // more flags for every probed run
 	webhook    *agentProc // `probed webhook`, once the offloaded side runs
 }
@@ -172,18 +181,28 @@ func (e *env) runCount(b *testing.B, pods int, withHTTP, withExec bool) {
 			p.stop(b)
 		}
 	}
-	if withExec {
+	if withExec && (slices.Contains(e.execSides, nodebench.SideProbed) || slices.Contains(e.execSides, nodebench.SideProbedResident)) {
 		e.annotate(b, ns, targets, func(tg nodetest.Target) string { return annotation(nodebench.KindExec, tg) })
-		a := e.startProbed(b, "--container-runtime-endpoint", e.n.CRIEndpoint)
-		e.waitPods(b, ns, pods, true)
-		e.measure(b, ns, nodebench.KindExec, nodebench.SideProbed, targets, a.prober(), &base)
-		a.stop(b)
+		for _, side := range []string{nodebench.SideProbed, nodebench.SideProbedResident} {
+			if !slices.Contains(e.execSides, side) {
+				continue
+			}
+			mode := "execsync"
+			if side == nodebench.SideProbedResident {
+				mode = "resident"
+			}
+			a := e.startProbed(b, "--container-runtime-endpoint", e.n.CRIEndpoint, "--exec-mode", mode)
+			e.waitPods(b, ns, pods, true)
+			e.measure(b, ns, nodebench.KindExec, side, targets, a.prober(), &base)
+			a.stop(b)
+		}
 	}
 	e.deletePods(b, ns)
 
 	// The kubelet's spec probes on new pods of the same shape.
 	for _, kind := range []string{nodebench.KindHTTP, nodebench.KindExec} {
-		if (kind == nodebench.KindHTTP && (!withHTTP || !e.runs(nodebench.SideKubelet))) || (kind == nodebench.KindExec && !withExec) {
+		if (kind == nodebench.KindHTTP && (!withHTTP || !e.runs(nodebench.SideKubelet))) ||
+			(kind == nodebench.KindExec && (!withExec || !slices.Contains(e.execSides, nodebench.SideKubelet))) {
 			continue
 		}
 		ns := e.namespace(b)

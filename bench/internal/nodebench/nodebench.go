@@ -55,17 +55,27 @@ const (
 	// probe moves too). The webhook acts once per pod creation, outside
 	// the window.
 	SideOffloaded = "offloaded"
+	// SideProbedResident: exec runs only: SideProbed with --exec-mode
+	// resident (one resident helper per container runs each probe's
+	// command: no runc exec per run; docs/cluster.md "The resident exec
+	// helper"). The helper's processes are the pods' (Node.classify).
+	SideProbedResident = "probed-resident"
 )
 
 // Sides lists every side of an HTTP/TCP run, in the order they run on the
 // same pods (the kubelet's and the offloaded on new pods after them).
 var Sides = []string{SideProbed, SideProbedKeepAlive, SideBare, SideKubelet, SideOffloaded}
 
+// ExecSides lists every side of an exec run, in the order they run: probed
+// through ExecSync and through resident helpers on the same pods, then the
+// kubelet on new pods.
+var ExecSides = []string{SideProbed, SideProbedResident, SideKubelet}
+
 // IsProber reports whether side's prober is a process of its own whose CPU
-// is the Probed part (probed, with or without keep-alive or through the
-// offload webhook, or the bare prober).
+// is the Probed part (probed, with or without keep-alive, resident helpers
+// or the offload webhook, or the bare prober).
 func IsProber(side string) bool {
-	return side == SideProbed || side == SideProbedKeepAlive || side == SideBare || side == SideOffloaded
+	return side == SideProbed || side == SideProbedKeepAlive || side == SideBare || side == SideOffloaded || side == SideProbedResident
 }
 
 // CPUSeconds is the CPU time of each part of the node in a run's window.

@@ -67,8 +67,10 @@ type CPU struct {
 	// Shims: every containerd shim of the node with the children it reaped:
 	// runc (create, exec, kill) and the processes exec probes ran.
 	Shims time.Duration
-	// Pods: the containers' own long-running processes (the shims' live
-	// children: the pause and probe-target processes), without children.
+	// Pods: the containers' own processes (the shims' live descendants:
+	// the pause and probe-target processes, a resident exec helper's
+	// shells), with the children they reaped (a helper's per-run
+	// processes).
 	Pods   time.Duration
 	Probed time.Duration
 	// Control: the node's kube-apiserver and etcd (not part of the node).
@@ -85,15 +87,39 @@ func (c CPU) Sub(o CPU) CPU {
 }
 
 // Sample reads the node's CPU now. Shims are found by their command line
-// (-address SOCKET), their live children by parent PID.
+// (-address SOCKET); the containers' processes are the shims' descendants.
 func (n Node) Sample() CPU {
-	var c CPU
 	procs := allProcs()
 	shims := map[int]bool{}
 	for _, p := range procs {
 		if strings.HasPrefix(p.comm, "containerd-shim") && strings.Contains(cmdline(p.pid), "-address "+n.Socket) {
 			shims[p.pid] = true
 		}
+	}
+	return n.classify(procs, shims)
+}
+
+// classify sums procs into the node's parts. A shim counts with the
+// children it reaped (runc, and the processes of ExecSync runs); every
+// live descendant of a shim is the pods' — the pause and target processes,
+// a resident exec helper's shells — each with the children it reaped (a
+// helper's per-run processes), so a process that ended in the window is
+// counted once, in the live parent that reaped it.
+func (n Node) classify(procs []proc, shims map[int]bool) CPU {
+	var c CPU
+	parent := make(map[int]int, len(procs))
+	for _, p := range procs {
+		parent[p.pid] = p.ppid
+	}
+	// underShim: pid's parent chain reaches a shim (bounded: a chain
+	// longer than the process table is a loop read mid-change).
+	underShim := func(pid int) bool {
+		for i, q := 0, parent[pid]; i < len(procs) && q > 1; i, q = i+1, parent[q] {
+			if shims[q] {
+				return true
+			}
+		}
+		return false
 	}
 	for _, p := range procs {
 		all := p.self + p.kids
@@ -108,8 +134,8 @@ func (n Node) Sample() CPU {
 			c.Control += all
 		case shims[p.pid]:
 			c.Shims += all
-		case shims[p.ppid]:
-			c.Pods += p.self
+		case underShim(p.pid):
+			c.Pods += all
 		}
 	}
 	return c

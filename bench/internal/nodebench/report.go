@@ -30,6 +30,12 @@ const (
 	// LatenessP99Ms.
 	BareRatio     = 0.5
 	LatenessP99Ms = 20
+	// ResidentRatio, ResidentKeepUp: with resident exec helpers, the
+	// node's CPU per exec run at most ResidentRatio times the kubelet's,
+	// and keeping up at ResidentKeepUp times the exec pods where the
+	// kubelet stops keeping up.
+	ResidentRatio  = 0.1
+	ResidentKeepUp = 3
 	// keepUpShare: a side keeps up when it runs at least this share of the
 	// expected probes, every pod is ready, and (HTTP/TCP) its lateness p99
 	// is under one period.
@@ -59,17 +65,17 @@ func Render(results []Result, header, img string) string {
 			probedCores(r), perRun(r.NodeMsPerRun, r), perRun(r.ProbingMsPerRun, r), lat, missed, r.CPU.Control/w)
 	}
 
-	b.WriteString("\n**Exec readiness probes** (`true` in the container, through CRI `ExecSync`: a `runc exec` each), period 1 s (1 run a pod a second):\n\n")
-	b.WriteString("| pods | side | ready | runs/s (expected) | false failures | ExecSync calls/s | node CPU, cores | kubelet | containerd | shims + runc | prober | node ms / run | probing ms / run | execs in flight, most seen (lane) |\n")
-	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("\n**Exec readiness probes** (`true` in the container: through CRI `ExecSync`, a `runc exec` each, or with `probed-resident` through one resident helper per container), period 1 s (1 run a pod a second):\n\n")
+	b.WriteString("| pods | side | ready | runs/s (expected) | false failures | ExecSync calls/s | node CPU, cores | kubelet | containerd | shims + runc | pods' processes (helpers) | prober | node ms / run | probing ms / run | execs in flight, most seen (lane) |\n")
+	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range sorted(results, KindExec) {
 		w := r.WindowSeconds
 		lane := "unbounded"
 		if r.ExecLane > 0 {
 			lane = fmt.Sprint(r.ExecLane)
 		}
-		fmt.Fprintf(&b, "| %d | %s | %d | %s | %s | %.1f | %.3f | %.3f | %.3f | %.3f | %s | %s | %s | %d (%s) |\n",
-			r.Pods, r.Side, r.Ready, rate(r), failed(r), float64(r.ExecCalls)/w, r.CPU.Node/w, r.CPU.Kubelet/w, r.CPU.Containerd/w, r.CPU.Shims/w,
+		fmt.Fprintf(&b, "| %d | %s | %d | %s | %s | %.1f | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %s | %s | %d (%s) |\n",
+			r.Pods, r.Side, r.Ready, rate(r), failed(r), float64(r.ExecCalls)/w, r.CPU.Node/w, r.CPU.Kubelet/w, r.CPU.Containerd/w, r.CPU.Shims/w, r.CPU.Pods/w,
 			probedCores(r), perRun(r.NodeMsPerRun, r), perRun(r.ProbingMsPerRun, r), r.ExecsInFlightMax, lane)
 	}
 	b.WriteString("\n#### Targets\n\n")
@@ -124,7 +130,7 @@ func loadRange(results []Result) (lo, hi float64) {
 // sorted returns the runs of kind, with the runs without probes at the same
 // pod counts, by pods, then none, kubelet, probed.
 func sorted(results []Result, kind string) []Result {
-	order := map[string]int{SideNone: 0, SideKubelet: 1, SideBare: 2, SideProbed: 3, SideProbedKeepAlive: 4, SideOffloaded: 5}
+	order := map[string]int{SideNone: 0, SideKubelet: 1, SideBare: 2, SideProbed: 3, SideProbedKeepAlive: 4, SideOffloaded: 5, SideProbedResident: 6}
 	var out []Result
 	for _, r := range results {
 		if (r.Side == SideNone && hasKind(results, kind, r.Pods)) || (r.Side != SideNone && r.Kind == kind) {
@@ -217,8 +223,9 @@ func Targets(results []Result) []string {
 			n, p.NodeMsPerRun, k.NodeMsPerRun, p.NodeMsPerRun/k.NodeMsPerRun, verdict(p.NodeMsPerRun <= k.NodeMsPerRun),
 			p.ExecsInFlightMax, p.ExecLane, verdict(p.ExecsInFlightMax <= p.ExecLane), k.ExecsInFlightMax))
 	}
+	out = append(out, residentTargets(results, counts(KindExec), verdict)...)
 	for _, kind := range []string{KindHTTP, KindExec} {
-		for _, side := range []string{SideKubelet, SideBare, SideProbed, SideProbedKeepAlive, SideOffloaded} {
+		for _, side := range []string{SideKubelet, SideBare, SideProbed, SideProbedKeepAlive, SideOffloaded, SideProbedResident} {
 			last, first := 0, 0
 			for _, n := range counts(kind) {
 				r, ok := find(results, kind, side, n)
@@ -284,6 +291,47 @@ func keepAliveTargets(results []Result, counts []int, verdict func(bool) string)
 	return out
 }
 
+// residentTargets says met or missed for the resident helper's targets:
+// per exec pod count, its node CPU per run against the kubelet's on the
+// same count; then the most pods it kept up at against the fewest where the
+// kubelet stopped (keepsUp).
+func residentTargets(results []Result, counts []int, verdict func(bool) string) []string {
+	var out []string
+	kubeletStops, residentKeeps := 0, 0
+	for _, n := range counts {
+		k, okK := find(results, KindExec, SideKubelet, n)
+		r, okR := find(results, KindExec, SideProbedResident, n)
+		if okK && !keepsUp(k) && kubeletStops == 0 {
+			kubeletStops = n
+		}
+		if okR && keepsUp(r) {
+			residentKeeps = n
+		}
+		if !okK || !okR || k.NodeMsPerRun == 0 || r.Runs == 0 {
+			continue
+		}
+		ratio := r.NodeMsPerRun / k.NodeMsPerRun
+		line := fmt.Sprintf("exec, %d pods, resident helpers: node CPU per run %.2f ms, with the kubelet %.1f ms: %.3f× (target ≤ %.1f×) %s",
+			n, r.NodeMsPerRun, k.NodeMsPerRun, ratio, ResidentRatio, verdict(ratio <= ResidentRatio))
+		if k.ProbingMsPerRun > 0 {
+			line += fmt.Sprintf("; above the same pods without probes: %.2f ms against %.1f ms (%.3f×)", r.ProbingMsPerRun, k.ProbingMsPerRun, r.ProbingMsPerRun/k.ProbingMsPerRun)
+		}
+		out = append(out, line)
+	}
+	switch {
+	case kubeletStops == 0:
+		// The kubelet kept up at every count measured: no bound to hold the
+		// helper to.
+	case residentKeeps == 0:
+		out = append(out, fmt.Sprintf("exec, resident helpers: the kubelet stops keeping up at %d pods; the helpers kept up at no count measured (target: ≥ %d pods) **missed**",
+			kubeletStops, ResidentKeepUp*kubeletStops))
+	default:
+		out = append(out, fmt.Sprintf("exec, resident helpers: keep up at %d pods, the kubelet stops at %d: %.1f× (target ≥ %d×) %s",
+			residentKeeps, kubeletStops, float64(residentKeeps)/float64(kubeletStops), ResidentKeepUp, verdict(residentKeeps >= ResidentKeepUp*kubeletStops)))
+	}
+	return out
+}
+
 // Plot draws, for HTTP/TCP and exec, the node's CPU (cores) and its CPU per
 // probe run against the pod count, one line per side.
 func Plot(results []Result, path string) error {
@@ -296,6 +344,8 @@ func Plot(results []Result, path string) error {
 		SideProbedKeepAlive: color.RGBA{R: 0x6b, G: 0xae, B: 0xd6, A: 255},
 		// probed through the offload webhook: green.
 		SideOffloaded: color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 255},
+		// probed with resident exec helpers: purple.
+		SideProbedResident: color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 255},
 	}
 	mk := func(title, ylabel, kind string, y func(Result) (float64, bool)) (*plot.Plot, error) {
 		p := plot.New()
@@ -304,7 +354,7 @@ func Plot(results []Result, path string) error {
 		p.Y.Label.Text = ylabel
 		p.Y.Min = 0
 		p.Legend.Top, p.Legend.Left = true, true
-		for _, side := range []string{SideKubelet, SideBare, SideProbed, SideProbedKeepAlive, SideOffloaded, SideNone} {
+		for _, side := range []string{SideKubelet, SideBare, SideProbed, SideProbedKeepAlive, SideOffloaded, SideProbedResident, SideNone} {
 			var xys plotter.XYs
 			for _, r := range sorted(results, kind) {
 				if r.Side != side {
