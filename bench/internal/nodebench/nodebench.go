@@ -87,6 +87,9 @@ type CPUSeconds struct {
 	Probed     float64 `json:"probed"`  // the prober's process: probed, or the bare prober (SideBare)
 	Node       float64 `json:"node"`    // the sum of the above
 	Control    float64 `json:"control"` // the node's kube-apiserver and etcd, not in Node
+	// Harness is the benchmark's own process (sampling, the targets'
+	// statistics), not in Node: the other load on the node's 2 cores.
+	Harness float64 `json:"harness"`
 }
 
 // Seconds converts a CPU difference.
