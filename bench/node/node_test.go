@@ -13,8 +13,8 @@
 // Settings (environment): PROBED_BENCH_NODE_PODS, the pod counts of the
 // HTTP/TCP runs (default "10,25,50,100,200"); PROBED_BENCH_NODE_EXEC_PODS,
 // those of the exec runs (default "10,25,50"; "," for none); PROBED_BENCH_NODE_SIDES, the
-// sides of the HTTP/TCP runs (default "probed,probed-keepalive,bare,kubelet,offloaded":
-// probed as it is by default, probed with --http-keep-alive, the bare
+// sides of the HTTP/TCP runs (default "probed-nowindow,probed,probed-keepalive,bare,kubelet,offloaded":
+// probed with --scheduler-coalesce=0, probed as it is by default, probed with --http-keep-alive, the bare
 // prober of cmd/bareprober, the kubelet, and the kubelet's manifests
 // moved to probed by the offload webhook; the pods without probes always
 // run); PROBED_BENCH_NODE_EXEC_SIDES, the sides of the exec runs (default
@@ -160,15 +160,11 @@ func (e *env) runCount(b *testing.B, pods int, withHTTP, withExec bool) {
 	base := e.measure(b, ns, nodebench.KindHTTP, nodebench.SideNone, targets, nil, nil)
 	if withHTTP {
 		e.annotate(b, ns, targets, func(tg nodetest.Target) string { return annotation(nodebench.KindHTTP, tg) })
-		for _, side := range []string{nodebench.SideProbed, nodebench.SideProbedKeepAlive} {
+		for _, side := range []string{nodebench.SideProbedNoWindow, nodebench.SideProbed, nodebench.SideProbedKeepAlive} {
 			if !e.runs(side) {
 				continue
 			}
-			var args []string
-			if side == nodebench.SideProbedKeepAlive {
-				args = append(args, "--http-keep-alive")
-			}
-			a := e.startProbed(b, args...)
+			a := e.startProbed(b, probedSideArgs[side]...)
 			e.waitPods(b, ns, pods, true)
 			e.measure(b, ns, nodebench.KindHTTP, side, targets, a.prober(), &base)
 			a.stop(b)
@@ -226,6 +222,15 @@ func (e *env) runCount(b *testing.B, pods int, withHTTP, withExec bool) {
 		a.stop(b)
 		e.deletePods(b, ns)
 	}
+}
+
+// probedSideArgs are the flags of each HTTP/TCP side of probed's
+// (nodebench.SideProbed…): the agent as it runs by default, without its
+// window, with kept connections.
+var probedSideArgs = map[string][]string{
+	nodebench.SideProbed:          nil,
+	nodebench.SideProbedNoWindow:  {"--scheduler-coalesce=0"},
+	nodebench.SideProbedKeepAlive: {"--http-keep-alive"},
 }
 
 // offloadLabel is the namespace label the offload webhook selects

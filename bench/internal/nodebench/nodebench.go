@@ -42,6 +42,9 @@ const (
 	// SideProbedKeepAlive: SideProbed with --http-keep-alive (each HTTP
 	// probe keeps its connection between runs).
 	SideProbedKeepAlive = "probed-keepalive"
+	// SideProbedNoWindow: SideProbed with --scheduler-coalesce=0 (each run
+	// wakes at its own tick): the before of coalesced wake-ups.
+	SideProbedNoWindow = "probed-nowindow"
 	// SideBare: the same probes run by the bare prober (bench/internal/bare,
 	// cmd/bareprober): a goroutine and a ticker per probe, a plain GET with
 	// keep-alives off, a plain dial and close — the floor of a prober with
@@ -64,7 +67,7 @@ const (
 
 // Sides lists every side of an HTTP/TCP run, in the order they run on the
 // same pods (the kubelet's and the offloaded on new pods after them).
-var Sides = []string{SideProbed, SideProbedKeepAlive, SideBare, SideKubelet, SideOffloaded}
+var Sides = []string{SideProbedNoWindow, SideProbed, SideProbedKeepAlive, SideBare, SideKubelet, SideOffloaded}
 
 // ExecSides lists every side of an exec run, in the order they run: probed
 // through ExecSync and through resident helpers on the same pods, then the
@@ -72,10 +75,10 @@ var Sides = []string{SideProbed, SideProbedKeepAlive, SideBare, SideKubelet, Sid
 var ExecSides = []string{SideProbed, SideProbedResident, SideKubelet}
 
 // IsProber reports whether side's prober is a process of its own whose CPU
-// is the Probed part (probed, with or without keep-alive, resident helpers
+// is the Probed part (probed, with or without its window, keep-alive, resident helpers
 // or the offload webhook, or the bare prober).
 func IsProber(side string) bool {
-	return side == SideProbed || side == SideProbedKeepAlive || side == SideBare || side == SideOffloaded || side == SideProbedResident
+	return side == SideProbed || side == SideProbedNoWindow || side == SideProbedKeepAlive || side == SideBare || side == SideOffloaded || side == SideProbedResident
 }
 
 // CPUSeconds is the CPU time of each part of the node in a run's window.

@@ -130,7 +130,7 @@ func loadRange(results []Result) (lo, hi float64) {
 // sorted returns the runs of kind, with the runs without probes at the same
 // pod counts, by pods, then none, kubelet, probed.
 func sorted(results []Result, kind string) []Result {
-	order := map[string]int{SideNone: 0, SideKubelet: 1, SideBare: 2, SideProbed: 3, SideProbedKeepAlive: 4, SideOffloaded: 5, SideProbedResident: 6}
+	order := map[string]int{SideNone: 0, SideKubelet: 1, SideBare: 2, SideProbedNoWindow: 3, SideProbed: 4, SideProbedKeepAlive: 5, SideOffloaded: 6, SideProbedResident: 7}
 	var out []Result
 	for _, r := range results {
 		if (r.Side == SideNone && hasKind(results, kind, r.Pods)) || (r.Side != SideNone && r.Kind == kind) {
@@ -225,7 +225,7 @@ func Targets(results []Result) []string {
 	}
 	out = append(out, residentTargets(results, counts(KindExec), verdict)...)
 	for _, kind := range []string{KindHTTP, KindExec} {
-		for _, side := range []string{SideKubelet, SideBare, SideProbed, SideProbedKeepAlive, SideOffloaded, SideProbedResident} {
+		for _, side := range []string{SideKubelet, SideBare, SideProbedNoWindow, SideProbed, SideProbedKeepAlive, SideOffloaded, SideProbedResident} {
 			last, first := 0, 0
 			for _, n := range counts(kind) {
 				r, ok := find(results, kind, side, n)
@@ -262,7 +262,7 @@ func keepAliveTargets(results []Result, counts []int, verdict func(bool) string)
 			side  string
 			bound float64
 			what  string
-		}{{SideProbed, ProbingRatio, "by default"}, {SideProbedKeepAlive, ProbingKeepAliveRatio, "with --http-keep-alive"}} {
+		}{{SideProbedNoWindow, ProbingRatio, "without the window (--scheduler-coalesce=0)"}, {SideProbed, ProbingRatio, "by default"}, {SideProbedKeepAlive, ProbingKeepAliveRatio, "with --http-keep-alive"}} {
 			p, ok := find(results, KindHTTP, t.side, n)
 			if !ok || !okK || k.ProbingMsPerRun <= 0 {
 				continue
@@ -276,7 +276,7 @@ func keepAliveTargets(results []Result, counts []int, verdict func(bool) string)
 			continue
 		}
 		bare := b.CPU.Probed * 1000 / float64(b.Runs)
-		for _, side := range []string{SideProbed, SideProbedKeepAlive} {
+		for _, side := range []string{SideProbedNoWindow, SideProbed, SideProbedKeepAlive} {
 			p, ok := find(results, KindHTTP, side, n)
 			if !ok || p.Runs == 0 || p.Lateness == nil {
 				continue
@@ -342,6 +342,8 @@ func Plot(results []Result, path string) error {
 		SideBare:    color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 255},
 		// probed with kept connections: probed's blue, lighter.
 		SideProbedKeepAlive: color.RGBA{R: 0x6b, G: 0xae, B: 0xd6, A: 255},
+		// probed without the window: probed's blue, darker.
+		SideProbedNoWindow: color.RGBA{R: 0x0b, G: 0x3d, B: 0x6b, A: 255},
 		// probed through the offload webhook: green.
 		SideOffloaded: color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 255},
 		// probed with resident exec helpers: purple.
@@ -354,7 +356,7 @@ func Plot(results []Result, path string) error {
 		p.Y.Label.Text = ylabel
 		p.Y.Min = 0
 		p.Legend.Top, p.Legend.Left = true, true
-		for _, side := range []string{SideKubelet, SideBare, SideProbed, SideProbedKeepAlive, SideOffloaded, SideProbedResident, SideNone} {
+		for _, side := range []string{SideKubelet, SideBare, SideProbedNoWindow, SideProbed, SideProbedKeepAlive, SideOffloaded, SideProbedResident, SideNone} {
 			var xys plotter.XYs
 			for _, r := range sorted(results, kind) {
 				if r.Side != side {
