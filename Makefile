@@ -123,7 +123,8 @@ bench-cri:
 
 # The real node (issues 20 and 28; docs/benchmarks.md "The real node"): the
 # same pods with the kubelet's spec probes, probed's annotation probes (by
-# default and with --http-keep-alive), the bare prober and no probe,
+# default, without its window and with --http-keep-alive; exec through
+# ExecSync and through resident helpers), the bare prober and no probe,
 # HTTP/TCP and exec; needs PROBED_TEST_NODE from test/node/env.sh start and
 # the node to itself. About 2 hours with the default pod counts and sides;
 # rewrites the "node" section of docs/benchmarks.md and its plot.
