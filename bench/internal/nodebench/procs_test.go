@@ -1,6 +1,7 @@
 package nodebench
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -46,5 +47,37 @@ func TestClassifyEndsOnALoop(t *testing.T) {
 	procs := []proc{{pid: 40, ppid: 41, self: time.Second}, {pid: 41, ppid: 40, self: time.Second}}
 	if got := (Node{}).classify(procs, map[int]bool{}); got != (CPU{}) {
 		t.Fatalf("classify = %+v, want nothing", got)
+	}
+}
+
+// The resident helper's targets (issue 28): its node CPU per run against
+// the kubelet's at each exec pod count, and the most pods it keeps up at
+// against three times the fewest where the kubelet stops.
+func TestResidentTargets(t *testing.T) {
+	row := func(side string, pods int, runsPerSec, msPerRun float64, failed int64) Result {
+		return Result{Kind: KindExec, Side: side, Pods: pods, Ready: pods, PeriodSeconds: 1, Expected: float64(pods),
+			RunsPerSec: runsPerSec, Runs: int64(runsPerSec * 60), NodeMsPerRun: msPerRun, Failed: failed}
+	}
+	results := []Result{
+		row(SideKubelet, 10, 10, 100, 0), row(SideProbedResident, 10, 10, 9, 0),
+		row(SideKubelet, 25, 13, 140, 15), row(SideProbedResident, 25, 25, 24, 0),
+		row(SideProbedResident, 75, 75, 25, 0), row(SideProbedResident, 100, 80, 25, 0),
+	}
+	got := strings.Join(Targets(results), "\n")
+	for _, want := range []string{
+		"exec, 10 pods, resident helpers: node CPU per run 9.00 ms, with the kubelet 100.0 ms: 0.090× (target ≤ 0.1×) **met**",
+		"exec, 25 pods, resident helpers: node CPU per run 24.00 ms, with the kubelet 140.0 ms: 0.171× (target ≤ 0.1×) **missed**",
+		"exec, resident helpers: keep up at 75 pods, the kubelet stops at 25: 3.0× (target ≥ 3×) **met**",
+		"exec, probed-resident: keeps up to 75 pods; stops keeping up at 100",
+		"exec, kubelet: keeps up to 10 pods; stops keeping up at 25",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("targets lack %q:\n%s", want, got)
+		}
+	}
+	// Kept up only to 25, where the kubelet stopped: missed.
+	got = strings.Join(Targets(results[:4]), "\n")
+	if want := "keep up at 25 pods, the kubelet stops at 25: 1.0× (target ≥ 3×) **missed**"; !strings.Contains(got, want) {
+		t.Errorf("targets lack %q:\n%s", want, got)
 	}
 }

@@ -239,6 +239,9 @@ func Targets(results []Result) []string {
 				}
 			}
 			switch {
+			case first > 0 && last == 0:
+				out = append(out, fmt.Sprintf("%s, %s: keeps up at no pod count measured (the first: %d; fewer than %.0f%% of the expected runs, false failures, pods not ready, or lateness p99 over a period)",
+					kind, side, first, keepUpShare*100))
 			case first == 0 && last > 0:
 				out = append(out, fmt.Sprintf("%s, %s: keeps up at every pod count measured (up to %d)", kind, side, last))
 			case first > 0:
