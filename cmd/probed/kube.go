@@ -68,7 +68,7 @@ func (k *kubeFlags) add(cmd *cobra.Command) {
 	f.DurationVar(&k.livenessActionMaxGracePeriod, "liveness-action-max-grace-period", agent.DefaultLivenessActionMaxGracePeriod,
 		"cluster mode, --liveness-action=restart: the longest grace period (preStop hook and stop together) a restart gives a container, whatever its probe and pod ask; then the container is killed, as the kubelet's stop does after its grace period; at least 2s")
 
-	f.StringVar(&k.execMode, "exec-mode", envDefault(EnvExecMode, agent.ExecModeExecSync), "cluster mode with --container-runtime-endpoint: how exec probes run in their container: execsync (the runtime's ExecSync per run, as the kubelet does) or resident (through one resident helper process per container, started once through the runtime's streaming exec; about a tenth of the CPU per run; docs/cluster.md); default $"+EnvExecMode+", else execsync")
+	f.StringVar(&k.execMode, "exec-mode", envDefault(EnvExecMode, agent.ExecModeExecSync), "cluster mode with --container-runtime-endpoint: how exec probes run in their container: execsync (the runtime's ExecSync per run, as the kubelet does) or resident (through one resident helper process per container, started once through the runtime's streaming exec; 0.12–0.24× the node's CPU per run of ExecSync, measured; docs/cluster.md); default $"+EnvExecMode+", else execsync")
 	f.StringVar(&k.criEndpoint, "container-runtime-endpoint", os.Getenv(EnvContainerRuntimeEndpoint), "cluster mode: the node's container runtime (CRI), as the kubelet's flag: unix:///run/containerd/containerd.sock; annotation exec probes then run in their container, and --liveness-action=restart is possible. Default $"+EnvContainerRuntimeEndpoint+", else off: the socket is root on the node (docs/cluster.md)")
 }
 
