@@ -147,7 +147,17 @@ func (e *env) stepUntil(what string, cond func() bool) {
 			e.t.Fatalf("timed out waiting for %s", what)
 		}
 		e.step(time.Second + 10*time.Millisecond)
-		// Let the runs the step caused finish before stepping again.
+		// Let the runs the step caused finish before stepping again: a
+		// step while a run is in flight passes its 1 s timeout on the
+		// fake clock (a false Failure; a loaded CI machine took over the
+		// 300 ms this once waited). Then let the store apply their
+		// results.
+		for !manager.Idle(e.mgr) {
+			if time.Now().After(deadline) {
+				e.t.Fatalf("timed out waiting for %s: the manager's runs never finished", what)
+			}
+			time.Sleep(time.Millisecond)
+		}
 		settle := time.Now().Add(300 * time.Millisecond)
 		for !cond() && time.Now().Before(settle) {
 			time.Sleep(2 * time.Millisecond)
