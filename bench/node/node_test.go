@@ -183,11 +183,7 @@ func (e *env) runCount(b *testing.B, pods int, withHTTP, withExec bool) {
 			if !slices.Contains(e.execSides, side) {
 				continue
 			}
-			mode := "execsync"
-			if side == nodebench.SideProbedResident {
-				mode = "resident"
-			}
-			a := e.startProbed(b, "--container-runtime-endpoint", e.n.CRIEndpoint, "--exec-mode", mode)
+			a := e.startProbed(b, "--container-runtime-endpoint", e.n.CRIEndpoint, "--exec-mode", probedExecModes[side])
 			e.waitPods(b, ns, pods, true)
 			e.measure(b, ns, nodebench.KindExec, side, targets, a.prober(), &base)
 			a.stop(b)
@@ -231,6 +227,12 @@ var probedSideArgs = map[string][]string{
 	nodebench.SideProbed:          nil,
 	nodebench.SideProbedNoWindow:  {"--scheduler-coalesce=0"},
 	nodebench.SideProbedKeepAlive: {"--http-keep-alive"},
+}
+
+// probedExecModes are the --exec-mode of each exec side of probed's.
+var probedExecModes = map[string]string{
+	nodebench.SideProbed:         "execsync",
+	nodebench.SideProbedResident: "resident",
 }
 
 // offloadLabel is the namespace label the offload webhook selects
