@@ -129,15 +129,15 @@ func (n Node) ExecCounter(runcRoot string) func() int {
 		}
 	}
 	return func() int {
-		n := 0
+		count := 0
 		for pid := range shims {
 			for _, c := range children(pid) {
 				if !known[c] && isRuncExec(c, runcRoot) {
-					n++
+					count++
 				}
 			}
 		}
-		return n
+		return count
 	}
 }
 
